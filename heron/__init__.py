@@ -1,0 +1,8 @@
+"""heron: deep reinforcement learning in PyTorch."""
+
+__version__ = "0.1.0"
+
+from heron.api import load, resume, train  # noqa: E402
+from heron.config import HeronError  # noqa: E402
+
+__all__ = ["train", "resume", "load", "HeronError", "__version__"]

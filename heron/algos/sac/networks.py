@@ -1,0 +1,77 @@
+"""SAC networks: a tanh-Gaussian actor and an ensemble of soft Q critics, each behind an Encoder
+(observation normalization, optionally a recurrent core for SAC_RNN)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from heron.core.nets import EnsembleMLP, Encoder, RunningNorm, mlp, squash_log_std, tanh_normal_sample
+
+
+class Actor(nn.Module):
+    """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL / seed 000)."""
+
+    def __init__(self, encoder: Encoder, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.encoder = encoder
+        self.action_dim = low.numel()
+        self.net = mlp(encoder.out_dim, hidden, 2 * self.action_dim)
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("bias", (high + low).float() / 2)
+
+    def head(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw_log_std = self.net(feats).chunk(2, -1)
+        return mean, squash_log_std(raw_log_std)
+
+    def sample(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized actions [..., A] and their log-probs [...]."""
+        mean, log_std = self.head(feats)
+        return tanh_normal_sample(mean, log_std, self.scale, self.bias)
+
+    def deterministic(self, feats: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(feats)[0]) * self.scale + self.bias
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for a batch of envs: obs [N, D], state [N, S] -> actions [N, A], new state."""
+        feats, state = self.encoder.step(obs, state)
+        action = self.deterministic(feats) if deterministic else self.sample(feats)[0]
+        return action, state
+
+
+class Critic(nn.Module):
+    """``members`` soft Q networks Q_i(s, a), evaluated together; each has its own encoder (they
+    share the observation normalizer)."""
+
+    def __init__(self, encoders: list[Encoder], hidden: tuple[int, ...], action_dim: int):
+        super().__init__()
+        self.encoders = nn.ModuleList(encoders)
+        self.q = EnsembleMLP(len(encoders), encoders[0].out_dim + action_dim, hidden, 1)
+
+    @property
+    def state_size(self) -> int:
+        return self.encoders[0].state_size
+
+    def encode(self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [B, L, D], state0 [B, E, S] -> features [E, B, L, F], states [B, L, E, S]."""
+        out = [enc(obs, state0[:, i], starts) for i, enc in enumerate(self.encoders)]
+        return torch.stack([f for f, _ in out]), torch.stack([s for _, s in out], 2)
+
+    def encode_step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [B, D], state [B, E, S] -> features [E, B, F], new state [B, E, S]."""
+        out = [enc.step(obs, state[:, i]) for i, enc in enumerate(self.encoders)]
+        return torch.stack([f for f, _ in out]), torch.stack([s for _, s in out], 1)
+
+    def values(self, feats: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """feats [E, M, F], actions [M, A] -> Q values [E, M]."""
+        x = torch.cat([feats, actions.unsqueeze(0).expand(feats.shape[0], *actions.shape)], -1)
+        return self.q(x).squeeze(-1)
+
+
+def build(obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: tuple[int, ...], obs_norm: bool,
+          recurrent: str, rnn_hidden: int) -> tuple[Actor, Critic]:
+    norm = RunningNorm((obs_dim,), enabled=obs_norm)
+    actor = Actor(Encoder(obs_dim, norm, recurrent, rnn_hidden), hidden, low, high)
+    critic = Critic([Encoder(obs_dim, norm, recurrent, rnn_hidden) for _ in range(2)], hidden, low.numel())
+    return actor, critic

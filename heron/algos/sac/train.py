@@ -1,0 +1,232 @@
+"""Soft Actor-Critic, read top to bottom (CleanRL's sac_continuous_action.py, seed 000, with skrl's
+options, seed 002: gradient clipping, learning-rate schedules, recurrent networks).
+
+One update step (``update``) is a pure tensor function ``batch -> metrics``: no ``.item()``, no
+env access, so ``--compile`` can wrap it. Batches are sequences ``[B, L, ...]``; the feed-forward
+variant uses L = 1 and the recurrent one (``--recurrent lstm|gru``) L = ``--sequence-length``,
+unrolled from the hidden states stored at collection time.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+
+from heron.algos.sac import losses
+from heron.algos.sac.config import Config
+from heron.algos.sac.networks import Actor, build
+from heron.config import HeronError
+from heron.core import checkpoint as ckpt
+from heron.core.buffers import ReplayBuffer
+from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.nets import polyak_
+from heron.core.policy import Policy
+from heron.core.run import Run
+from heron.core.schedules import lr_lambda, set_lr
+
+
+def check(cfg: Config) -> None:
+    """Reject an env whose spaces SAC cannot handle, before a run directory exists."""
+    obs_space, act_space = probe_spaces(cfg.env_id)
+    require_box_actions(act_space, "sac", cfg.env_id)
+    require_vector_obs(obs_space, "sac", cfg.env_id)
+
+
+def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
+    return build(spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes),
+                 cfg.obs_norm, cfg.recurrent, cfg.rnn_hidden_size)
+
+
+def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
+    actor, _ = _build(cfg, state["spaces"])
+    actor.load_state_dict(state["actor"])
+    return Policy(actor, tuple(state["spaces"]["obs_shape"]), actor.encoder.state_size, device)
+
+
+def train(cfg: Config, run: Run) -> dict:
+    device = run.device
+    envs = VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+    N = cfg.num_envs
+    act_space = envs.single_action_space
+    spaces = {"obs_shape": list(envs.single_observation_space.shape),
+              "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
+              "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
+    A = act_space.shape[0]
+
+    # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
+    actor, critic = _build(cfg, spaces)
+    actor, critic = actor.to(device), critic.to(device)
+    norm = actor.encoder.norm  # shared by actor and critics; statistics saved in their state_dicts
+    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    for enc in critic_target.encoders:
+        enc.norm = norm  # targets normalize with the live statistics
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.policy_lr)
+    q_opt = torch.optim.Adam(critic.parameters(), lr=cfg.q_lr)
+    target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
+    log_alpha = torch.tensor(math.log(max(cfg.alpha, 1e-8)), device=device, requires_grad=cfg.autotune)
+    alpha_opt = torch.optim.Adam([log_alpha], lr=cfg.q_lr)  # CleanRL: alpha shares the Q lr
+    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // N * cfg.gradient_steps)
+    lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
+    S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
+    E = len(critic.encoders)
+
+    rb = ReplayBuffer(cfg.buffer_size, N, envs.single_observation_space.shape, envs.obs_dtype, (A,),
+                      device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
+                      extra={"actor_state": (S,), "critic_state": (E, S)} if S else None, seed=cfg.seed)
+    np_rng = np.random.default_rng(cfg.seed)  # uniform actions before learning starts
+
+    def params_of(*modules):
+        return [p for m in modules for p in m.parameters()]
+
+    # -- one gradient step --------------------------------------------------------------------------
+    def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
+        obs, next_obs = batch["obs"], batch["next_obs"]  # [B, L, D]
+        B, L = obs.shape[:2]
+        done = batch["terminated"] | batch["truncated"]  # [B, L]
+        starts = torch.zeros_like(done)
+        starts[:, 1:] = done[:, :-1]  # obs[t] opens an episode when step t-1 ended one
+        zeros = obs.new_zeros(B, 0)
+        a_state0 = batch["actor_state"][:, 0] if S else zeros  # [B, S]
+        c_state0 = batch["critic_state"][:, 0] if S else zeros.new_zeros(B, E, 0)  # [B, E, S]
+        keep = slice(cfg.burn_in, None)  # burn-in steps only warm the recurrent state
+
+        a_feats, a_states = actor.encoder(obs, a_state0, starts)  # [B, L, F], [B, L, S]
+        with torch.no_grad():
+            # next features: one more recurrent step on next_obs from the state after obs[t]
+            next_a_feats, _ = actor.encoder.step(next_obs.flatten(0, 1), a_states.flatten(0, 1))
+            next_actions, next_log_prob = actor.sample(next_a_feats)  # [B*L, A], [B*L]
+            _, tq_states = critic_target.encode(obs, c_state0, starts)  # [B, L, E, S]
+            tq_feats, _ = critic_target.encode_step(next_obs.flatten(0, 1), tq_states.flatten(0, 1))
+            next_q = critic_target.values(tq_feats, next_actions)  # [E, B*L]
+            alpha = log_alpha.exp()
+            target = losses.soft_q_target(batch["rewards"].flatten(), batch["terminated"].flatten(),
+                                          next_q, next_log_prob, alpha, cfg.gamma).view(B, L)
+
+        q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
+        q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
+        qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
+        q_opt.zero_grad(set_to_none=True)
+        qf_losses.sum().backward()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+        q_opt.step()
+        metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
+                   "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
+                   "losses/qf_loss": qf_losses.detach().mean()}
+
+        if update_actor:
+            # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
+            q_in = q_feats[:, :, keep].flatten(1, 2).detach()
+            for i in range(cfg.policy_frequency):
+                if S and i > 0:  # the recurrent actor's features change with each actor step
+                    a_feats, _ = actor.encoder(obs, a_state0, starts)
+                actions, log_prob = actor.sample(a_feats[:, keep].flatten(0, 1))
+                actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), log_alpha.exp().detach())
+                actor_opt.zero_grad(set_to_none=True)
+                actor_loss.backward()
+                if cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
+                actor_opt.step()
+                metrics["losses/actor_loss"] = actor_loss.detach()
+                if cfg.autotune:
+                    alpha_loss = losses.alpha_loss(log_alpha, log_prob, target_entropy)
+                    alpha_opt.zero_grad(set_to_none=True)
+                    alpha_loss.backward()
+                    alpha_opt.step()
+                    metrics["losses/alpha_loss"] = alpha_loss.detach()
+            metrics["losses/alpha"] = log_alpha.detach().exp()
+        return metrics
+
+    if cfg.compile:
+        update = torch.compile(update)
+
+    def sample_batch() -> dict[str, torch.Tensor]:
+        if S:
+            return rb.sample_sequences(cfg.batch_size, cfg.sequence_length)
+        return {k: v.unsqueeze(1) for k, v in rb.sample(cfg.batch_size).items()}  # [B, 1, ...]
+
+    def policy_state() -> dict:
+        return {"actor": actor.state_dict(), "spaces": spaces}
+
+    def full_state() -> dict:
+        return {**policy_state(), "critic": critic.state_dict(), "critic_target": critic_target.state_dict(),
+                "log_alpha": log_alpha.detach(), "actor_opt": actor_opt.state_dict(), "q_opt": q_opt.state_dict(),
+                "alpha_opt": alpha_opt.state_dict(),
+                "n_updates": n_updates, "rng": ckpt.rng_state(np_rng), "envs": envs.state_dict()}
+
+    # -- start or resume ----------------------------------------------------------------------------
+    global_step, n_updates = 0, 0
+    obs = envs.reset()
+    if run.resume_state is not None:
+        s = run.resume_state
+        actor.load_state_dict(s["actor"])
+        critic.load_state_dict(s["critic"])
+        critic_target.load_state_dict(s["critic_target"])
+        with torch.no_grad():
+            log_alpha.copy_(s["log_alpha"])
+        for o, k in ((actor_opt, "actor_opt"), (q_opt, "q_opt"), (alpha_opt, "alpha_opt")):
+            o.load_state_dict(s[k])
+        if run.resume_buffer is None:
+            raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
+        rb.load_state_dict(run.resume_buffer)
+        global_step, n_updates = int(s["step"]), int(s["n_updates"])
+        ckpt.set_rng_state(s["rng"], np_rng)
+        obs = envs.load_state_dict(s["envs"])
+    a_state = torch.zeros(N, S, device=device)  # recurrent states before obs (zero at episode starts)
+    c_state = torch.zeros(N, E, S, device=device)
+    policy = Policy(actor, tuple(spaces["obs_shape"]), S, device)
+    metrics: dict[str, torch.Tensor] = {}
+    low, high = act_space.low, act_space.high
+
+    # -- the loop -----------------------------------------------------------------------------------
+    while global_step < cfg.total_steps:
+        obs_t = torch.as_tensor(obs, device=device)
+        if S:
+            with torch.no_grad():
+                _, next_c_state = critic.encode_step(obs_t.float(), c_state)
+        if global_step < cfg.learning_starts:
+            actions = np_rng.uniform(low, high, size=(N, A)).astype(np.float32)
+            if S:
+                _, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
+        else:
+            actions_t, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
+            actions = actions_t.cpu().numpy()
+        step = envs.step(actions)
+        prev_step, global_step = global_step, global_step + N
+        norm.update(torch.as_tensor(step.next_obs))
+        row = dict(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
+                   terminated=step.terminated, truncated=step.truncated)
+        if S:
+            row.update(actor_state=a_state, critic_state=c_state)
+            fresh = torch.as_tensor(step.terminated | step.truncated, device=device)
+            a_state = next_a_state.masked_fill(fresh[:, None], 0.0)
+            c_state = next_c_state.masked_fill(fresh[:, None, None], 0.0)
+        rb.add(**row)
+        obs = step.obs
+        for _, ret, length in step.episodes:
+            run.logger.episode(global_step, ret, length)
+
+        if global_step > cfg.learning_starts:
+            for _ in range(cfg.gradient_steps):
+                set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
+                set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
+                n_updates += 1
+                metrics.update(update(sample_batch(), n_updates % cfg.policy_frequency == 0))
+                if n_updates % cfg.target_network_frequency == 0:
+                    polyak_(critic_target, critic, cfg.tau)
+
+        if run.due(global_step, prev_step, cfg.log_every) and metrics:
+            run.logger.log(global_step, {**metrics, "charts/SPS": run.logger.sps(global_step),
+                                         "charts/learning_rate": actor_opt.param_groups[0]["lr"]})
+        if run.due(global_step, prev_step, cfg.eval_every):
+            run.evaluate(global_step, policy, policy_state)
+        if run.due(global_step, prev_step, cfg.checkpoint_every):
+            run.checkpoint(global_step, full_state(), rb.state_dict())
+        run.logger.progress(global_step)
+
+    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), rb.state_dict()))
+    envs.close()
+    return result

@@ -1,0 +1,204 @@
+"""``heron train|eval|list|plot``. No per-algorithm branches: flags come from each algorithm's
+Config dataclass (kebab-case field names, help from field metadata).
+
+Every user error is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from heron import registry
+from heron.config import HeronError, field_types, flag, type_name
+
+USAGE = """usage: heron <command> ...
+
+commands:
+  train ALGO [flags]                      train an algorithm (heron train ALGO --help lists its flags)
+  train --resume RUN_DIR [--total-steps N]  continue a run from its latest checkpoint
+  eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best]
+  list                                    algorithms and their presets
+  plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors become HeronError (one line, exit 2 in main)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise HeronError(message)
+
+
+def _reject_unknown(unknown: list[str], known: list[str]) -> None:
+    if not unknown:
+        return
+    bad = unknown[0]
+    if bad.startswith("-"):
+        close = difflib.get_close_matches(bad.split("=")[0], known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise HeronError(f"unknown flag {bad}{hint}")
+    raise HeronError(f"unexpected argument {bad!r}")
+
+
+def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
+    """A parser with one flag per Config field; values stay strings (coerced by apply_overrides)
+    and absent flags are absent from the namespace."""
+    p = _Parser(prog=f"heron train {algo}", add_help=True, argument_default=argparse.SUPPRESS,
+                description=f"Train {algo}. Order of precedence: defaults < --config < --preset < flags.")
+    p.add_argument("--config", metavar="FILE.yaml", help="read options from a YAML file (e.g. a run's config.yaml)")
+    p.add_argument("--preset", nargs="+", metavar="NAME", help="named overlays applied in order")
+    types = field_types(cls)
+    for f in dataclasses.fields(cls):
+        kind = types[f.name]
+        default = getattr(defaults, f.name)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = f"{f.metadata.get('help', '')} (default: {shown!r})".replace("%", "%%")
+        kwargs: dict[str, Any] = {"help": help_text, "dest": f.name}
+        if kind is bool:
+            kwargs.update(nargs="?", const="true", metavar="true|false")
+        elif typing.get_origin(kind) is tuple:
+            kwargs.update(nargs="+", metavar="INT")
+        elif f.metadata.get("choices"):
+            kwargs.update(metavar="|".join(map(str, f.metadata["choices"])))
+        else:
+            kwargs.update(metavar=type_name(kind).split()[-1].upper())
+        p.add_argument(f"--{flag(f.name)}", **kwargs)
+    return p
+
+
+def cmd_train(argv: list[str]) -> int:
+    from heron import api
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: heron train ALGO [flags]  |  heron train --resume RUN_DIR [--total-steps N]\n"
+              f"algorithms: {', '.join(registry.ALGOS)}; see heron train ALGO --help")
+        return 0 if argv else 2
+    if argv[0] == "--resume" or argv[0].startswith("--resume="):
+        p = _Parser(prog="heron train --resume")
+        p.add_argument("--resume", required=True, metavar="RUN_DIR")
+        p.add_argument("--total-steps", type=int)
+        args, unknown = p.parse_known_args(argv)
+        _reject_unknown(unknown, ["--resume", "--total-steps"])
+        if args.total_steps is not None and args.total_steps <= 0:
+            raise HeronError(f"--total-steps must be positive, got {args.total_steps}")
+        api.resume(args.resume, args.total_steps)
+        return 0
+    algo, rest = argv[0], argv[1:]
+    module = registry.get(algo)
+    pre = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    pre.add_argument("--config")
+    pre.add_argument("--preset", nargs="+")
+    early, _ = pre.parse_known_args(rest)
+    presets = getattr(early, "preset", [])
+    config_file = getattr(early, "config", None)
+    base = api.make_config(algo, presets, config_file) if "-h" not in rest and "--help" not in rest else None
+    parser = config_parser(algo, module.Config, base or module.Config())
+    args, unknown = parser.parse_known_args(rest)
+    _reject_unknown(unknown, [o for a in parser._actions for o in a.option_strings])
+    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "preset")}
+    api.train(algo, presets=presets, config_file=config_file, **overrides)
+    return 0
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from heron import api
+    from heron.core.envs import evaluate
+    from heron.core.run import EVAL_SEED_OFFSET
+
+    p = _Parser(prog="heron eval", description="Run a saved policy deterministically.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
+    p.add_argument("--video", action="store_true", help="record a video into RUN_DIR/videos/")
+    p.add_argument("--json", action="store_true", help="print one JSON object on one line")
+    p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")
+    p.add_argument("--seed", type=int, default=None, help="first episode seed (default: the run's eval seed)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    args, unknown = p.parse_known_args(argv)
+    _reject_unknown(unknown, ["--episodes", "--video", "--json", "--checkpoint", "--seed", "--device"])
+    if args.episodes <= 0:
+        raise HeronError(f"--episodes must be positive, got {args.episodes}")
+    algo, cfg, state = api.load_checkpoint(args.run_dir, args.checkpoint)
+    policy = registry.get(algo).load_policy(cfg, state, _device(args.device))
+    video = None
+    if args.video:
+        video = str(Path(args.run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
+        Path(video).parent.mkdir(parents=True, exist_ok=True)
+    seed = args.seed if args.seed is not None else cfg.seed + EVAL_SEED_OFFSET
+    returns = evaluate(policy, cfg.env_id, args.episodes, seed, video_path=video)
+    out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
+           "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
+    if video:
+        out["video"] = video
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{algo} on {cfg.env_id} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
+              f"{out['std_return']:.2f} over {out['episodes']} episodes" + (f"; video {video}" if video else ""))
+    return 0
+
+
+def _device(name: str) -> str:
+    from heron.core.run import resolve_device
+
+    return str(resolve_device(name))
+
+
+def cmd_list(argv: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    if argv:
+        _reject_unknown(argv, [])
+    table = Table(title="heron algorithms")
+    table.add_column("algo")
+    table.add_column("description")
+    table.add_column("presets")
+    for name in registry.ALGOS:
+        module = registry.get(name)
+        table.add_row(name, module.DESCRIPTION, ", ".join(module.PRESETS))
+    Console().print(table)
+    return 0
+
+
+def cmd_plot(argv: list[str]) -> int:
+    from heron.plot import plot_runs
+
+    p = _Parser(prog="heron plot", description="Plot episodic and evaluation returns of runs.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/returns.png of the first run)")
+    p.add_argument("--metric", default="charts/episodic_return", help="metric from metrics.csv to plot")
+    args, unknown = p.parse_known_args(argv)
+    _reject_unknown(unknown, ["--out", "--metric"])
+    out = plot_runs(args.run_dirs, args.out, args.metric)
+    print(out)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "plot": cmd_plot}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    command = argv[0]
+    try:
+        if command not in COMMANDS:
+            close = difflib.get_close_matches(command, COMMANDS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise HeronError(f"unknown command {command!r}{hint}; choose from {', '.join(COMMANDS)}")
+        return COMMANDS[command](argv[1:])
+    except HeronError as exc:
+        print(f"heron: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("heron: interrupted", file=sys.stderr)
+        return 130

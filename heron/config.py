@@ -1,0 +1,141 @@
+"""The configuration every algorithm shares, and the machinery that turns dataclasses into CLIs.
+
+Config flows one way: dataclass defaults -> ``--config FILE.yaml`` -> ``--preset NAME ...`` (in
+order) -> command-line flags -> ``validate()`` -> ``train(cfg, run)``. Each field carries a one-line
+help text in its metadata; the CLI, ``heron list`` and the docs read it from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+
+class HeronError(Exception):
+    """A user error: bad input, an impossible value, a missing file. The CLI prints it on one line
+    and exits with code 2; the Python API lets it propagate."""
+
+
+def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
+    """A config field with a one-line help text (and optionally its allowed values)."""
+    if isinstance(default, (list, dict)):
+        raise TypeError("use tuples for sequence defaults")
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class RunConfig:
+    """Fields shared by every algorithm: environment, seed, budget, devices, cadences, logging."""
+
+    env_id: str = opt("Pendulum-v1", "Gymnasium environment id (e.g. Hopper-v5, HopperBulletEnv-v0)")
+    seed: int = opt(1, "seed of python, numpy, torch and the environments")
+    total_steps: int = opt(1_000_000, "total environment steps to train for (summed over envs)")
+    num_envs: int = opt(1, "number of parallel environments")
+    vector_mode: str = opt("sync", "vector env: sync (same process) or async (subprocesses)", ("sync", "async"))
+    device: str = opt("auto", "torch device: auto (cuda when available), cpu or cuda[:N]")
+    run_dir: str = opt("", "run directory; empty means runs/<env>__<algo>__<seed>__<time>")
+    eval_every: int = opt(10_000, "deterministic evaluation every N env steps (0 = off)")
+    eval_episodes: int = opt(10, "episodes per evaluation")
+    checkpoint_every: int = opt(0, "checkpoint every N env steps (0 = only at the end)")
+    keep_checkpoints: int = opt(3, "step-numbered checkpoints kept on disk (latest and best are always kept)")
+    log_every: int = opt(1000, "write losses every N env steps (the only host syncs of training)")
+    progress: str = opt("auto", "progress display: auto, bar, log (plain lines) or none", ("auto", "bar", "log", "none"))
+    torch_threads: int = opt(0, "torch intra-op threads (0 = choose from the cores and envs)")
+    torch_deterministic: bool = opt(True, "use deterministic torch kernels")
+    compile: bool = opt(False, "torch.compile the update step")
+    track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
+    wandb_project: str = opt("heron", "Weights & Biases project name")
+    capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line reason."""
+        positive = ["total_steps", "num_envs", "eval_episodes", "keep_checkpoints", "log_every"]
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
+        for name in ["eval_every", "checkpoint_every", "torch_threads"]:
+            if getattr(self, name) < 0:
+                raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise HeronError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise HeronError(f"--{flag(f.name)} must be one of {', '.join(map(str, choices))}, "
+                                 f"got {getattr(self, f.name)!r}")
+
+
+def flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def coerce(cls: type, name: str, value: Any) -> Any:
+    """Convert a YAML/preset/CLI value to the field's declared type, or raise HeronError."""
+    kind = field_types(cls)[name]
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, str):  # accept 1000, 1_000 and 1e6
+                text = value.replace("_", "")
+                value = int(text) if text.lstrip("-").isdigit() else float(text)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind is str:
+            return str(value)
+        if typing.get_origin(kind) is tuple:
+            if isinstance(value, str):
+                value = [v for v in value.replace(",", " ").split() if v]
+            return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise HeronError(f"--{flag(name)} expects {type_name(kind)}, got {value!r}") from None
+    raise TypeError(f"unsupported config type {kind} for {name}")
+
+
+def type_name(kind: Any) -> str:
+    if typing.get_origin(kind) is tuple:
+        return "a list of integers"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
+
+
+def apply_overrides(cfg: Any, overrides: dict[str, Any], source: str) -> Any:
+    """Return a copy of ``cfg`` with ``overrides`` (keys in snake or kebab case) applied."""
+    names = {f.name for f in dataclasses.fields(cfg)}
+    changes = {}
+    for key, value in overrides.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {flag(close[0])}?)" if close else ""
+            raise HeronError(f"{source}: unknown option {key!r}{hint}")
+        changes[name] = coerce(type(cfg), name, value)
+    return dataclasses.replace(cfg, **changes)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out

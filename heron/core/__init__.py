@@ -1,0 +1,1 @@
+"""Pieces every algorithm shares: environments, buffers, returns, networks, logging, checkpoints."""

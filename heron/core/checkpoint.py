@@ -1,0 +1,124 @@
+"""Checkpoints: atomic writes, safe loads, RNG capture.
+
+Layout inside ``RUN_DIR/checkpoints/``:
+
+* ``step_<N>.pt``: everything to resume at env step N except the replay data (networks,
+  optimizers, schedulers, entropy coefficient, normalizer statistics, counters, RNG states).
+  Written last, so it is the commit point of a checkpoint.
+* ``step_<N>.buffer.pt``: the replay buffer at step N; only the latest one is kept.
+* ``best.pt``: the state of the best deterministic evaluation so far (no replay data).
+
+Writes go to a temporary file in the same directory, are fsynced and renamed over the target, then
+the directory is fsynced: a crash leaves either the old or the new file, never a torn one. Loads
+use ``torch.load(weights_only=True)``, which never unpickles arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from heron.config import HeronError
+
+_STEP_RE = re.compile(r"^step_(\d+)\.pt$")
+
+
+def save_atomic(obj: Any, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise HeronError(f"checkpoint not found: {path}") from None
+    except Exception as exc:  # truncated file, not a zip, unpickling refused, ...
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise HeronError(f"corrupt or unreadable checkpoint {path}: {reason}") from None
+
+
+def step_checkpoints(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every step-numbered checkpoint, oldest first."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _STEP_RE.match(p.name))]
+    return sorted(found)
+
+
+def buffer_path(state_path: Path) -> Path:
+    return state_path.with_name(state_path.name.replace(".pt", ".buffer.pt"))
+
+
+def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: dict | None, keep: int) -> Path:
+    ckpt_dir = Path(ckpt_dir)
+    path = ckpt_dir / f"step_{step:09d}.pt"
+    if buffer_state is not None:
+        save_atomic(buffer_state, buffer_path(path))
+    save_atomic(state, path)
+    # Prune: keep the newest `keep` states, and the replay data of the newest one only.
+    existing = step_checkpoints(ckpt_dir)
+    for s, p in existing[:-keep] if keep > 0 else []:
+        p.unlink(missing_ok=True)
+    for s, p in existing[:-1]:
+        buffer_path(p).unlink(missing_ok=True)
+    return path
+
+
+def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
+    found = step_checkpoints(ckpt_dir)
+    return found[-1][1] if found else None
+
+
+# -- RNG ------------------------------------------------------------------------------------------
+def rng_state(np_rng: np.random.Generator | None = None) -> dict:
+    """Python, numpy (legacy global and an optional Generator) and torch RNG states, as tensors and
+    plain containers so that ``weights_only`` loading accepts them."""
+    py = random.getstate()
+    legacy = np.random.get_state()
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy_legacy": [legacy[0], torch.from_numpy(legacy[1].astype(np.int64)), legacy[2], legacy[3], legacy[4]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if np_rng is not None:
+        s = np_rng.bit_generator.state
+        state["numpy_generator"] = {"bit_generator": s["bit_generator"], "state": dict(s["state"]),
+                                    "has_uint32": s["has_uint32"], "uinteger": s["uinteger"]}
+    return state
+
+
+def set_rng_state(state: dict, np_rng: np.random.Generator | None = None) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    legacy = state["numpy_legacy"]
+    np.random.set_state((legacy[0], legacy[1].numpy().astype(np.uint32), legacy[2], legacy[3], legacy[4]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if np_rng is not None and "numpy_generator" in state:
+        np_rng.bit_generator.state = state["numpy_generator"]

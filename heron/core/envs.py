@@ -1,0 +1,316 @@
+"""Environments: the ONE place in heron that knows Gymnasium's layout.
+
+Algorithms see ``Step(obs, next_obs, rewards, terminated, truncated, episodes)``:
+
+* ``next_obs`` is the true observation that followed the action, also when the episode ended
+  there (the final observation, which a value target must bootstrap from on truncation);
+* ``obs`` is what to act on next: equal to ``next_obs`` except where an episode ended, where it is
+  the first observation of the next episode.
+
+We run Gymnasium's vector envs with autoreset DISABLED and reset finished sub-envs ourselves
+right after the step. That gives the layout above without Gymnasium 1.x's next-step autoreset
+(where the step after a done is a dummy transition that must be masked out), and it lets a
+checkpoint remember each sub-env's random state from just before its last reset, so that resume
+replays that reset exactly (see ``VecEnv.state_dict``).
+
+Observations: floating point arrays become float32, uint8 images stay uint8, Dict spaces are
+flattened for MLPs (``flatten_dict=True``). Episode returns and lengths are counted here, on the
+raw rewards, before any normalization an algorithm might apply.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from heron.config import HeronError
+
+# Environment families that live outside Gymnasium's default registry: id prefix -> module that
+# registers them on import, and the extra that installs it.
+_PLUGINS = {
+    "ALE/": ("ale_py", "atari"),
+}
+PYBULLET_IDS = {
+    "HopperBulletEnv-v0": "HopperBulletEnv",
+    "AntBulletEnv-v0": "AntBulletEnv",
+    "HalfCheetahBulletEnv-v0": "HalfCheetahBulletEnv",
+    "Walker2DBulletEnv-v0": "Walker2DBulletEnv",
+    "InvertedPendulumBulletEnv-v0": "InvertedPendulumBulletEnv",
+    "ReacherBulletEnv-v0": "ReacherBulletEnv",
+}
+_MUJOCO_NAMES = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher",
+                 "InvertedPendulum", "InvertedDoublePendulum", "Pusher", "HumanoidStandup")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise HeronError (with close matches) unless ``env_id`` can be made here."""
+    if env_id in PYBULLET_IDS:
+        _require("pybullet_envs", "pybullet", env_id)
+        return
+    for prefix, (module, extra) in _PLUGINS.items():
+        if env_id.startswith(prefix):
+            _require(module, extra, env_id)
+    if env_id not in gym.registry:
+        known = list(gym.registry) + list(PYBULLET_IDS)
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise HeronError(f"unknown environment id {env_id!r}{hint}")
+    if env_id.split("-")[0] in _MUJOCO_NAMES:
+        _require("mujoco", "mujoco", env_id)
+
+
+def _require(module: str, extra: str, env_id: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise HeronError(f"{env_id} needs the optional extra: pip install 'heron[{extra}]'") from None
+
+
+class PyBulletAdapter(gym.Env):
+    """Presents a pybullet_envs locomotion env (old Gym API) as a Gymnasium env.
+
+    Old API: ``reset() -> obs`` and ``step(a) -> (obs, reward, done, info)``; episodes are cut at
+    1000 steps by the TimeLimit that ``make_env`` adds, so ``done`` here is a true termination.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
+
+    def __init__(self, name: str, render_mode: str | None = None):
+        import pybullet_envs.gym_locomotion_envs as loco  # noqa: F401  (registers nothing we use)
+        import pybullet_envs.gym_pendulum_envs as pend
+        import pybullet_envs.gym_manipulator_envs as manip
+
+        cls = next(getattr(m, name) for m in (loco, pend, manip) if hasattr(m, name))
+        self._env = cls()
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, self._env.observation_space.shape, np.float32)
+        low, high = self._env.action_space.low, self._env.action_space.high
+        self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        # pybullet envs draw their initial state from their own np_random; feed it from ours.
+        self._env.np_random = self.np_random
+        return np.asarray(self._env.reset(), np.float32), {}
+
+    def step(self, action):
+        obs, reward, done, info = self._env.step(action)
+        return np.asarray(obs, np.float32), float(reward), bool(done), False, dict(info)
+
+    def render(self):
+        return self._env.render(mode="rgb_array")
+
+    def close(self):
+        self._env.close()
+
+
+def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = True,
+             max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+    """One Gymnasium env with heron's observation conventions (no seeding: VecEnv seeds)."""
+    check_env_id(env_id)
+    if env_id in PYBULLET_IDS:
+        env = PyBulletAdapter(PYBULLET_IDS[env_id], render_mode=render_mode)
+        env = gym.wrappers.TimeLimit(env, max_episode_steps or 1000)
+    else:
+        env = gym.make(env_id, render_mode=render_mode, max_episode_steps=max_episode_steps, **kwargs)
+    if flatten_dict and isinstance(env.observation_space, gym.spaces.Dict):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+def obs_dtype(space: gym.Space) -> np.dtype:
+    """float32 for floating point observations, uint8 images stay uint8."""
+    return np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
+
+
+def observation_space(space: gym.Space) -> gym.Space:
+    if isinstance(space, gym.spaces.Box):
+        return gym.spaces.Box(space.low.astype(obs_dtype(space)), space.high.astype(obs_dtype(space)),
+                              dtype=obs_dtype(space))
+    return space
+
+
+@dataclass
+class Step:
+    obs: np.ndarray  # [N, *obs_shape] what to act on next (first obs of a new episode where one ended)
+    next_obs: np.ndarray  # [N, *obs_shape] the true next observation (final obs where an episode ended)
+    rewards: np.ndarray  # [N] float32
+    terminated: np.ndarray  # [N] bool: the MDP ended; no bootstrap
+    truncated: np.ndarray  # [N] bool: cut by a time limit; bootstrap from next_obs
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env, return, length) ended
+
+
+class VecEnv:
+    """``num_envs`` copies of an env, stepped together, with heron's Step layout (module doc)."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, mode: str = "sync",
+                 flatten_dict: bool = True, max_episode_steps: int | None = None,
+                 render_mode: str | None = None, **kwargs: Any):
+        check_env_id(env_id)
+        self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
+        fns: list[Callable[[], gym.Env]] = [
+            lambda: make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
+                             max_episode_steps=max_episode_steps, **kwargs)
+            for _ in range(num_envs)
+        ]
+        cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
+        self.envs = cls(fns, autoreset_mode=AutoresetMode.DISABLED)
+        self.single_observation_space = observation_space(self.envs.single_observation_space)
+        self.single_action_space = self.envs.single_action_space
+        self.obs_dtype = obs_dtype(self.envs.single_observation_space)
+        self.episode_returns = np.zeros(num_envs, np.float64)
+        self.episode_lengths = np.zeros(num_envs, np.int64)
+        self._pre_reset_rng: list[dict] = []
+        self.obs: np.ndarray | None = None
+
+    def _obs(self, obs: Any) -> np.ndarray:
+        return np.asarray(obs, dtype=self.obs_dtype)
+
+    def _rng_states(self) -> list[dict]:
+        return [g.bit_generator.state for g in self.envs.get_attr("np_random")]
+
+    def reset(self) -> np.ndarray:
+        """Seed sub-env i with ``seed + i`` and return the first observations [N, ...]."""
+        self._pre_reset_rng = [np.random.default_rng(self.seed + i).bit_generator.state
+                               for i in range(self.num_envs)]  # what reset(seed=...) will install
+        obs, _ = self.envs.reset(seed=[self.seed + i for i in range(self.num_envs)])
+        self.obs = self._obs(obs)
+        self.episode_returns[:] = 0
+        self.episode_lengths[:] = 0
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> Step:
+        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        next_obs = self._obs(next_obs)
+        rewards = np.asarray(rewards, np.float32)
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        self.episode_returns += rewards
+        self.episode_lengths += 1
+        done = terminated | truncated
+        episodes = []
+        obs = next_obs
+        if done.any():
+            idx = np.flatnonzero(done)
+            episodes = [(int(i), float(self.episode_returns[i]), int(self.episode_lengths[i])) for i in idx]
+            self.episode_returns[idx] = 0
+            self.episode_lengths[idx] = 0
+            states = self._rng_states()
+            for i in idx:
+                self._pre_reset_rng[i] = states[i]
+            reset_obs, _ = self.envs.reset(options={"reset_mask": done})
+            obs = next_obs.copy()
+            obs[idx] = self._obs(reset_obs)[idx]
+        self.obs = obs
+        return Step(obs, next_obs, rewards, terminated, truncated, episodes)
+
+    # -- resume -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What resume needs: per sub-env, the RNG state to replay its latest reset with (when the
+        episode just started) or to continue from (when an episode is in flight)."""
+        current = self._rng_states()
+        fresh = self.episode_lengths == 0
+        return {
+            "rng": [_rng_to_tensorable(self._pre_reset_rng[i] if fresh[i] else current[i])
+                    for i in range(self.num_envs)],
+            "fresh": fresh.tolist(),
+        }
+
+    def load_state_dict(self, state: dict) -> np.ndarray:
+        """Restore after ``reset()``. A sub-env whose episode had just started when the checkpoint
+        was written replays that reset exactly (same RNG state, so the same first observation and
+        internal state); one with an episode in flight starts a new episode from the RNG state it
+        had, because a simulator's internal state cannot be saved in general. The interrupted
+        episode is not counted in ``charts/episodic_return``."""
+        if len(state["rng"]) != self.num_envs:
+            raise HeronError(f"checkpoint has {len(state['rng'])} envs, this run has {self.num_envs}")
+        gens = []
+        for s in state["rng"]:
+            g = np.random.default_rng()
+            g.bit_generator.state = _rng_from_tensorable(s)
+            gens.append(g)
+        self.envs.set_attr("np_random", gens)
+        self._pre_reset_rng = [g.bit_generator.state for g in gens]
+        obs, _ = self.envs.reset(options={"reset_mask": np.ones(self.num_envs, bool)})
+        self.obs = self._obs(obs)
+        self.episode_returns[:] = 0
+        self.episode_lengths[:] = 0
+        return self.obs
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def _rng_to_tensorable(state: dict) -> dict:
+    """numpy bit-generator state -> plain dict of str/int (loadable with weights_only=True)."""
+    return {"bit_generator": state["bit_generator"], "state": dict(state["state"]),
+            "has_uint32": int(state.get("has_uint32", 0)), "uinteger": int(state.get("uinteger", 0))}
+
+
+def _rng_from_tensorable(state: dict) -> dict:
+    return dict(state)
+
+
+def probe_spaces(env_id: str, flatten_dict: bool = True) -> tuple[gym.Space, gym.Space]:
+    """(observation space as heron presents it, action space) of one env, made and closed."""
+    env = make_env(env_id, flatten_dict=flatten_dict)
+    try:
+        return observation_space(env.observation_space), env.action_space
+    finally:
+        env.close()
+
+
+def require_box_actions(space: gym.Space, algo: str, env_id: str) -> None:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise HeronError(f"{algo} needs a continuous (Box) action space; {env_id} has {space}")
+    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        raise HeronError(f"{algo} rescales actions to the bounds, but {env_id}'s action bounds are not finite")
+
+
+def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise HeronError(f"{algo} uses MLPs and needs vector (or Dict) observations; {env_id} has {space}")
+
+
+def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str | None = None,
+             flatten_dict: bool = True, max_episode_steps: int | None = None) -> np.ndarray:
+    """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` (``policy.reset()``
+    at each episode start) and return their returns. Episode k starts from ``reset(seed=seed + k)``:
+    the same start states at every evaluation, independent of training's random state, so that
+    evaluating never perturbs a run."""
+    env = make_env(env_id, render_mode="rgb_array" if video_path else None, flatten_dict=flatten_dict,
+                   max_episode_steps=max_episode_steps)
+    dtype = obs_dtype(env.observation_space)
+    returns, frames = [], []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + k)
+            policy.reset()
+            total, done = 0.0, False
+            while not done:
+                if video_path:
+                    frames.append(env.render())
+                action = policy.predict(np.asarray(obs, dtype), deterministic=True)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        fps = env.metadata.get("render_fps", 30)
+    finally:
+        env.close()
+    if video_path:
+        write_video(video_path, frames, fps=fps)
+    return np.asarray(returns, np.float64)
+
+
+def write_video(path: str, frames: list[np.ndarray], fps: int) -> None:
+    import imageio.v2 as imageio
+
+    with imageio.get_writer(path, fps=fps, macro_block_size=1) as writer:
+        for frame in frames:
+            writer.append_data(frame)

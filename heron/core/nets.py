@@ -1,0 +1,179 @@
+"""Network pieces shared by the algorithms: MLPs, ensembles of MLPs, Polyak averaging, running
+observation normalization and the tanh-squashed Gaussian."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, act: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), act()]
+        in_dim = h
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class EnsembleLinear(nn.Module):
+    """``members`` independent linear layers evaluated in one batched matmul.
+
+    Input [E, B, in] -> output [E, B, out]. Each member is initialized like ``nn.Linear``."""
+
+    def __init__(self, members: int, in_dim: int, out_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(members, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_dim))
+        bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default (kaiming_uniform a=sqrt(5)) bound
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """``members`` MLPs with identical shapes and independent weights (twin critics)."""
+
+    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int):
+        super().__init__()
+        self.members = members
+        dims = (in_dim, *hidden, out_dim)
+        self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, in] (shared by all members) or [E, B, in] -> [E, B, out]."""
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.members, *x.shape)
+        for layer in self.layers[:-1]:
+            x = torch.relu(layer(x))
+        return self.layers[-1](x)
+
+
+@torch.no_grad()
+def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- tau * source + (1 - tau) * target, in place, fused over all parameters."""
+    t_params = list(target.parameters())
+    s_params = list(source.parameters())
+    torch._foreach_lerp_(t_params, s_params, tau)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of observations (Chan et al. parallel update), applied as
+    ``clip((x - mean) / sqrt(var + eps), -clip, clip)``. Its statistics are buffers, so they are
+    part of every state_dict: checkpoints and loaded policies always carry them.
+
+    ``enabled=False`` makes it the identity (and it never updates), so networks can always hold one.
+    """
+
+    def __init__(self, shape: tuple[int, ...], enabled: bool = True, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.enabled, self.clip, self.eps = enabled, clip, eps
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch [B, *shape] into the statistics."""
+        if not self.enabled:
+            return
+        x = x.to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
+        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        self.mean += delta * b_count / total
+        m2 = self.var * self.count + b_var * b_count + delta.pow(2) * self.count * b_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x.float()
+        mean, std = self.mean.float(), torch.sqrt(self.var.float() + self.eps)
+        return ((x.float() - mean) / std).clamp(-self.clip, self.clip)
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
+    """Map an unbounded output into [LOG_STD_MIN, LOG_STD_MAX] with tanh (SpinUp / D. Yarats; CleanRL
+    SAC, seed 000)."""
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
+
+
+def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor,
+                       bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterized sample ``a = tanh(u) * scale + bias`` with ``u ~ N(mean, std)`` and its
+    log-density by change of variables (SAC paper, Haarnoja et al. 2018, appendix C, eq. 21):
+
+        log pi(a|s) = sum_i [ log N(u_i) - log(scale_i * (1 - tanh(u_i)^2)) ]
+
+    The Jacobian term uses the stable identity log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
+    Returns actions [B, A] and log-probs [B].
+    """
+    std = log_std.exp()
+    u = mean + std * torch.randn_like(mean)
+    log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(scale)
+    action = torch.tanh(u) * scale + bias
+    return action, (log_normal - log_det).sum(-1)
+
+
+class RecurrentCore(nn.Module):
+    """A GRU or LSTM cell unrolled step by step, with the state zeroed at episode starts.
+
+    The state is one tensor [B, S] (LSTM: h and c concatenated, S = 2H), so buffers can store it
+    and checkpoints can save it like any other field."""
+
+    def __init__(self, kind: str, in_dim: int, hidden: int):
+        super().__init__()
+        self.kind, self.hidden = kind, hidden
+        self.cell = nn.LSTMCell(in_dim, hidden) if kind == "lstm" else nn.GRUCell(in_dim, hidden)
+        self.state_size = 2 * hidden if kind == "lstm" else hidden
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, in], state [B, S] -> output [B, H], new state [B, S]."""
+        if self.kind == "lstm":
+            h, c = self.cell(x, (state[:, : self.hidden], state[:, self.hidden:]))
+            return h, torch.cat([h, c], -1)
+        h = self.cell(x, state)
+        return h, h
+
+
+class Encoder(nn.Module):
+    """Observation -> features: running normalization, then (optionally) a recurrent core.
+
+    ``forward`` handles sequences [B, L, D] from a stored initial state, zeroing the state before
+    every step flagged in ``starts`` (the first step of an episode); it returns the features
+    [B, L, F] and the state after each step [B, L, S]. Without a recurrent core, S = 0 and the
+    features are the normalized observations."""
+
+    def __init__(self, obs_dim: int, norm: RunningNorm, recurrent: str = "none", hidden: int = 128):
+        super().__init__()
+        self.norm = norm
+        self.rnn = RecurrentCore(recurrent, obs_dim, hidden) if recurrent != "none" else None
+        self.out_dim = hidden if self.rnn is not None else obs_dim
+        self.state_size = self.rnn.state_size if self.rnn is not None else 0
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [B, D], state [B, S] (already zeroed at episode starts) -> features, new state."""
+        x = self.norm(obs)
+        if self.rnn is None:
+            return x, state
+        return self.rnn.step(x, state)
+
+    def forward(self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rnn is None:
+            return self.norm(obs), state0[:, None].expand(-1, obs.shape[1], -1)
+        feats, states, state = [], [], state0
+        for t in range(obs.shape[1]):
+            state = state * (~starts[:, t]).unsqueeze(-1).float()
+            f, state = self.step(obs[:, t], state)
+            feats.append(f)
+            states.append(state)
+        return torch.stack(feats, 1), torch.stack(states, 1)

@@ -1,0 +1,28 @@
+"""The algorithms heron knows: name -> module. A literal dict; nothing registers itself.
+
+Each module exposes ``Config`` (a dataclass extending ``heron.config.RunConfig``), ``PRESETS``
+(name -> overrides), ``DESCRIPTION``, ``train(cfg, run) -> dict`` and
+``load_policy(cfg, state, device) -> nn.Module`` whose ``act(obs, deterministic)`` maps a tensor
+batch of observations to actions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from types import ModuleType
+
+from heron.config import HeronError
+
+ALGOS = {
+    "sac": "heron.algos.sac",
+    "td3": "heron.algos.td3",
+}
+
+
+def get(name: str) -> ModuleType:
+    if name not in ALGOS:
+        close = difflib.get_close_matches(name, ALGOS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise HeronError(f"unknown algorithm {name!r}{hint}; choose from {', '.join(ALGOS)}")
+    return importlib.import_module(ALGOS[name])
