@@ -139,3 +139,43 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         value = getattr(cfg, f.name)
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
+
+
+@dataclass
+class OffPolicyConfig(RunConfig):
+    """Fields SAC and TD3 share: replay, discounting, target networks, batches, learning rates."""
+
+    buffer_size: int = opt(1_000_000, "replay buffer capacity in transitions")
+    buffer_device: str = opt("auto", "where replay data lives: auto (the training device), cpu, or cuda")
+    gamma: float = opt(0.99, "discount factor")
+    tau: float = opt(0.005, "target network Polyak coefficient")
+    batch_size: int = opt(256, "transitions per gradient step")
+    learning_starts: int = opt(5000, "env steps of uniform random actions before learning starts")
+    policy_lr: float = opt(3e-4, "actor learning rate")
+    q_lr: float = opt(1e-3, "critic learning rate")
+    policy_frequency: int = opt(2, "actor update every N gradient steps")
+    gradient_steps: int = opt(1, "gradient steps per vector env step")
+    hidden_sizes: tuple[int, ...] = opt((256, 256), "hidden layer sizes of actor and critics")
+    max_grad_norm: float = opt(0.0, "clip actor and critic gradient norms to this (0 = off)")
+    obs_norm: bool = opt(False, "normalize observations with running statistics (saved with the model)")
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("policy_lr", "q_lr", "batch_size", "buffer_size", "gradient_steps", "policy_frequency"):
+            if getattr(self, name) <= 0:
+                raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
+        for name in ("learning_starts", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise HeronError(f"--gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise HeronError(f"--tau must be in (0, 1], got {self.tau}")
+        if self.batch_size > self.buffer_size:
+            raise HeronError(f"--batch-size {self.batch_size} is larger than --buffer-size {self.buffer_size}")
+        if self.buffer_size < self.num_envs:
+            raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --num-envs {self.num_envs}")
+        if not self.hidden_sizes or min(self.hidden_sizes) <= 0:
+            raise HeronError("--hidden-sizes needs at least one layer, all sizes positive")
+        if not (self.buffer_device in ("auto", "cpu", "cuda") or self.buffer_device.startswith("cuda:")):
+            raise HeronError(f"--buffer-device must be auto, cpu or cuda[:N], got {self.buffer_device!r}")

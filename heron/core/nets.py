@@ -52,6 +52,14 @@ class EnsembleMLP(nn.Module):
             x = torch.relu(layer(x))
         return self.layers[-1](x)
 
+    def member(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Only member ``i``: x [B, in] -> [B, out] (TD3's Q1 path, half the cost of all members)."""
+        for k, layer in enumerate(self.layers):
+            x = torch.addmm(layer.bias[i], x, layer.weight[i])
+            if k < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x
+
 
 @torch.no_grad()
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:

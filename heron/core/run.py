@@ -172,6 +172,8 @@ class Run:
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo}
         ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
         self.last_checkpoint_step = step
+        if os.environ.get("HERON_CRASH_AFTER_CHECKPOINT") == str(step):  # fault injection for resume tests
+            os._exit(17)
 
     def evaluate(self, step: int, policy: Any,
                  state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict:

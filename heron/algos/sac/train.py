@@ -18,9 +18,7 @@ import torch
 from heron.algos.sac import losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, build
-from heron.config import HeronError
-from heron.core import checkpoint as ckpt
-from heron.core.buffers import ReplayBuffer
+from heron.core import offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import polyak_
 from heron.core.policy import Policy
@@ -51,9 +49,7 @@ def train(cfg: Config, run: Run) -> dict:
     envs = VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
     N = cfg.num_envs
     act_space = envs.single_action_space
-    spaces = {"obs_shape": list(envs.single_observation_space.shape),
-              "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
-              "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
+    spaces = offpolicy.spaces_of(envs)
     A = act_space.shape[0]
 
     # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
@@ -73,13 +69,8 @@ def train(cfg: Config, run: Run) -> dict:
     S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
     E = len(critic.encoders)
 
-    rb = ReplayBuffer(cfg.buffer_size, N, envs.single_observation_space.shape, envs.obs_dtype, (A,),
-                      device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
-                      extra={"actor_state": (S,), "critic_state": (E, S)} if S else None, seed=cfg.seed)
+    rb = offpolicy.replay_buffer(cfg, envs, device, {"actor_state": (S,), "critic_state": (E, S)} if S else None)
     np_rng = np.random.default_rng(cfg.seed)  # uniform actions before learning starts
-
-    def params_of(*modules):
-        return [p for m in modules for p in m.parameters()]
 
     # -- one gradient step --------------------------------------------------------------------------
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -151,30 +142,17 @@ def train(cfg: Config, run: Run) -> dict:
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
 
+    saved = {"critic": critic, "critic_target": critic_target, "log_alpha": log_alpha,
+             "actor_opt": actor_opt, "q_opt": q_opt, "alpha_opt": alpha_opt}
+
     def full_state() -> dict:
-        return {**policy_state(), "critic": critic.state_dict(), "critic_target": critic_target.state_dict(),
-                "log_alpha": log_alpha.detach(), "actor_opt": actor_opt.state_dict(), "q_opt": q_opt.state_dict(),
-                "alpha_opt": alpha_opt.state_dict(),
-                "n_updates": n_updates, "rng": ckpt.rng_state(np_rng), "envs": envs.state_dict()}
+        return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
 
     # -- start or resume ----------------------------------------------------------------------------
     global_step, n_updates = 0, 0
     obs = envs.reset()
     if run.resume_state is not None:
-        s = run.resume_state
-        actor.load_state_dict(s["actor"])
-        critic.load_state_dict(s["critic"])
-        critic_target.load_state_dict(s["critic_target"])
-        with torch.no_grad():
-            log_alpha.copy_(s["log_alpha"])
-        for o, k in ((actor_opt, "actor_opt"), (q_opt, "q_opt"), (alpha_opt, "alpha_opt")):
-            o.load_state_dict(s[k])
-        if run.resume_buffer is None:
-            raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
-        rb.load_state_dict(run.resume_buffer)
-        global_step, n_updates = int(s["step"]), int(s["n_updates"])
-        ckpt.set_rng_state(s["rng"], np_rng)
-        obs = envs.load_state_dict(s["envs"])
+        obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
     a_state = torch.zeros(N, S, device=device)  # recurrent states before obs (zero at episode starts)
     c_state = torch.zeros(N, E, S, device=device)
     policy = Policy(actor, tuple(spaces["obs_shape"]), S, device)
@@ -218,14 +196,8 @@ def train(cfg: Config, run: Run) -> dict:
                 if n_updates % cfg.target_network_frequency == 0:
                     polyak_(critic_target, critic, cfg.tau)
 
-        if run.due(global_step, prev_step, cfg.log_every) and metrics:
-            run.logger.log(global_step, {**metrics, "charts/SPS": run.logger.sps(global_step),
-                                         "charts/learning_rate": actor_opt.param_groups[0]["lr"]})
-        if run.due(global_step, prev_step, cfg.eval_every):
-            run.evaluate(global_step, policy, policy_state)
-        if run.due(global_step, prev_step, cfg.checkpoint_every):
-            run.checkpoint(global_step, full_state(), rb.state_dict())
-        run.logger.progress(global_step)
+        offpolicy.bookkeeping(run, global_step, prev_step, metrics, actor_opt.param_groups[0]["lr"], policy,
+                              policy_state, full_state, rb)
 
     result = run.finish(global_step, policy, policy_state, lambda: (full_state(), rb.state_dict()))
     envs.close()

@@ -1,0 +1,37 @@
+"""TD3 hyperparameters: the 15-step walkthrough (seed 001) with the paper's defaults
+(Fujimoto et al. 2018, and the authors' updated reference settings: 256-256, batch 256, lr 3e-4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heron.config import HeronError, OffPolicyConfig, opt
+
+
+@dataclass
+class Config(OffPolicyConfig):
+    learning_starts: int = opt(25_000, "env steps of uniform random actions before learning starts (start_timesteps)")
+    policy_lr: float = opt(3e-4, "actor learning rate")
+    q_lr: float = opt(3e-4, "critic learning rate")
+    policy_frequency: int = opt(2, "policy delay d: actor and target updates every d critic updates")
+    exploration_noise: float = opt(0.1, "std of Gaussian exploration noise, as a fraction of the action half-range")
+    policy_noise: float = opt(0.2, "std of target policy smoothing noise (fraction of the action half-range)")
+    noise_clip: float = opt(0.5, "clip of the target smoothing noise (fraction of the action half-range)")
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("exploration_noise", "policy_noise", "noise_clip"):
+            if getattr(self, name) < 0:
+                raise HeronError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+
+
+PRESETS = {
+    "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
+                  eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100),
+    "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, policy_lr=1e-3, q_lr=1e-3,
+                     eval_every=5000, eval_episodes=10),
+    "mujoco": dict(total_steps=1_000_000, learning_starts=25_000, buffer_size=1_000_000, eval_every=10_000,
+                   eval_episodes=10, checkpoint_every=100_000),
+    # The walkthrough's (seed 001) and the original paper's network and optimizer settings.
+    "original": dict(hidden_sizes=(400, 300), batch_size=100, policy_lr=1e-3, q_lr=1e-3, learning_starts=10_000),
+}

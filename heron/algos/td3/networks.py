@@ -1,0 +1,49 @@
+"""TD3 networks: a deterministic tanh actor scaled to the action bounds (step 2) and twin critics
+evaluated as one ensemble, with member 0 as the Q1 path for the actor loss (step 3)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from heron.core.nets import EnsembleMLP, RunningNorm, mlp
+
+
+class Actor(nn.Module):
+    def __init__(self, norm: RunningNorm, obs_dim: int, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.norm = norm
+        self.net = mlp(obs_dim, hidden, low.numel())
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("bias", (high + low).float() / 2)
+        self.register_buffer("low", low.float())
+        self.register_buffer("high", high.float())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(self.norm(obs))) * self.scale + self.bias
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy interface (heron.core.policy): the greedy action; exploration noise is added by
+        the training loop."""
+        return self(obs), state
+
+
+class Critic(nn.Module):
+    def __init__(self, norm: RunningNorm, obs_dim: int, hidden: tuple[int, ...], action_dim: int, members: int = 2):
+        super().__init__()
+        self.norm = norm
+        self.q = EnsembleMLP(members, obs_dim + action_dim, hidden, 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """obs [B, D], actions [B, A] -> Q values [E, B]."""
+        return self.q(torch.cat([self.norm(obs), actions], -1)).squeeze(-1)
+
+    def q1(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The first critic alone [B], for the actor loss."""
+        return self.q.member(0, torch.cat([self.norm(obs), actions], -1)).squeeze(-1)
+
+
+def build(obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: tuple[int, ...], obs_norm: bool) -> tuple[Actor, Critic]:
+    norm = RunningNorm((obs_dim,), enabled=obs_norm)
+    return Actor(norm, obs_dim, hidden, low, high), Critic(norm, obs_dim, hidden, low.numel())

@@ -1,0 +1,144 @@
+"""TD3, read top to bottom, following the 15 steps of seed 001 (Fujimoto et al. 2018):
+
+  1 replay buffer   2 actor   3 twin critics   4 sample a batch   5 target actor   6 smoothing noise
+  7 target critics  8 min of the two   9 y = r + gamma * (1 - terminated) * min   10 current Qs
+  11 critic loss    12 critic step   13 every d steps: actor loss through Q1   14-15 Polyak targets
+
+The update is a pure tensor function ``batch -> metrics`` (no ``.item()``), so ``--compile`` can wrap it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from heron.algos.td3 import losses
+from heron.algos.td3.config import Config
+from heron.algos.td3.networks import Actor, build
+from heron.core import offpolicy
+from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.nets import polyak_
+from heron.core.policy import Policy
+from heron.core.run import Run
+
+
+def check(cfg: Config) -> None:
+    obs_space, act_space = probe_spaces(cfg.env_id)
+    require_box_actions(act_space, "td3", cfg.env_id)
+    require_vector_obs(obs_space, "td3", cfg.env_id)
+
+
+def _build(cfg: Config, spaces: dict):
+    return build(spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes),
+                 cfg.obs_norm)
+
+
+def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
+    actor, _ = _build(cfg, state["spaces"])
+    actor.load_state_dict(state["actor"])
+    return Policy(actor, tuple(state["spaces"]["obs_shape"]), 0, device)
+
+
+def train(cfg: Config, run: Run) -> dict:
+    device = run.device
+    envs = VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+    N = cfg.num_envs
+    spaces = offpolicy.spaces_of(envs)
+    A = len(spaces["action_low"])
+
+    # -- steps 1-3: buffer, actor and twin critics with their targets ---------------------------------
+    actor, critic = _build(cfg, spaces)
+    actor, critic = actor.to(device), critic.to(device)
+    norm = actor.norm  # shared; targets normalize with the live statistics
+    actor_target = copy.deepcopy(actor).requires_grad_(False)
+    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    actor_target.norm = critic_target.norm = norm
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.policy_lr)
+    q_opt = torch.optim.Adam(critic.parameters(), lr=cfg.q_lr)
+    rb = offpolicy.replay_buffer(cfg, envs, device)
+    np_rng = np.random.default_rng(cfg.seed)  # random actions before learning starts, exploration noise
+    scale, low, high = actor.scale, actor.low, actor.high
+
+    def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
+        obs, next_obs = batch["obs"], batch["next_obs"]  # step 4: [B, D]
+        with torch.no_grad():
+            noise = torch.randn_like(batch["actions"]) * cfg.policy_noise  # step 6
+            next_actions = losses.smoothed_target_actions(actor_target(next_obs), noise, cfg.noise_clip,
+                                                          scale, low, high)  # steps 5-6
+            next_q = critic_target(next_obs, next_actions)  # step 7: [2, B]
+            target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)  # steps 8-9
+        q = critic(obs, batch["actions"])  # step 10: [2, B]
+        qf_losses = losses.critic_losses(q, target)  # step 11
+        q_opt.zero_grad(set_to_none=True)
+        qf_losses.sum().backward()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+        q_opt.step()  # step 12
+        metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
+                   "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
+                   "losses/qf_loss": qf_losses.detach().mean()}
+        if update_actor:  # step 13: delayed policy update through Q1
+            actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
+            actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
+            actor_opt.step()
+            metrics["losses/actor_loss"] = actor_loss.detach()
+        return metrics
+
+    if cfg.compile:
+        update = torch.compile(update)
+
+    def policy_state() -> dict:
+        return {"actor": actor.state_dict(), "spaces": spaces}
+
+    saved = {"critic": critic, "actor_target": actor_target, "critic_target": critic_target,
+             "actor_opt": actor_opt, "q_opt": q_opt}
+
+    def full_state() -> dict:
+        return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
+
+    global_step, n_updates = 0, 0
+    obs = envs.reset()
+    if run.resume_state is not None:
+        obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
+    policy = Policy(actor, tuple(spaces["obs_shape"]), 0, device)
+    metrics: dict[str, torch.Tensor] = {}
+    low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
+    noise_std = cfg.exploration_noise * (high_np - low_np) / 2
+
+    while global_step < cfg.total_steps:
+        if global_step < cfg.learning_starts:
+            actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)
+        else:
+            with torch.no_grad():
+                greedy = actor(torch.as_tensor(obs, device=device)).cpu().numpy()
+            noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
+            actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
+        step = envs.step(actions)
+        prev_step, global_step = global_step, global_step + N
+        norm.update(torch.as_tensor(step.next_obs))
+        rb.add(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
+               terminated=step.terminated, truncated=step.truncated)
+        obs = step.obs
+        for _, ret, length in step.episodes:
+            run.logger.episode(global_step, ret, length)
+
+        if global_step > cfg.learning_starts:
+            for _ in range(cfg.gradient_steps):
+                n_updates += 1
+                delayed = n_updates % cfg.policy_frequency == 0
+                metrics.update(update(rb.sample(cfg.batch_size), delayed))
+                if delayed:  # steps 14-15
+                    polyak_(actor_target, actor, cfg.tau)
+                    polyak_(critic_target, critic, cfg.tau)
+
+        offpolicy.bookkeeping(run, global_step, prev_step, metrics, actor_opt.param_groups[0]["lr"], policy,
+                              policy_state, full_state, rb)
+
+    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), rb.state_dict()))
+    envs.close()
+    return result

@@ -1,0 +1,69 @@
+"""What SAC and TD3 share around their update steps: spaces, the replay buffer, snapshots for
+checkpoints, resume, and the per-step bookkeeping (logging, evaluation, checkpoint cadence)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from heron.config import HeronError
+from heron.core import checkpoint as ckpt
+from heron.core.buffers import ReplayBuffer
+from heron.core.envs import VecEnv
+from heron.core.run import Run
+
+
+def spaces_of(envs: VecEnv) -> dict:
+    """What a saved policy needs to rebuild its networks without making an env."""
+    act = envs.single_action_space
+    return {"obs_shape": list(envs.single_observation_space.shape),
+            "action_low": torch.as_tensor(act.low, dtype=torch.float32),
+            "action_high": torch.as_tensor(act.high, dtype=torch.float32)}
+
+
+def replay_buffer(cfg: Any, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
+    return ReplayBuffer(cfg.buffer_size, cfg.num_envs, envs.single_observation_space.shape, envs.obs_dtype,
+                        envs.single_action_space.shape,
+                        device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
+                        extra=extra, seed=cfg.seed)
+
+
+def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:
+    """state_dicts of networks/optimizers/tensors plus counters and every RNG state."""
+    out = {k: (m.detach().clone() if isinstance(m, torch.Tensor) else m.state_dict()) for k, m in modules.items()}
+    return {**out, "n_updates": n_updates, "rng": ckpt.rng_state(np_rng), "envs": envs.state_dict()}
+
+
+def restore(run: Run, modules: dict[str, Any], rb: ReplayBuffer, envs: VecEnv,
+            np_rng: np.random.Generator) -> tuple[np.ndarray, int, int]:
+    """Load the run's latest checkpoint into ``modules``, the buffer, RNGs and envs; returns
+    (obs to act on, env step, update count)."""
+    s = run.resume_state
+    for k, m in modules.items():
+        if isinstance(m, torch.Tensor):
+            with torch.no_grad():
+                m.copy_(s[k])
+        else:
+            m.load_state_dict(s[k])
+    if run.resume_buffer is None:
+        raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
+    rb.load_state_dict(run.resume_buffer)
+    ckpt.set_rng_state(s["rng"], np_rng)
+    obs = envs.load_state_dict(s["envs"])
+    return obs, int(s["step"]), int(s["n_updates"])
+
+
+def bookkeeping(run: Run, global_step: int, prev_step: int, metrics: dict, lr: float, policy: Any,
+                policy_state: Callable[[], dict], full_state: Callable[[], dict], rb: ReplayBuffer) -> None:
+    """After each vector step: losses every --log-every, evaluation every --eval-every, checkpoint
+    every --checkpoint-every (multiples crossed by this step), and the progress display."""
+    cfg = run.cfg
+    if run.due(global_step, prev_step, cfg.log_every) and metrics:
+        run.logger.log(global_step, {**metrics, "charts/SPS": run.logger.sps(global_step), "charts/learning_rate": lr})
+    if run.due(global_step, prev_step, cfg.eval_every):
+        run.evaluate(global_step, policy, policy_state)
+    if run.due(global_step, prev_step, cfg.checkpoint_every):
+        run.checkpoint(global_step, full_state(), rb.state_dict())
+    run.logger.progress(global_step)
