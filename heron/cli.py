@@ -47,6 +47,25 @@ def _reject_unknown(unknown: list[str], known: list[str]) -> None:
     raise HeronError(f"unexpected argument {bad!r}")
 
 
+def _negative_values(argv: list[str]) -> list[str]:
+    """Write ``--flag -1e-3`` as ``--flag=-1e-3``: argparse would read the value as a flag."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("--") and "=" not in tok and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            try:
+                float(argv[i + 1])
+            except ValueError:
+                pass
+            else:
+                out.append(f"{tok}={argv[i + 1]}")
+                i += 2
+                continue
+        out.append(tok)
+        i += 1
+    return out
+
+
 def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
     """A parser with one flag per Config field; values stay strings (coerced by apply_overrides)
     and absent flags are absent from the namespace."""
@@ -90,7 +109,7 @@ def cmd_train(argv: list[str]) -> int:
             raise HeronError(f"--total-steps must be positive, got {args.total_steps}")
         api.resume(args.resume, args.total_steps)
         return 0
-    algo, rest = argv[0], argv[1:]
+    algo, rest = argv[0], _negative_values(argv[1:])
     module = registry.get(algo)
     pre = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     pre.add_argument("--config")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,8 @@ class RunConfig:
                 raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise HeronError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if self.track and importlib.util.find_spec("wandb") is None:
+            raise HeronError("--track needs wandb: pip install 'heron[wandb]'")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

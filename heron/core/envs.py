@@ -118,7 +118,9 @@ def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = T
         env = PyBulletAdapter(PYBULLET_IDS[env_id], render_mode=render_mode)
         env = gym.wrappers.TimeLimit(env, max_episode_steps or 1000)
     else:
-        env = gym.make(env_id, render_mode=render_mode, max_episode_steps=max_episode_steps, **kwargs)
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
     if flatten_dict and isinstance(env.observation_space, gym.spaces.Dict):
         env = gym.wrappers.FlattenObservation(env)
     return env

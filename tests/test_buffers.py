@@ -1,0 +1,73 @@
+import numpy as np
+import torch
+
+from heron.core.buffers import ReplayBuffer
+
+
+def _row(buf, t, n_envs=2, obs_shape=(3,), dtype=np.float32):
+    obs = np.full((n_envs, *obs_shape), t, dtype)
+    return dict(obs=obs, next_obs=obs + 1, actions=np.full((n_envs, 1), t, np.float32),
+                rewards=np.full(n_envs, t, np.float32), terminated=np.zeros(n_envs, bool),
+                truncated=np.zeros(n_envs, bool))
+
+
+def test_wraparound_keeps_the_newest_rows():
+    buf = ReplayBuffer(capacity=10, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,))
+    assert buf.rows == 5
+    for t in range(7):
+        buf.add(**_row(buf, t))
+    assert buf.full and buf.pos == 2 and len(buf) == 10
+    stored = sorted(set(buf.data["rewards"][:, 0].tolist()))
+    assert stored == [2, 3, 4, 5, 6]  # 0 and 1 overwritten
+    batch = buf.sample(500)
+    assert set(batch["rewards"].tolist()) <= {2.0, 3.0, 4.0, 5.0, 6.0}
+    assert torch.equal(batch["next_obs"], batch["obs"] + 1)  # fields of one transition stay together
+
+
+def test_dtypes_are_kept_and_uint8_stays_uint8():
+    buf = ReplayBuffer(capacity=8, num_envs=1, obs_shape=(4, 4), obs_dtype=np.uint8, action_shape=(2,))
+    buf.add(obs=np.full((1, 4, 4), 255, np.uint8), next_obs=np.zeros((1, 4, 4), np.uint8),
+            actions=np.zeros((1, 2), np.float32), rewards=np.ones(1, np.float32),
+            terminated=np.array([True]), truncated=np.array([False]))
+    batch = buf.sample(4)
+    assert batch["obs"].dtype == torch.uint8 and batch["obs"].shape == (4, 4, 4)
+    assert int(batch["obs"].max()) == 255
+    assert batch["terminated"].dtype == torch.bool and bool(batch["terminated"].all())
+    assert batch["actions"].shape == (4, 2)
+
+
+def test_footprint_is_the_arrays_only():
+    """1M Hopper transitions (11-dim obs, 3-dim actions): well under 200 MB."""
+    buf = ReplayBuffer(capacity=1_000_000, num_envs=1, obs_shape=(11,), obs_dtype=np.float32, action_shape=(3,))
+    expected = 1_000_000 * (2 * 11 * 4 + 3 * 4 + 4 + 1 + 1)
+    assert buf.nbytes() == expected
+    assert buf.nbytes() < 200 * 2**20
+
+
+def test_sequences_are_contiguous_per_env_and_never_cross_the_write_position():
+    buf = ReplayBuffer(capacity=12, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,))
+    for t in range(9):  # 6 rows; rows hold t = 6, 7, 8, 3, 4, 5 -> oldest is 3
+        row = _row(buf, t)
+        row["obs"][1] += 100  # env 1 distinguishable
+        buf.add(**row)
+    seqs = buf.sample_sequences(200, 4)
+    r = seqs["rewards"]  # [B, L]
+    assert r.shape == (200, 4)
+    assert torch.all(r[:, 1:] - r[:, :-1] == 1)  # consecutive time steps, oldest 3 .. newest 8
+    assert r.min() >= 3 and r.max() <= 8
+    env = (seqs["obs"][:, :, 0] >= 100)  # each sequence stays within one env
+    assert torch.all(env == env[:, :1])
+
+
+def test_state_dict_round_trip_continues_identically():
+    a = ReplayBuffer(capacity=20, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,), seed=5)
+    for t in range(4):
+        a.add(**_row(a, t))
+    a.sample(3)
+    b = ReplayBuffer(capacity=20, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,), seed=99)
+    b.load_state_dict(a.state_dict())
+    for t in range(4, 15):
+        a.add(**_row(a, t))
+        b.add(**_row(b, t))
+    sa, sb = a.sample(32), b.sample(32)
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)

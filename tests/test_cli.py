@@ -1,0 +1,142 @@
+"""The CLI: bad input is one line on stderr with exit code 2 and no traceback; eval --json; list;
+help; config files and presets."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import heron
+from heron.cli import main
+
+TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000",
+              "--hidden-sizes", "32", "32", "--eval-every", "0", "--eval-episodes", "1", "--progress", "none"]
+
+
+def _error(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("heron: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "sacc"], "unknown algorithm 'sacc' (did you mean sac?)"),
+    (["train", "sac", "--env-id", "Pendulm-v1"], "did you mean Pendulum-v1"),
+    (["train", "sac", "--polcy-lr", "1e-3"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
+    (["train", "sac", "--policy-lr", "-1e-3"], "--policy-lr must be positive"),
+    (["train", "td3", "--q-lr", "0"], "--q-lr must be positive"),
+    (["train", "sac", "--batch-size", "512", "--buffer-size", "256"], "larger than --buffer-size"),
+    (["train", "sac", "--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["train", "sac", "--batch-size", "abc"], "--batch-size expects an integer"),
+    (["train", "sac", "--autotune", "maybe"], "--autotune expects true/false"),
+    (["train", "sac", "--recurrent", "transformer"], "--recurrent must be one of none, lstm, gru"),
+    (["train", "sac", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+    (["train", "sac", "--env-id", "CartPole-v1"], "sac needs a continuous (Box) action space"),
+    (["train", "td3", "--env-id", "CartPole-v1"], "td3 needs a continuous (Box) action space"),
+    (["train", "sac", "--preset", "nosuch"], "unknown preset 'nosuch'"),
+    (["train", "sac", "--config", "/nonexistent/cfg.yaml"], "config file not found"),
+    (["train", "--resume", "/nonexistent/run"], "run directory not found"),
+    (["eval", "/nonexistent/run"], "run directory not found"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+    (["train", "sac", "--track"], "--track needs wandb"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if argv[-1] == "--track":
+        try:
+            import wandb  # noqa: F401
+            pytest.skip("wandb is installed here")
+        except ImportError:
+            argv = argv + TINY_FLAGS
+    line = _error(capsys, argv)
+    assert needle in line
+    assert not (tmp_path / "runs").exists()  # nothing is created for rejected input
+
+
+def test_malformed_config_file(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("batch_size: [1, 2\n  gamma: :")
+    assert "malformed config file" in _error(capsys, ["train", "sac", "--config", str(bad)])
+    bad.write_text("- just\n- a list\n")
+    assert "malformed config file" in _error(capsys, ["train", "sac", "--config", str(bad)])
+    bad.write_text("batch_sise: 3\n")
+    assert "unknown option 'batch_sise' (did you mean batch-size?)" in _error(capsys, ["train", "sac", "--config", str(bad)])
+
+
+def test_corrupt_checkpoint_and_missing_checkpoint(capsys, tmp_path):
+    run = tmp_path / "run"
+    heron.train("sac", env_id="Pendulum-v1", run_dir=str(run), total_steps=400, learning_starts=200,
+                batch_size=32, buffer_size=1000, hidden_sizes=(16,), eval_every=0, eval_episodes=1, progress="none")
+    ckpts = sorted((run / "checkpoints").glob("step_*[0-9].pt"))
+    good = ckpts[-1].read_bytes()
+    ckpts[-1].write_bytes(good[: len(good) // 2])
+    assert "corrupt or unreadable checkpoint" in _error(capsys, ["eval", str(run)])
+    assert "corrupt or unreadable checkpoint" in _error(capsys, ["train", "--resume", str(run)])
+    ckpts[-1].write_bytes(good)  # nothing saved was lost by the failed attempts
+    assert main(["eval", str(run), "--episodes", "1", "--json"]) == 0
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    (empty / "config.yaml").write_text((run / "config.yaml").read_text())
+    assert "has no checkpoint" in _error(capsys, ["eval", str(empty)])
+    assert "no config.yaml" in _error(capsys, ["eval", str(tmp_path)])
+    # a checkpoint that unpickles arbitrary objects is refused by weights_only loading
+    import pickle
+    ckpts[-1].write_bytes(pickle.dumps(os.system))
+    assert "corrupt or unreadable checkpoint" in _error(capsys, ["eval", str(run)])
+
+
+def test_train_then_eval_json_and_new_run_dir_guard(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "td3", *TINY_FLAGS, "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2", "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    result = json.loads(out[0])
+    assert {"mean_return", "std_return", "episodes", "env_id", "steps"} <= result.keys()
+    assert result["episodes"] == 2 and result["env_id"] == "Pendulum-v1" and result["steps"] == 600
+    assert "already holds checkpoints" in _error(capsys, ["train", "td3", *TINY_FLAGS, "--run-dir", str(run)])
+
+
+def test_config_file_reproduces_a_run_and_presets_apply_in_order(tmp_path):
+    run = tmp_path / "a"
+    assert main(["train", "sac", *TINY_FLAGS, "--seed", "3", "--tau", "0.01", "--run-dir", str(run)]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["algo"] == "sac" and saved["tau"] == 0.01 and saved["seed"] == 3
+    cfg = heron.api.make_config("sac", config_file=str(run / "config.yaml"))
+    assert cfg.tau == 0.01 and cfg.seed == 3 and cfg.run_dir == ""  # a fresh run directory
+    cfg = heron.api.make_config("sac", presets=["mujoco", "debug"], config_file=str(run / "config.yaml"))
+    assert cfg.total_steps == 1500  # debug (last) wins over mujoco, presets over the file
+    cfg = heron.api.make_config("sac", presets=["debug", "mujoco"], total_steps=42)
+    assert cfg.learning_starts == 5000 and cfg.total_steps == 42  # flags win over presets
+
+
+def test_help_lists_every_hyperparameter_with_default(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "sac", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    import dataclasses
+    from heron.algos.sac import Config
+    for f in dataclasses.fields(Config):
+        assert f"--{f.name.replace('_', '-')}" in out, f.name
+    assert "(default: 0.0003)" in out and "--preset" in out and "--config" in out
+
+
+def test_list_shows_algorithms_and_presets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "sac" in out and "td3" in out and "debug" in out and "mujoco" in out and "original" in out
+
+
+def test_console_script_entry_point(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--nope"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

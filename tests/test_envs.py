@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+
+import toy_envs  # noqa: F401  (registers heron-test/ ids)
+from heron.config import HeronError
+from heron.core.envs import VecEnv, check_env_id, make_env
+
+
+def test_step_layout_final_obs_on_termination():
+    envs = VecEnv("heron-test/Counter-v0", num_envs=2, seed=0)
+    obs = envs.reset()
+    assert obs.tolist() == [[0.0], [0.0]] and obs.dtype == np.float32
+    for t in (1, 2):
+        step = envs.step(np.zeros((2, 1), np.float32))
+        assert step.next_obs.tolist() == [[t], [t]] and not step.terminated.any()
+    step = envs.step(np.zeros((2, 1), np.float32))
+    assert step.next_obs.tolist() == [[3.0], [3.0]]  # the true final observation
+    assert step.obs.tolist() == [[0.0], [0.0]]  # already the next episode's first observation
+    assert step.terminated.all() and not step.truncated.any()
+    assert [(e, r, n) for e, r, n in step.episodes] == [(0, 6.0, 3), (1, 6.0, 3)]
+
+
+def test_truncation_is_reported_separately_from_termination():
+    envs = VecEnv("Pendulum-v1", num_envs=1, seed=0, max_episode_steps=5)
+    envs.reset()
+    for _ in range(4):
+        assert not envs.step(np.zeros((1, 1), np.float32)).truncated.any()
+    step = envs.step(np.zeros((1, 1), np.float32))
+    assert step.truncated.all() and not step.terminated.any()
+    assert not np.allclose(step.obs, step.next_obs)  # final obs kept apart from the reset obs
+
+
+def test_float64_observations_become_float32():
+    pytest.importorskip("mujoco")
+    envs = VecEnv("Hopper-v5", num_envs=1, seed=0)
+    assert envs.reset().dtype == np.float32
+
+
+def test_dict_observations_are_flattened():
+    envs = VecEnv("heron-test/DictObs-v0", num_envs=2, seed=0)
+    assert envs.reset().shape == (2, 3)
+    assert envs.single_observation_space.shape == (3,)
+
+
+def test_unknown_env_suggests_close_matches():
+    with pytest.raises(HeronError, match="did you mean Pendulum-v1"):
+        check_env_id("Pendulm-v1")
+    with pytest.raises(HeronError, match="unknown environment id"):
+        check_env_id("NoSuchThing-v9")
+
+
+def test_resume_state_replays_a_fresh_reset_exactly():
+    """A checkpoint taken right after an episode ended restores an env that continues exactly."""
+    a = VecEnv("Pendulum-v1", num_envs=2, seed=3, max_episode_steps=4)
+    a.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a.step(rng.uniform(-2, 2, (2, 1)).astype(np.float32))
+    state, obs_at_checkpoint = a.state_dict(), a.obs.copy()
+    assert state["fresh"] == [True, True]
+    b = VecEnv("Pendulum-v1", num_envs=2, seed=3, max_episode_steps=4)
+    b.reset()
+    assert np.array_equal(b.load_state_dict(state), obs_at_checkpoint)
+    for _ in range(9):
+        act = rng.uniform(-2, 2, (2, 1)).astype(np.float32)
+        sa, sb = a.step(act), b.step(act)
+        assert np.array_equal(sa.next_obs, sb.next_obs) and np.array_equal(sa.obs, sb.obs)
+
+
+def test_async_envs_match_sync():
+    a = VecEnv("Pendulum-v1", num_envs=2, seed=1, mode="sync")
+    b = VecEnv("Pendulum-v1", num_envs=2, seed=1, mode="async")
+    try:
+        assert np.array_equal(a.reset(), b.reset())
+        act = np.ones((2, 1), np.float32)
+        assert np.array_equal(a.step(act).next_obs, b.step(act).next_obs)
+    finally:
+        b.close()
+
+
+def test_make_env_flattens_dict_and_keeps_time_limit():
+    env = make_env("heron-test/DictObs-v0")
+    assert env.observation_space.shape == (3,)
+    assert env.spec.max_episode_steps == 20

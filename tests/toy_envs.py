@@ -1,0 +1,64 @@
+"""Tiny envs for tests, registered under the heron-test/ namespace."""
+
+import gymnasium as gym
+import numpy as np
+
+
+class ConstantReward(gym.Env):
+    """Reward 1 forever; never terminates (a TimeLimit truncates). Value of every state under any
+    policy: 1 / (1 - gamma), if and only if truncation is bootstrapped."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), 1.0, False, False, {}
+
+
+class Counter(gym.Env):
+    """Observation = [step in episode]; terminates after `length` steps."""
+
+    def __init__(self, length=3):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), float(self.t), self.t >= self.length, False, {}
+
+
+class DictObs(gym.Env):
+    """Dict observations: reward is -|action - target| where target is in the observation."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Dict({"target": gym.spaces.Box(-1, 1, (1,), np.float32),
+                                                  "noise": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _obs(self):
+        self.target = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return {"target": self.target, "noise": self.np_random.uniform(-1, 1, 2).astype(np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = -float(abs(action[0] - self.target[0]))
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("heron-test/ConstantReward-v0", entry_point=ConstantReward, max_episode_steps=50)
+gym.register("heron-test/Counter-v0", entry_point=Counter)
+gym.register("heron-test/DictObs-v0", entry_point=DictObs, max_episode_steps=20)
