@@ -82,3 +82,16 @@ def test_make_env_flattens_dict_and_keeps_time_limit():
     env = make_env("heron-test/DictObs-v0")
     assert env.observation_space.shape == (3,)
     assert env.spec.max_episode_steps == 20
+
+
+@pytest.mark.parametrize("env_id,obs_dim,act_dim", [("HopperBulletEnv-v0", 15, 3), ("AntBulletEnv-v0", 28, 8)])
+def test_pybullet_ids_through_the_adapter(env_id, obs_dim, act_dim):
+    pytest.importorskip("pybullet")
+    a, b = VecEnv(env_id, num_envs=1, seed=4), VecEnv(env_id, num_envs=1, seed=4)
+    obs = a.reset()
+    assert obs.shape == (1, obs_dim) and a.single_action_space.shape == (act_dim,)
+    assert np.array_equal(obs, b.reset())  # seeded resets are reproducible
+    act = np.full((1, act_dim), 0.3, np.float32)
+    sa, sb = a.step(act), b.step(act)
+    assert np.array_equal(sa.next_obs, sb.next_obs) and np.isfinite(sa.rewards).all()
+    a.close(), b.close()

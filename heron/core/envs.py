@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,7 +52,7 @@ _MUJOCO_NAMES = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid", "Swimme
 def check_env_id(env_id: str) -> None:
     """Raise HeronError (with close matches) unless ``env_id`` can be made here."""
     if env_id in PYBULLET_IDS:
-        _require("pybullet_envs", "pybullet", env_id)
+        _require("pybullet", "pybullet", env_id)
         return
     for prefix, (module, extra) in _PLUGINS.items():
         if env_id.startswith(prefix):
@@ -72,22 +73,58 @@ def _require(module: str, extra: str, env_id: str) -> None:
         raise HeronError(f"{env_id} needs the optional extra: pip install 'heron[{extra}]'") from None
 
 
+def _import_pybullet_envs() -> None:
+    """pybullet_envs is written against the old ``gym`` package (not installable next to numpy 2).
+    It uses only ``gym.Env``, ``gym.spaces``, ``gym.utils.seeding`` and a registry it writes
+    to, so where ``gym`` is absent we give it those from Gymnasium (and a registry we ignore)."""
+    try:
+        importlib.import_module("gym")
+    except Exception:
+        import gymnasium.utils.seeding
+        import types
+
+        shim = types.ModuleType("gym")
+        registration = types.ModuleType("gym.envs.registration")
+        registration.registry = types.SimpleNamespace(env_specs={}, all=lambda: [])
+        registration.register = lambda *args, **kwargs: None
+        registration.make = registration.spec = None
+        envs = types.ModuleType("gym.envs")
+        envs.registration, envs.registry = registration, registration.registry
+        shim.Env, shim.spaces, shim.utils, shim.envs = gym.Env, gym.spaces, gymnasium.utils, envs
+        shim.__version__ = "0.26.2"  # what pybullet_envs compares against: the new-API branch
+        sys.modules.update({"gym": shim, "gym.spaces": gym.spaces, "gym.utils": gymnasium.utils,
+                            "gym.utils.seeding": gymnasium.utils.seeding, "gym.envs": envs,
+                            "gym.envs.registration": registration})
+    try:
+        importlib.import_module("pkg_resources")
+    except Exception:  # setuptools >= 81 dropped it; pybullet_envs only needs parse_version
+        import types
+
+        pkg = types.ModuleType("pkg_resources")
+        pkg.parse_version = lambda v: tuple(int(p) for p in str(v).split(".") if p.isdigit())
+        sys.modules["pkg_resources"] = pkg
+    importlib.import_module("pybullet_envs.gym_locomotion_envs")
+
+
 class PyBulletAdapter(gym.Env):
     """Presents a pybullet_envs locomotion env (old Gym API) as a Gymnasium env.
 
     Old API: ``reset() -> obs`` and ``step(a) -> (obs, reward, done, info)``; episodes are cut at
     1000 steps by the TimeLimit that ``make_env`` adds, so ``done`` here is a true termination.
+    Initial states are drawn from a RandomState seeded from this env's ``np_random`` at every
+    reset, so seeding and heron's exact resume work as for any Gymnasium env.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
 
     def __init__(self, name: str, render_mode: str | None = None):
-        import pybullet_envs.gym_locomotion_envs as loco  # noqa: F401  (registers nothing we use)
+        _import_pybullet_envs()
+        import pybullet_envs.gym_locomotion_envs as loco
         import pybullet_envs.gym_pendulum_envs as pend
         import pybullet_envs.gym_manipulator_envs as manip
 
         cls = next(getattr(m, name) for m in (loco, pend, manip) if hasattr(m, name))
-        self._env = cls()
+        self._env = cls(render=False) if name in dir(loco) else cls()
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, self._env.observation_space.shape, np.float32)
         low, high = self._env.action_space.low, self._env.action_space.high
@@ -95,12 +132,12 @@ class PyBulletAdapter(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        # pybullet envs draw their initial state from their own np_random; feed it from ours.
-        self._env.np_random = self.np_random
+        legacy = np.random.RandomState(int(self.np_random.integers(2**31)))  # robots call .randint
+        self._env.np_random = self._env.robot.np_random = legacy
         return np.asarray(self._env.reset(), np.float32), {}
 
     def step(self, action):
-        obs, reward, done, info = self._env.step(action)
+        obs, reward, done, info = self._env.step(np.asarray(action))
         return np.asarray(obs, np.float32), float(reward), bool(done), False, dict(info)
 
     def render(self):
