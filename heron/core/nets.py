@@ -61,6 +61,11 @@ class EnsembleMLP(nn.Module):
         return x
 
 
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (one kernel for all parameters, on CPU and CUDA)."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
 @torch.no_grad()
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- tau * source + (1 - tau) * target, in place, fused over all parameters."""

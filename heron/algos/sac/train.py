@@ -20,7 +20,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, build
 from heron.core import offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import polyak_
+from heron.core.nets import adam, polyak_
 from heron.core.policy import Policy
 from heron.core.run import Run
 from heron.core.schedules import lr_lambda, set_lr
@@ -59,11 +59,11 @@ def train(cfg: Config, run: Run) -> dict:
     critic_target = copy.deepcopy(critic).requires_grad_(False)
     for enc in critic_target.encoders:
         enc.norm = norm  # targets normalize with the live statistics
-    actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.policy_lr)
-    q_opt = torch.optim.Adam(critic.parameters(), lr=cfg.q_lr)
+    actor_opt = adam(actor.parameters(), cfg.policy_lr)
+    q_opt = adam(critic.parameters(), cfg.q_lr)
     target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
     log_alpha = torch.tensor(math.log(max(cfg.alpha, 1e-8)), device=device, requires_grad=cfg.autotune)
-    alpha_opt = torch.optim.Adam([log_alpha], lr=cfg.q_lr)  # CleanRL: alpha shares the Q lr
+    alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
     total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // N * cfg.gradient_steps)
     lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
     S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
@@ -111,6 +111,7 @@ def train(cfg: Config, run: Run) -> dict:
         if update_actor:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
             q_in = q_feats[:, :, keep].flatten(1, 2).detach()
+            critic.requires_grad_(False)  # the actor loss needs dQ/da only, not critic weight grads
             for i in range(cfg.policy_frequency):
                 if S and i > 0:  # the recurrent actor's features change with each actor step
                     a_feats, _ = actor.encoder(obs, a_state0, starts)
@@ -128,6 +129,7 @@ def train(cfg: Config, run: Run) -> dict:
                     alpha_loss.backward()
                     alpha_opt.step()
                     metrics["losses/alpha_loss"] = alpha_loss.detach()
+            critic.requires_grad_(True)
             metrics["losses/alpha"] = log_alpha.detach().exp()
         return metrics
 

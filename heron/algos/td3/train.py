@@ -19,7 +19,7 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import Actor, build
 from heron.core import offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import polyak_
+from heron.core.nets import adam, polyak_
 from heron.core.policy import Policy
 from heron.core.run import Run
 
@@ -55,8 +55,8 @@ def train(cfg: Config, run: Run) -> dict:
     actor_target = copy.deepcopy(actor).requires_grad_(False)
     critic_target = copy.deepcopy(critic).requires_grad_(False)
     actor_target.norm = critic_target.norm = norm
-    actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.policy_lr)
-    q_opt = torch.optim.Adam(critic.parameters(), lr=cfg.q_lr)
+    actor_opt = adam(actor.parameters(), cfg.policy_lr)
+    q_opt = adam(critic.parameters(), cfg.q_lr)
     rb = offpolicy.replay_buffer(cfg, envs, device)
     np_rng = np.random.default_rng(cfg.seed)  # random actions before learning starts, exploration noise
     scale, low, high = actor.scale, actor.low, actor.high
@@ -80,7 +80,9 @@ def train(cfg: Config, run: Run) -> dict:
                    "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
                    "losses/qf_loss": qf_losses.detach().mean()}
         if update_actor:  # step 13: delayed policy update through Q1
+            critic.requires_grad_(False)  # the actor loss needs dQ1/da only, not critic weight grads
             actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
+            critic.requires_grad_(True)
             actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
             if cfg.max_grad_norm > 0:
