@@ -17,6 +17,7 @@ from typing import Any
 
 from heron import registry
 from heron.config import HeronError, field_types, flag, type_name
+from heron.core.run import Interrupted
 
 USAGE = """usage: heron <command> ...
 
@@ -117,8 +118,13 @@ def cmd_train(argv: list[str]) -> int:
     early, _ = pre.parse_known_args(rest)
     presets = getattr(early, "preset", [])
     config_file = getattr(early, "config", None)
-    base = api.make_config(algo, presets, config_file) if "-h" not in rest and "--help" not in rest else None
-    parser = config_parser(algo, module.Config, base or module.Config())
+    try:
+        base = api.make_config(algo, presets, config_file)
+    except HeronError:
+        if "-h" not in rest and "--help" not in rest:
+            raise
+        base = module.Config()  # help still shows, with the plain defaults
+    parser = config_parser(algo, module.Config, base)
     args, unknown = parser.parse_known_args(rest)
     _reject_unknown(unknown, [o for a in parser._actions for o in a.option_strings])
     overrides = {k: v for k, v in vars(args).items() if k not in ("config", "preset")}
@@ -218,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     except HeronError as exc:
         print(f"heron: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(f"heron: {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("heron: interrupted", file=sys.stderr)
         return 130

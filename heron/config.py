@@ -60,8 +60,7 @@ class RunConfig:
         for name in ["eval_every", "checkpoint_every", "torch_threads"]:
             if getattr(self, name) < 0:
                 raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise HeronError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
+        check_device(self.device, "device")
         if self.track and importlib.util.find_spec("wandb") is None:
             raise HeronError("--track needs wandb: pip install 'heron[wandb]'")
         for f in dataclasses.fields(self):
@@ -69,6 +68,19 @@ class RunConfig:
             if choices and getattr(self, f.name) not in choices:
                 raise HeronError(f"--{flag(f.name)} must be one of {', '.join(map(str, choices))}, "
                                  f"got {getattr(self, f.name)!r}")
+
+
+def check_device(name: str, option: str) -> None:
+    """auto, cpu or cuda[:N], and CUDA only where it is available."""
+    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise HeronError(f"--{option} must be auto, cpu or cuda[:N], got {name!r}")
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise HeronError(f"--{option} {name} requested but CUDA is not available here")
+        if ":" in name and int(name[5:]) >= torch.cuda.device_count():
+            raise HeronError(f"--{option} {name}: only {torch.cuda.device_count()} CUDA device(s) here")
 
 
 def flag(name: str) -> str:
@@ -180,5 +192,4 @@ class OffPolicyConfig(RunConfig):
             raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --num-envs {self.num_envs}")
         if not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise HeronError("--hidden-sizes needs at least one layer, all sizes positive")
-        if not (self.buffer_device in ("auto", "cpu", "cuda") or self.buffer_device.startswith("cuda:")):
-            raise HeronError(f"--buffer-device must be auto, cpu or cuda[:N], got {self.buffer_device!r}")
+        check_device(self.buffer_device, "buffer-device")

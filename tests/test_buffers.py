@@ -71,3 +71,13 @@ def test_state_dict_round_trip_continues_identically():
         b.add(**_row(b, t))
     sa, sb = a.sample(32), b.sample(32)
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_mark_truncated_flags_the_newest_step_of_chosen_envs():
+    buf = ReplayBuffer(capacity=8, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,))
+    buf.mark_truncated(np.array([True, True]))  # empty: nothing to flag
+    for t in range(5):  # wraps: newest row is row 0
+        buf.add(**_row(buf, t))
+    buf.mark_truncated(np.array([False, True]))
+    assert buf.data["truncated"][0].tolist() == [False, True]
+    assert not buf.data["truncated"][1:].any()

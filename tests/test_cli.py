@@ -38,6 +38,9 @@ def _error(capsys, argv):
     (["train", "sac", "--autotune", "maybe"], "--autotune expects true/false"),
     (["train", "sac", "--recurrent", "transformer"], "--recurrent must be one of none, lstm, gru"),
     (["train", "sac", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+    (["train", "sac", "--burn-in", "2"], "--burn-in applies to sequences"),
+    (["train", "sac", "--recurrent", "gru", "--learning-starts", "4"], "--learning-starts must be at least"),
+    (["train", "sac", "--autotune", "true", "--alpha", "0"], "--alpha must be >= 0 (> 0 with --autotune"),
     (["train", "sac", "--env-id", "CartPole-v1"], "sac needs a continuous (Box) action space"),
     (["train", "td3", "--env-id", "CartPole-v1"], "td3 needs a continuous (Box) action space"),
     (["train", "sac", "--preset", "nosuch"], "unknown preset 'nosuch'"),
@@ -140,3 +143,29 @@ def test_list_shows_algorithms_and_presets(capsys):
 def test_console_script_entry_point(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--nope"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_cuda_requests_without_cuda_are_rejected_before_anything_is_written(capsys, tmp_path, monkeypatch):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    monkeypatch.chdir(tmp_path)
+    assert "CUDA is not available" in _error(capsys, ["train", "sac", "--device", "cuda"])
+    assert "CUDA is not available" in _error(capsys, ["train", "td3", "--buffer-device", "cuda:0"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_simulator_dependency_is_one_line(capsys):
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("Box2D is installed here")
+    except ImportError:
+        pass
+    assert "cannot make CarRacing-v3" in _error(capsys, ["train", "sac", "--env-id", "CarRacing-v3"])
+
+
+def test_resuming_a_finished_run_needs_a_larger_target(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "td3", *TINY_FLAGS, "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert "already reached 600 steps" in _error(capsys, ["train", "--resume", str(run)])

@@ -49,6 +49,42 @@ def test_resume_after_kill_equals_uninterrupted(algo, extra, tmp_path):
     assert a["n_updates"] == b["n_updates"]
     if algo == "sac":
         assert torch.equal(a["log_alpha"], b["log_alpha"])
+    # the logs tell the same story: same losses, returns and evaluations at the same steps, once
+    assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
+    assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")
+
+
+def _rows(path, skip=()):
+    import csv
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return [tuple(v for k, v in r.items() if k != "wall_time") for r in rows if r.get("metric") not in skip]
+
+
+def test_sigint_writes_a_checkpoint_and_resume_continues(tmp_path):
+    import signal
+    import time
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "heron", "train", "td3", "--env-id", "Pendulum-v1", "--total-steps", "100000",
+            "--learning-starts", "100000", "--eval-every", "0", "--eval-episodes", "1", "--progress", "none",
+            "--log-every", "200", "--run-dir", str(run)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and "charts/episodic_return" not in _read(run / "metrics.csv"):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().count("\n") == 0 and "checkpoint saved" in err and "Traceback" not in err
+    step = _state(run)["step"]
+    assert 0 < step < 100000
+    resumed = _heron("train", "--resume", str(run), "--total-steps", str(step + 300))
+    assert resumed.returncode == 0, resumed.stderr
+    assert _state(run)["step"] == step + 300
+
+
+def _read(path):
+    return path.read_text() if path.exists() else ""
 
 
 def test_same_seed_is_bitwise_identical_and_other_seed_differs(tmp_path, tiny):

@@ -50,9 +50,9 @@ def test_presets_debug_and_original(tmp_path):
     assert r["step"] == 400
 
 
-def test_compile_update_step(tmp_path, tiny):
-    pytest.importorskip("torch._dynamo")
-    r = heron.train("td3", compile=True, run_dir=str(tmp_path / "c"), **{**tiny, "total_steps": 300})
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_compile_update_step(algo, tmp_path, tiny):
+    r = heron.train(algo, compile=True, run_dir=str(tmp_path / "c"), **{**tiny, "total_steps": 300})
     assert r["step"] == 300
 
 
@@ -61,6 +61,7 @@ def test_capture_video_and_plot(tmp_path, tiny):
     heron.train("sac", capture_video=True, run_dir=str(tmp_path / "v"), **tiny)
     videos = list((tmp_path / "v" / "videos").glob("*.mp4"))
     assert videos and videos[0].stat().st_size > 1000
+    assert (tmp_path / "v" / "eval.csv").read_text().count("\n") == 2  # header and one final evaluation
     pytest.importorskip("matplotlib")
     from heron.plot import plot_runs
     out = plot_runs([str(tmp_path / "v")], str(tmp_path / "p.png"))

@@ -68,6 +68,12 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
+    def mark_truncated(self, envs: np.ndarray) -> None:
+        """Flag the newest stored step of the given envs ([N] bool) as truncated."""
+        if (self.full or self.pos > 0) and envs.any():
+            last = (self.pos - 1) % self.rows
+            self.data["truncated"][last, torch.as_tensor(envs, device=self.device)] = True
+
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         """Uniform transitions: every field as [B, ...] on the buffer's device."""
         filled = self.rows if self.full else self.pos

@@ -3,7 +3,8 @@
 Layout inside ``RUN_DIR/checkpoints/``:
 
 * ``step_<N>.pt``: everything to resume at env step N except the replay data (networks,
-  optimizers, schedulers, entropy coefficient, normalizer statistics, counters, RNG states).
+  optimizers, entropy coefficient, normalizer statistics, counters, RNG states, env states;
+  learning-rate schedules are functions of the saved update count, so they need no state).
   Written last, so it is the commit point of a checkpoint.
 * ``step_<N>.buffer.pt``: the replay buffer at step N; only the latest one is kept.
 * ``best.pt``: the state of the best deterministic evaluation so far (no replay data).

@@ -157,7 +157,11 @@ def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = T
     else:
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
-        env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        try:
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        except (ImportError, gym.error.Error) as exc:  # e.g. Box2D or mujoco missing, bad version
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HeronError(f"cannot make {env_id}: {reason}") from None
     if flatten_dict and isinstance(env.observation_space, gym.spaces.Dict):
         env = gym.wrappers.FlattenObservation(env)
     return env

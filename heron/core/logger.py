@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 import time
 from collections import deque
@@ -24,16 +25,38 @@ def _scalar(v: Any) -> float:
     return float(v)
 
 
+METRICS_HEADER = ["step", "wall_time", "metric", "value"]
+
+
+def truncate_csv(path: Path, last_step: int, header: list[str]) -> None:
+    """Keep the rows of a step-indexed CSV up to ``last_step`` (those after it were logged past the
+    checkpoint a run resumes from, and will be logged again), under ``header`` (written again if a
+    crash lost it). Rewritten atomically."""
+    if not path.exists():
+        return
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r and r[0].isdigit() and int(r[0]) <= last_step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
 class Logger:
     def __init__(self, run_dir: Path, total_steps: int, start_step: int = 0, progress: str = "auto",
                  tensorboard: bool = True, wandb_run: Any = None, description: str = "train"):
         self.run_dir = Path(run_dir)
         self.total_steps, self.start_step = total_steps, start_step
-        new = not (self.run_dir / "metrics.csv").exists()
-        self._csv_file = open(self.run_dir / "metrics.csv", "a", newline="")
+        path = self.run_dir / "metrics.csv"
+        if start_step:
+            truncate_csv(path, start_step, METRICS_HEADER)  # rows logged after the checkpoint
+        new = not path.exists() or path.stat().st_size == 0
+        self._csv_file = open(path, "a", newline="")
         self._csv = csv.writer(self._csv_file)
         if new:
-            self._csv.writerow(["step", "wall_time", "metric", "value"])
+            self._csv.writerow(METRICS_HEADER)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

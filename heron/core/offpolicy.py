@@ -50,6 +50,9 @@ def restore(run: Run, modules: dict[str, Any], rb: ReplayBuffer, envs: VecEnv,
     if run.resume_buffer is None:
         raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
     rb.load_state_dict(run.resume_buffer)
+    # Episodes in flight at the checkpoint are cut here: their last stored step becomes a
+    # truncation, so sequence sampling never joins them to the episodes that start on resume.
+    rb.mark_truncated(~np.asarray(s["envs"]["fresh"], bool))
     ckpt.set_rng_state(s["rng"], np_rng)
     obs = envs.load_state_dict(s["envs"])
     return obs, int(s["step"]), int(s["n_updates"])
@@ -66,4 +69,5 @@ def bookkeeping(run: Run, global_step: int, prev_step: int, metrics: dict, lr: f
         run.evaluate(global_step, policy, policy_state)
     if run.due(global_step, prev_step, cfg.checkpoint_every):
         run.checkpoint(global_step, full_state(), rb.state_dict())
+    run.stop_if_requested(global_step, lambda: (full_state(), rb.state_dict()))
     run.logger.progress(global_step)

@@ -11,6 +11,8 @@ import csv
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +25,14 @@ import yaml
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
 from heron.core.envs import evaluate as run_episodes
-from heron.core.logger import Logger
+from heron.core.logger import Logger, truncate_csv
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
+EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
+
+
+class Interrupted(Exception):
+    """Training stopped by SIGINT/SIGTERM after a checkpoint of the current step was written."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,8 +58,12 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+    else:
+        torch.use_deterministic_algorithms(False)
 
 
 def default_run_dir(algo: str, cfg: Any) -> Path:
@@ -111,6 +122,8 @@ class Run:
     last_checkpoint_step: int = -1
     last_eval: dict | None = None
     wall_start: float = field(default_factory=time.time)
+    stop_requested: bool = False
+    _old_handlers: dict = field(default_factory=dict)
 
     @property
     def ckpt_dir(self) -> Path:
@@ -137,7 +150,11 @@ class Run:
         state = ckpt.load(latest)
         if not isinstance(state, dict) or "step" not in state:
             raise HeronError(f"corrupt or unreadable checkpoint {latest}: not a heron checkpoint")
+        if int(state["step"]) >= cfg.total_steps:
+            raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
+                             "to train on")
         buffer_state = ckpt.load(ckpt.buffer_path(latest)) if ckpt.buffer_path(latest).exists() else None
+        truncate_csv(run_dir / "eval.csv", int(state["step"]), EVAL_HEADER)
         write_config(run_dir, algo, cfg)  # records a new --total-steps target
         run = cls._open(algo, cfg, run_dir, start_step=int(state["step"]))
         run.resume_state, run.resume_buffer = state, buffer_state
@@ -161,7 +178,23 @@ class Run:
                                    resume="allow", id=run_dir.name.replace("/", "_"))
         logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}")
-        return cls(algo, cfg, run_dir, device, logger)
+        run = cls(algo, cfg, run_dir, device, logger)
+        run._catch_signals()
+        return run
+
+    def _catch_signals(self) -> None:
+        """Ctrl-C or SIGTERM (a preempted job) asks the loop to stop at the end of the current step,
+        where it writes a checkpoint to resume from; a second Ctrl-C interrupts at once."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def request_stop(signum, frame):
+            if self.stop_requested and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.stop_requested = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, request_stop)
 
     # -- during training --------------------------------------------------------------------------
     def due(self, step: int, prev_step: int, every: int) -> bool:
@@ -170,6 +203,7 @@ class Run:
 
     def checkpoint(self, step: int, state: dict, buffer_state: dict | None = None) -> None:
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo}
+        self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
         self.last_checkpoint_step = step
         if os.environ.get("HERON_CRASH_AFTER_CHECKPOINT") == str(step):  # fault injection for resume tests
@@ -192,7 +226,7 @@ class Run:
         with open(path, "a", newline="") as f:
             w = csv.writer(f)
             if new:
-                w.writerow(["step", "mean_return", "std_return", "episodes", "wall_time"])
+                w.writerow(EVAL_HEADER)
             w.writerow([step, result["mean_return"], result["std_return"], len(returns), f"{time.time():.3f}"])
         if result["mean_return"] > self.best_eval:
             self.best_eval = result["mean_return"]
@@ -208,13 +242,18 @@ class Run:
                full_state_fn: Callable[[], tuple[dict, dict | None]]) -> dict:
         """End of training: a final deterministic evaluation (with video when --capture-video) unless
         one just ran at this step, then the final checkpoint. Returns the run's summary."""
+        if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
+            self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
         result = self.last_eval
-        if result is None or result["step"] != step or self.cfg.capture_video:
+        if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
+        elif self.cfg.capture_video:  # evaluated at this step already: just film one episode
+            path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path))
         if self.last_checkpoint_step != step:
             state, buffer_state = full_state_fn()
             self.checkpoint(step, state, buffer_state)
-        self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
         self.logger.print(f"done: {step} steps in {(time.time() - self.wall_start) / 60:.1f} min; final "
                           f"evaluation {result['mean_return']:.1f} +- {result['std_return']:.1f} "
                           f"({result['episodes']} episodes); run directory {self.run_dir}")
@@ -222,5 +261,16 @@ class Run:
                 "mean_return": result["mean_return"], "std_return": result["std_return"],
                 "episodes": result["episodes"], "best_eval": self.best_eval}
 
+    def stop_if_requested(self, step: int, full_state_fn: Callable[[], tuple[dict, dict | None]]) -> None:
+        if not self.stop_requested:
+            return
+        if self.last_checkpoint_step != step:
+            state, buffer_state = full_state_fn()
+            self.checkpoint(step, state, buffer_state)
+        raise Interrupted(f"stopped at step {step}; checkpoint saved; continue with: heron train --resume {self.run_dir}")
+
     def close(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
         self.logger.close()

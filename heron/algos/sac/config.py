@@ -29,10 +29,17 @@ class Config(OffPolicyConfig):
         for name in ("target_network_frequency", "rnn_hidden_size", "sequence_length"):
             if getattr(self, name) <= 0:
                 raise HeronError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.alpha < 0:
-            raise HeronError(f"--alpha must be >= 0, got {self.alpha}")
+        if self.alpha < 0 or (self.autotune and self.alpha == 0):
+            raise HeronError(f"--alpha must be >= 0 (> 0 with --autotune, its initial value), got {self.alpha}")
+        if self.recurrent == "none":
+            if self.burn_in:
+                raise HeronError("--burn-in applies to sequences: it needs --recurrent lstm|gru")
+            return
         if not 0 <= self.burn_in < self.sequence_length:
             raise HeronError("--burn-in must be >= 0 and smaller than --sequence-length")
+        if self.learning_starts < self.sequence_length * self.num_envs:
+            raise HeronError(f"--learning-starts must be at least --sequence-length x --num-envs "
+                             f"({self.sequence_length * self.num_envs}) with --recurrent")
 
 
 PRESETS = {

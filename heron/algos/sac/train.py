@@ -62,7 +62,12 @@ def train(cfg: Config, run: Run) -> dict:
     actor_opt = adam(actor.parameters(), cfg.policy_lr)
     q_opt = adam(critic.parameters(), cfg.q_lr)
     target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
-    log_alpha = torch.tensor(math.log(max(cfg.alpha, 1e-8)), device=device, requires_grad=cfg.autotune)
+    log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, device=device, requires_grad=cfg.autotune)
+    fixed_alpha = torch.tensor(cfg.alpha, device=device)
+
+    def current_alpha() -> torch.Tensor:
+        return log_alpha.detach().exp() if cfg.autotune else fixed_alpha
+
     alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
     total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // N * cfg.gradient_steps)
     lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
@@ -77,24 +82,22 @@ def train(cfg: Config, run: Run) -> dict:
         obs, next_obs = batch["obs"], batch["next_obs"]  # [B, L, D]
         B, L = obs.shape[:2]
         done = batch["terminated"] | batch["truncated"]  # [B, L]
-        starts = torch.zeros_like(done)
-        starts[:, 1:] = done[:, :-1]  # obs[t] opens an episode when step t-1 ended one
+        starts = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-1]], 1)  # obs[t] opens an episode after a done at t-1
         zeros = obs.new_zeros(B, 0)
         a_state0 = batch["actor_state"][:, 0] if S else zeros  # [B, S]
         c_state0 = batch["critic_state"][:, 0] if S else zeros.new_zeros(B, E, 0)  # [B, E, S]
         keep = slice(cfg.burn_in, None)  # burn-in steps only warm the recurrent state
 
-        a_feats, a_states = actor.encoder(obs, a_state0, starts)  # [B, L, F], [B, L, S]
         with torch.no_grad():
+            _, a_states = actor.encoder(obs, a_state0, starts)  # [B, L, S]
             # next features: one more recurrent step on next_obs from the state after obs[t]
             next_a_feats, _ = actor.encoder.step(next_obs.flatten(0, 1), a_states.flatten(0, 1))
             next_actions, next_log_prob = actor.sample(next_a_feats)  # [B*L, A], [B*L]
             _, tq_states = critic_target.encode(obs, c_state0, starts)  # [B, L, E, S]
             tq_feats, _ = critic_target.encode_step(next_obs.flatten(0, 1), tq_states.flatten(0, 1))
             next_q = critic_target.values(tq_feats, next_actions)  # [E, B*L]
-            alpha = log_alpha.exp()
             target = losses.soft_q_target(batch["rewards"].flatten(), batch["terminated"].flatten(),
-                                          next_q, next_log_prob, alpha, cfg.gamma).view(B, L)
+                                          next_q, next_log_prob, current_alpha(), cfg.gamma).view(B, L)
 
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
@@ -110,13 +113,13 @@ def train(cfg: Config, run: Run) -> dict:
 
         if update_actor:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
-            q_in = q_feats[:, :, keep].flatten(1, 2).detach()
+            with torch.no_grad():  # critic features after its update step
+                q_in = critic.encode(obs, c_state0, starts)[0][:, :, keep].flatten(1, 2)  # [E, M, F]
             critic.requires_grad_(False)  # the actor loss needs dQ/da only, not critic weight grads
-            for i in range(cfg.policy_frequency):
-                if S and i > 0:  # the recurrent actor's features change with each actor step
-                    a_feats, _ = actor.encoder(obs, a_state0, starts)
+            for _ in range(cfg.policy_frequency):
+                a_feats, _ = actor.encoder(obs, a_state0, starts)  # [B, L, F]
                 actions, log_prob = actor.sample(a_feats[:, keep].flatten(0, 1))
-                actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), log_alpha.exp().detach())
+                actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), current_alpha())
                 actor_opt.zero_grad(set_to_none=True)
                 actor_loss.backward()
                 if cfg.max_grad_norm > 0:
@@ -130,7 +133,7 @@ def train(cfg: Config, run: Run) -> dict:
                     alpha_opt.step()
                     metrics["losses/alpha_loss"] = alpha_loss.detach()
             critic.requires_grad_(True)
-            metrics["losses/alpha"] = log_alpha.detach().exp()
+            metrics["losses/alpha"] = current_alpha()
         return metrics
 
     if cfg.compile:
