@@ -1,8 +1,6 @@
-import os
 
 import pytest
 
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 # Small, fast settings shared by smoke tests (a few seconds per run on 2 cores).
 TINY = dict(env_id="Pendulum-v1", total_steps=600, learning_starts=200, batch_size=32, buffer_size=2000,

@@ -107,6 +107,16 @@ def test_train_then_eval_json_and_new_run_dir_guard(capsys, tmp_path):
     assert {"mean_return", "std_return", "episodes", "env_id", "steps"} <= result.keys()
     assert result["episodes"] == 2 and result["env_id"] == "Pendulum-v1" and result["steps"] == 600
     assert "already holds checkpoints" in _error(capsys, ["train", "td3", *TINY_FLAGS, "--run-dir", str(run)])
+    assert main(["eval", str(run), "--episodes", "1", "--checkpoint", "best"]) == 0
+    assert "td3 on Pendulum-v1 @ 600 steps" in capsys.readouterr().out
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    capsys.readouterr()
+    pytest.importorskip("pygame")
+    assert main(["eval", str(run), "--episodes", "1", "--video", "--json"]) == 0
+    video = json.loads(capsys.readouterr().out)["video"]
+    assert video.endswith(".mp4") and os.path.getsize(video) > 1000
 
 
 def test_config_file_reproduces_a_run_and_presets_apply_in_order(tmp_path):

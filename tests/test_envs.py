@@ -95,3 +95,22 @@ def test_pybullet_ids_through_the_adapter(env_id, obs_dim, act_dim):
     sa, sb = a.step(act), b.step(act)
     assert np.array_equal(sa.next_obs, sb.next_obs) and np.isfinite(sa.rewards).all()
     a.close(), b.close()
+
+
+class _ZeroPolicy:
+    def __init__(self, dim):
+        self.dim = dim
+
+    def reset(self):
+        pass
+
+    def predict(self, obs, deterministic=True):
+        return np.zeros(self.dim, np.float32)
+
+
+def test_mujoco_video_renders_headless(tmp_path):
+    pytest.importorskip("mujoco")
+    from heron.core.envs import evaluate
+    video = tmp_path / "hopper.mp4"
+    returns = evaluate(_ZeroPolicy(3), "Hopper-v5", 1, seed=0, video_path=str(video), max_episode_steps=50)
+    assert len(returns) == 1 and video.stat().st_size > 1000

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -31,6 +32,11 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from heron.config import HeronError
+
+# Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
+# without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")
 
 # Environment families that live outside Gymnasium's default registry: id prefix -> module that
 # registers them on import, and the extra that installs it.
@@ -337,7 +343,7 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
             total, done = 0.0, False
             while not done:
                 if video_path:
-                    frames.append(env.render())
+                    frames.append(_render(env, env_id))
                 action = policy.predict(np.asarray(obs, dtype), deterministic=True)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
@@ -349,6 +355,15 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
     if video_path:
         write_video(video_path, frames, fps=fps)
     return np.asarray(returns, np.float64)
+
+
+def _render(env: gym.Env, env_id: str) -> np.ndarray:
+    try:
+        return env.render()
+    except Exception as exc:  # no OpenGL backend, no pygame, ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HeronError(f"cannot render {env_id} for video: {reason} (for MuJoCo on a machine without "
+                         "EGL: apt-get install libosmesa6 and set MUJOCO_GL=osmesa)") from None
 
 
 def write_video(path: str, frames: list[np.ndarray], fps: int) -> None:
