@@ -29,7 +29,7 @@ PRESETS = {
     "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
                   eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100),
     "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, policy_lr=1e-3, q_lr=1e-3,
-                     eval_every=5000, eval_episodes=10),
+                     eval_every=5000, eval_episodes=30),
     "mujoco": dict(total_steps=1_000_000, learning_starts=25_000, buffer_size=1_000_000, eval_every=10_000,
                    eval_episodes=10, checkpoint_every=100_000),
     # The walkthrough's (seed 001) and the original paper's network and optimizer settings.
