@@ -114,3 +114,14 @@ def test_mujoco_video_renders_headless(tmp_path):
     video = tmp_path / "hopper.mp4"
     returns = evaluate(_ZeroPolicy(3), "Hopper-v5", 1, seed=0, video_path=str(video), max_episode_steps=50)
     assert len(returns) == 1 and video.stat().st_size > 1000
+
+
+def test_velocity_masked_pomdp_ids():
+    envs = VecEnv("heron/Pendulum-NoVel-v1", num_envs=1, seed=0)
+    full = VecEnv("Pendulum-v1", num_envs=1, seed=0)
+    assert envs.single_observation_space.shape == (2,)
+    np.testing.assert_array_equal(envs.reset()[0], full.reset()[0][:2])
+    act = np.ones((1, 1), np.float32)
+    np.testing.assert_array_equal(envs.step(act).next_obs[0], full.step(act).next_obs[0][:2])
+    cart = make_env("heron/CartPole-NoVel-v1")
+    assert cart.observation_space.shape == (2,) and cart.spec.max_episode_steps == 500

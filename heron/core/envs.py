@@ -55,6 +55,37 @@ _MUJOCO_NAMES = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid", "Swimme
                  "InvertedPendulum", "InvertedDoublePendulum", "Pusher", "HumanoidStandup")
 
 
+class KeepObservation(gym.ObservationWrapper):
+    """Keep only some entries of a vector observation: velocities masked out make classic control
+    tasks partially observable, the standard test for recurrent policies."""
+
+    def __init__(self, env: gym.Env, keep: tuple[int, ...]):
+        super().__init__(env)
+        self.keep = np.asarray(keep)
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(box.low[self.keep], box.high[self.keep], dtype=box.dtype)
+
+    def observation(self, obs):
+        return obs[self.keep]
+
+
+def _masked(base: str, keep: tuple[int, ...]) -> Callable[..., gym.Env]:
+    def make(**kwargs: Any) -> gym.Env:
+        return KeepObservation(gym.make(base, **kwargs).unwrapped, keep)
+
+    return make
+
+
+# Partially observable variants (heron's own ids): positions only, velocities masked out.
+POMDP_IDS = {
+    "heron/Pendulum-NoVel-v1": ("Pendulum-v1", (0, 1), 200),  # cos, sin of the angle; no angular velocity
+    "heron/CartPole-NoVel-v1": ("CartPole-v1", (0, 2), 500),  # cart position, pole angle
+}
+for _id, (_base, _keep, _steps) in POMDP_IDS.items():
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_masked(_base, _keep), max_episode_steps=_steps)
+
+
 def check_env_id(env_id: str) -> None:
     """Raise HeronError (with close matches) unless ``env_id`` can be made here."""
     if env_id in PYBULLET_IDS:
