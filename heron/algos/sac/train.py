@@ -140,8 +140,8 @@ def train(cfg: Config, run: Run) -> dict:
         update = torch.compile(update)
 
     def sample_batch() -> dict[str, torch.Tensor]:
-        if S:
-            return rb.sample_sequences(cfg.batch_size, cfg.sequence_length)
+        if S:  # --batch-size counts transitions: batch_size / sequence_length windows
+            return rb.sample_sequences(max(1, cfg.batch_size // cfg.sequence_length), cfg.sequence_length)
         return {k: v.unsqueeze(1) for k, v in rb.sample(cfg.batch_size).items()}  # [B, 1, ...]
 
     def policy_state() -> dict:
