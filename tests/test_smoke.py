@@ -18,14 +18,14 @@ SAC_METRICS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS",
 
 
 @pytest.mark.parametrize("algo,flags", [
-    ("sac", dict(obs_norm=True, max_grad_norm=1.0, lr_schedule="linear", gradient_steps=2)),
+    ("sac", dict(obs_norm=True, max_grad_norm=1.0, lr_schedule="linear", gradient_steps=2, progress="log")),
     ("sac", dict(recurrent="lstm", sequence_length=6, burn_in=2, rnn_hidden_size=16, lr_schedule="cosine")),
     ("sac", dict(recurrent="gru", num_envs=2, vector_mode="async", sequence_length=4, rnn_hidden_size=16)),
     ("sac", dict(autotune=False, alpha=0.1, target_network_frequency=2, policy_frequency=1, buffer_device="cpu",
                  target_entropy_scale=0.5, torch_threads=1, torch_deterministic=False, keep_checkpoints=1,
                  checkpoint_every=200, eval_every=300)),
     ("td3", dict(obs_norm=True, max_grad_norm=1.0, exploration_noise=0.2, policy_noise=0.1, noise_clip=0.3,
-                 num_envs=3, gradient_steps=2, policy_frequency=3)),
+                 num_envs=3, gradient_steps=2, policy_frequency=3, progress="bar", wandb_project="unused")),
 ])
 def test_flags(algo, flags, tiny, tmp_path):
     result = heron.train(algo, run_dir=str(tmp_path / "r"), **{**tiny, **flags})
