@@ -6,14 +6,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from heron import registry
 from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core.envs import check_env_id
 from heron.core.policy import Policy
-from heron.core.run import Run, read_config, read_yaml
+from heron.core.run import Run, read_config, read_yaml, resolve_device
 
 
 def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
@@ -91,8 +89,6 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
     """The trained policy of a run: ``policy.predict(obs, deterministic=True)`` -> numpy actions,
     for one observation or a batch. Normalization statistics come with it."""
     algo, cfg, state = load_checkpoint(run_dir, which)
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
-    policy = registry.get(algo).load_policy(cfg, state, dev)
+    policy = registry.get(algo).load_policy(cfg, state, resolve_device(device))
     policy.step, policy.env_id, policy.algo = int(state["step"]), cfg.env_id, algo
     return policy

@@ -17,7 +17,7 @@ from typing import Any
 
 from heron import registry
 from heron.config import HeronError, field_types, flag, type_name
-from heron.core.run import Interrupted
+from heron.core.run import Interrupted, resolve_device
 
 USAGE = """usage: heron <command> ...
 
@@ -150,7 +150,7 @@ def cmd_eval(argv: list[str]) -> int:
     if args.episodes <= 0:
         raise HeronError(f"--episodes must be positive, got {args.episodes}")
     algo, cfg, state = api.load_checkpoint(args.run_dir, args.checkpoint)
-    policy = registry.get(algo).load_policy(cfg, state, _device(args.device))
+    policy = registry.get(algo).load_policy(cfg, state, resolve_device(args.device))
     video = None
     if args.video:
         video = str(Path(args.run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
@@ -167,12 +167,6 @@ def cmd_eval(argv: list[str]) -> int:
         print(f"{algo} on {cfg.env_id} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
               f"{out['std_return']:.2f} over {out['episodes']} episodes" + (f"; video {video}" if video else ""))
     return 0
-
-
-def _device(name: str) -> str:
-    from heron.core.run import resolve_device
-
-    return str(resolve_device(name))
 
 
 def cmd_list(argv: list[str]) -> int:

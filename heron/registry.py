@@ -1,9 +1,9 @@
 """The algorithms heron knows: name -> module. A literal dict; nothing registers itself.
 
 Each module exposes ``Config`` (a dataclass extending ``heron.config.RunConfig``), ``PRESETS``
-(name -> overrides), ``DESCRIPTION``, ``train(cfg, run) -> dict`` and
-``load_policy(cfg, state, device) -> nn.Module`` whose ``act(obs, deterministic)`` maps a tensor
-batch of observations to actions.
+(name -> overrides), ``DESCRIPTION``, ``check(cfg)`` (rejects unsupported spaces before a run
+directory exists), ``train(cfg, run) -> dict`` and ``load_policy(cfg, state, device) -> Policy``
+(``heron.core.policy``).
 """
 
 from __future__ import annotations

@@ -107,10 +107,16 @@ def rng_state(np_rng: np.random.Generator | None = None) -> dict:
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     if np_rng is not None:
-        s = np_rng.bit_generator.state
-        state["numpy_generator"] = {"bit_generator": s["bit_generator"], "state": dict(s["state"]),
-                                    "has_uint32": s["has_uint32"], "uinteger": s["uinteger"]}
+        state["numpy_generator"] = generator_state(np_rng)
     return state
+
+
+def generator_state(rng: np.random.Generator) -> dict:
+    """A numpy Generator's bit-generator state as a plain dict of str/int (weights_only-loadable);
+    assign it back with ``rng.bit_generator.state = ...``."""
+    s = rng.bit_generator.state
+    return {"bit_generator": s["bit_generator"], "state": dict(s["state"]),
+            "has_uint32": int(s.get("has_uint32", 0)), "uinteger": int(s.get("uinteger", 0))}
 
 
 def set_rng_state(state: dict, np_rng: np.random.Generator | None = None) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from heron.config import HeronError
+from heron.core.checkpoint import generator_state
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
 # without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
@@ -253,11 +254,11 @@ class VecEnv:
         return np.asarray(obs, dtype=self.obs_dtype)
 
     def _rng_states(self) -> list[dict]:
-        return [g.bit_generator.state for g in self.envs.get_attr("np_random")]
+        return [generator_state(g) for g in self.envs.get_attr("np_random")]
 
     def reset(self) -> np.ndarray:
         """Seed sub-env i with ``seed + i`` and return the first observations [N, ...]."""
-        self._pre_reset_rng = [np.random.default_rng(self.seed + i).bit_generator.state
+        self._pre_reset_rng = [generator_state(np.random.default_rng(self.seed + i))
                                for i in range(self.num_envs)]  # what reset(seed=...) will install
         obs, _ = self.envs.reset(seed=[self.seed + i for i in range(self.num_envs)])
         self.obs = self._obs(obs)
@@ -296,8 +297,7 @@ class VecEnv:
         current = self._rng_states()
         fresh = self.episode_lengths == 0
         return {
-            "rng": [_rng_to_tensorable(self._pre_reset_rng[i] if fresh[i] else current[i])
-                    for i in range(self.num_envs)],
+            "rng": [self._pre_reset_rng[i] if fresh[i] else current[i] for i in range(self.num_envs)],
             "fresh": fresh.tolist(),
         }
 
@@ -312,10 +312,10 @@ class VecEnv:
         gens = []
         for s in state["rng"]:
             g = np.random.default_rng()
-            g.bit_generator.state = _rng_from_tensorable(s)
+            g.bit_generator.state = s
             gens.append(g)
         self.envs.set_attr("np_random", gens)
-        self._pre_reset_rng = [g.bit_generator.state for g in gens]
+        self._pre_reset_rng = [generator_state(g) for g in gens]
         obs, _ = self.envs.reset(options={"reset_mask": np.ones(self.num_envs, bool)})
         self.obs = self._obs(obs)
         self.episode_returns[:] = 0
@@ -324,16 +324,6 @@ class VecEnv:
 
     def close(self) -> None:
         self.envs.close()
-
-
-def _rng_to_tensorable(state: dict) -> dict:
-    """numpy bit-generator state -> plain dict of str/int (loadable with weights_only=True)."""
-    return {"bit_generator": state["bit_generator"], "state": dict(state["state"]),
-            "has_uint32": int(state.get("has_uint32", 0)), "uinteger": int(state.get("uinteger", 0))}
-
-
-def _rng_from_tensorable(state: dict) -> dict:
-    return dict(state)
 
 
 def probe_spaces(env_id: str, flatten_dict: bool = True) -> tuple[gym.Space, gym.Space]:

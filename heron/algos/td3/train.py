@@ -16,7 +16,7 @@ import torch
 
 from heron.algos.td3 import losses
 from heron.algos.td3.config import Config
-from heron.algos.td3.networks import Actor, build
+from heron.algos.td3.networks import build
 from heron.core import offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_
