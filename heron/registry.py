@@ -17,6 +17,7 @@ from heron.config import HeronError
 ALGOS = {
     "sac": "heron.algos.sac",
     "td3": "heron.algos.td3",
+    "ppo": "heron.algos.ppo",
 }
 
 

@@ -115,3 +115,50 @@ class ReplayBuffer:
             self.data[k][: len(v)].copy_(v)
         self.pos, self.full = int(state["pos"]), bool(state["full"])
         self.generator.set_state(state["generator"])
+
+
+class RolloutBuffer:
+    """The newest ``rollouts`` rollouts of ``steps`` x ``num_envs``: fields ``[K, T, N, ...]`` plus
+    per-rollout, per-env fields ``[K, N, ...]`` (the recurrent state at the rollout's start).
+
+    On-policy PPO keeps one rollout (K = 1) and needs nothing of it in a checkpoint; off-policy PPO
+    keeps K, overwriting the oldest, and checkpoints them (``state_dict``).
+    """
+
+    def __init__(self, rollouts: int, steps: int, num_envs: int, fields: dict[str, tuple[tuple, torch.dtype]],
+                 per_env: dict[str, tuple[tuple, torch.dtype]], device: str | torch.device = "cpu"):
+        self.rollouts, self.steps, self.num_envs = rollouts, steps, num_envs
+        self.data = {name: torch.zeros((rollouts, steps, num_envs, *shape), dtype=dt, device=device)
+                     for name, (shape, dt) in fields.items()}
+        self.data.update({name: torch.zeros((rollouts, num_envs, *shape), dtype=dt, device=device)
+                          for name, (shape, dt) in per_env.items()})
+        self.slot, self.count = 0, 0  # the slot being written; rollouts stored
+
+    def writing(self) -> dict[str, torch.Tensor]:
+        """Views of the slot being written: [T, N, ...] and [N, ...]."""
+        return {name: t[self.slot] for name, t in self.data.items()}
+
+    def commit(self) -> None:
+        """The written slot is complete: count it, and move on to the oldest."""
+        self.count = min(self.count + 1, self.rollouts)
+        self.slot = (self.slot + 1) % self.rollouts
+
+    def stored(self) -> dict[str, torch.Tensor]:
+        """The complete rollouts, [k, T, N, ...] / [k, N, ...] with k = min(count, K)."""
+        return {name: t[:self.count] for name, t in self.data.items()}
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.data.values())
+
+    def state_dict(self) -> dict | None:
+        if self.rollouts == 1:
+            return None  # on-policy: consumed by the update that preceded the checkpoint
+        return {"data": {k: v[:self.count].cpu() for k, v in self.data.items()}, "slot": self.slot,
+                "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.slot, self.count = int(state["slot"]), int(state["count"])
+        for k, v in state["data"].items():
+            if k not in self.data or v.shape[1:] != self.data[k].shape[1:] or len(v) > self.rollouts:
+                raise HeronError(f"checkpointed rollout field {k!r} does not fit this run's settings")
+            self.data[k][:len(v)] = v.to(self.data[k].device)

@@ -32,6 +32,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from heron.config import HeronError
+from heron.core import atari
 from heron.core.checkpoint import generator_state
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
@@ -95,6 +96,8 @@ def check_env_id(env_id: str) -> None:
     for prefix, (module, extra) in _PLUGINS.items():
         if env_id.startswith(prefix):
             _require(module, extra, env_id)
+    if env_id.endswith("NoFrameskip-v4") or env_id.endswith("Deterministic-v4"):
+        _require("ale_py", "atari", env_id)
     if env_id not in gym.registry:
         known = list(gym.registry) + list(PYBULLET_IDS)
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
@@ -186,12 +189,20 @@ class PyBulletAdapter(gym.Env):
 
 
 def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = True,
-             max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
-    """One Gymnasium env with heron's observation conventions (no seeding: VecEnv seeds)."""
+             max_episode_steps: int | None = None, training: bool = False, **kwargs: Any) -> gym.Env:
+    """One Gymnasium env with heron's observation conventions (no seeding: VecEnv seeds).
+
+    Atari ids (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``) get the standard preprocessing of
+    ``heron.core.atari``; ``training=True`` adds its training-only wrappers (episodic life, reward
+    clipping, whole-game statistics)."""
     check_env_id(env_id)
     if env_id in PYBULLET_IDS:
         env = PyBulletAdapter(PYBULLET_IDS[env_id], render_mode=render_mode)
         env = gym.wrappers.TimeLimit(env, max_episode_steps or 1000)
+    elif atari.is_atari(env_id):
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        env = atari.wrap(atari.make_base(env_id, render_mode, **kwargs), training)
     else:
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
@@ -237,7 +248,7 @@ class VecEnv:
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         fns: list[Callable[[], gym.Env]] = [
             lambda: make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
-                             max_episode_steps=max_episode_steps, **kwargs)
+                             max_episode_steps=max_episode_steps, training=True, **kwargs)
             for _ in range(num_envs)
         ]
         cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
@@ -245,6 +256,7 @@ class VecEnv:
         self.single_observation_space = observation_space(self.envs.single_observation_space)
         self.single_action_space = self.envs.single_action_space
         self.obs_dtype = obs_dtype(self.envs.single_observation_space)
+        self.whole_games = atari.is_atari(env_id)  # episodes end at lives; GameStats reports games
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)
         self._pre_reset_rng: list[dict] = []
@@ -267,7 +279,7 @@ class VecEnv:
         return self.obs
 
     def step(self, actions: np.ndarray) -> Step:
-        next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
         next_obs = self._obs(next_obs)
         rewards = np.asarray(rewards, np.float32)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
@@ -279,6 +291,9 @@ class VecEnv:
         if done.any():
             idx = np.flatnonzero(done)
             episodes = [(int(i), float(self.episode_returns[i]), int(self.episode_lengths[i])) for i in idx]
+            if self.whole_games:  # Atari with episodic life: log whole games (raw scores), not lives
+                games = np.flatnonzero(infos.get("_game_return", np.zeros(self.num_envs, bool)))
+                episodes = [(int(i), float(infos["game_return"][i]), int(infos["game_length"][i])) for i in games]
             self.episode_returns[idx] = 0
             self.episode_lengths[idx] = 0
             states = self._rng_states()
@@ -307,6 +322,8 @@ class VecEnv:
         internal state); one with an episode in flight starts a new episode from the RNG state it
         had, because a simulator's internal state cannot be saved in general. The interrupted
         episode is not counted in ``charts/episodic_return``."""
+        if "rng" not in state:
+            raise HeronError("this checkpoint was written with EnvPool envs; resume with --env-backend envpool")
         if len(state["rng"]) != self.num_envs:
             raise HeronError(f"checkpoint has {len(state['rng'])} envs, this run has {self.num_envs}")
         gens = []

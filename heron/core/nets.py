@@ -58,9 +58,45 @@ class EnsembleMLP(nn.Module):
         return x
 
 
-def adam(params, lr: float) -> torch.optim.Adam:
+def orthogonal_(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights with ``gain`` and constant biases (Saxe et al. 2014; the PPO baselines
+    initialization: sqrt(2) for hidden layers, 0.01 for the policy head, 1 for the value head)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def tanh_mlp(in_dim: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """Hidden tanh layers with orthogonal init (PPO's MLP body); returns (body, output width)."""
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [orthogonal_(nn.Linear(in_dim, h)), nn.Tanh()]
+        in_dim = h
+    return nn.Sequential(*layers), in_dim
+
+
+class NatureCNN(nn.Module):
+    """The DQN Nature CNN (Mnih et al. 2015): uint8 frames [B, C, 84, 84] -> features [B, 512].
+    Pixels are scaled to [0, 1] here, so images stay uint8 until they reach the network."""
+
+    def __init__(self, channels: int, height: int = 84, width: int = 84, out_dim: int = 512):
+        super().__init__()
+        self.convs = nn.Sequential(
+            orthogonal_(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            orthogonal_(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            orthogonal_(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+        self.fc = nn.Sequential(orthogonal_(nn.Linear(flat, out_dim)), nn.ReLU())
+        self.out_dim = out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(x.float() / 255.0))
+
+
+def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel (one kernel for all parameters, on CPU and CUDA)."""
-    return torch.optim.Adam(params, lr=lr, fused=True)
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
 @torch.no_grad()
@@ -105,6 +141,12 @@ class RunningNorm(nn.Module):
             return x.float()
         mean, std = self.mean.float(), torch.sqrt(self.var.float() + self.eps)
         return ((x.float() - mean) / std).clamp(-self.clip, self.clip)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``forward`` (without the clip): normalized values back to raw scale."""
+        if not self.enabled:
+            return x
+        return x * torch.sqrt(self.var.float() + self.eps) + self.mean.float()
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0

@@ -1,0 +1,181 @@
+"""PPO's actor-critic: bodies (MLP, Nature CNN, optional RNN), action heads for Discrete,
+MultiDiscrete/MultiBinary and Box spaces, and the value head.
+
+Everything runs on sequences ``[B, L, ...]`` from a stored initial state with episode-start flags:
+the feed-forward networks see L = 1, the recurrent ones whole rollouts (L = --num-steps). Acting
+step by step (``step``) is the same computation with L = 1, which the tests check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, orthogonal_, tanh_mlp
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+class Body(nn.Module):
+    """(normalized) observations -> features: [Nature CNN for images] -> [GRU/LSTM] -> tanh MLP."""
+
+    def __init__(self, obs_shape: tuple[int, ...], recurrent: str, rnn_hidden: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.cnn = NatureCNN(*obs_shape) if len(obs_shape) == 3 else None
+        dim = self.cnn.out_dim if self.cnn is not None else obs_shape[0]
+        self.rnn = RecurrentCore(recurrent, dim, rnn_hidden) if recurrent != "none" else None
+        dim = rnn_hidden if self.rnn is not None else dim
+        self.mlp, self.out_dim = tanh_mlp(dim, hidden)
+        self.state_size = self.rnn.state_size if self.rnn is not None else 0
+
+    def forward(self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, L, *obs], state0 [B, S], starts [B, L] -> features [B, L, F], states after each step [B, L, S]."""
+        B, L = x.shape[:2]
+        h = x.reshape(B * L, *x.shape[2:])  # [B*L, *obs]
+        if self.cnn is not None:
+            h = self.cnn(h)
+        h = h.reshape(B, L, -1)  # [B, L, D]
+        if self.rnn is None:
+            return self.mlp(h), state0[:, None].expand(B, L, 0)
+        outs, states, state = [], [], state0
+        for t in range(L):
+            state = state * (~starts[:, t]).unsqueeze(-1).to(state.dtype)  # zero at episode starts
+            out, state = self.rnn.step(h[:, t], state)
+            outs.append(out)
+            states.append(state)
+        return self.mlp(torch.stack(outs, 1)), torch.stack(states, 1)
+
+
+class ActionHead(nn.Module):
+    """Distribution parameters and their log-probs/entropies, as plain tensor maths.
+
+    * discrete: logits [.., n]; actions int64 [..]
+    * multidiscrete (also MultiBinary): concatenated logits [.., sum(nvec)]; actions int64 [.., K]
+    * box: diagonal Gaussian; params = (mean, log_std) [.., 2A]; the log-std is a free parameter
+      (state-independent, the default) or a network output. Actions are the unclipped samples
+      (their log-prob is exact); ``to_env`` clips them to the bounds for the environment only.
+    """
+
+    def __init__(self, in_dim: int, action: dict, state_dependent_std: bool, init_log_std: float):
+        super().__init__()
+        self.kind = action["kind"]
+        if self.kind == "discrete":
+            self.sizes = [int(action["n"])]
+        elif self.kind == "multidiscrete":
+            self.sizes = [int(n) for n in action["nvec"]]
+        else:
+            self.dim = len(action["low"])
+            self.register_buffer("low", torch.as_tensor(action["low"], dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action["high"], dtype=torch.float32))
+        self.state_dependent = self.kind == "box" and state_dependent_std
+        out = sum(self.sizes) if self.kind != "box" else self.dim * (2 if self.state_dependent else 1)
+        self.linear = orthogonal_(nn.Linear(in_dim, out), gain=0.01)  # near-uniform initial policy
+        if self.kind == "box":
+            if self.state_dependent:
+                with torch.no_grad():
+                    self.linear.bias[self.dim:] = init_log_std
+            else:
+                self.log_std = nn.Parameter(torch.full((self.dim,), float(init_log_std)))
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        out = self.linear(feats)
+        if self.kind == "box" and not self.state_dependent:
+            out = torch.cat([out, self.log_std.expand_as(out)], -1)
+        return out
+
+    def _box(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = params.split(self.dim, -1)
+        return mean, log_std.clamp(-20.0, 2.0)
+
+    def _logits(self, params: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.log_softmax(p, -1) for p in params.split(self.sizes, -1)]
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        if self.kind == "box":
+            mean, log_std = self._box(params)
+            return mean + log_std.exp() * torch.randn_like(mean)
+        # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample
+        picks = [(lp - torch.log(-torch.log(torch.rand_like(lp).clamp_min(1e-20)))).argmax(-1)
+                 for lp in self._logits(params)]
+        return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        if self.kind == "box":
+            return self._box(params)[0]
+        picks = [lp.argmax(-1) for lp in self._logits(params)]
+        return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        if self.kind == "box":
+            mean, log_std = self._box(params)
+            z = (actions - mean) / log_std.exp()
+            return (-0.5 * z.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
+        acts = actions.long().unsqueeze(-1) if self.kind == "discrete" else actions.long()
+        return sum(lp.gather(-1, acts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(self._logits(params)))
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        if self.kind == "box":
+            return (0.5 + 0.5 * LOG_2PI + self._box(params)[1]).sum(-1)
+        return sum(-(lp.exp() * lp).sum(-1) for lp in self._logits(params))
+
+    def to_env(self, actions: torch.Tensor) -> torch.Tensor:
+        """What the environment receives: Gaussian samples clipped to the action bounds."""
+        return torch.maximum(torch.minimum(actions, self.high), self.low) if self.kind == "box" else actions
+
+
+class ActorCritic(nn.Module):
+    """Actor and critic, separate (default) or sharing one body (``shared``). The recurrent state
+    is one tensor [B, S] = [actor state | critic state]. ``norm`` holds the observation statistics
+    and ``value_norm`` the return statistics: both are buffers, saved with every checkpoint."""
+
+    def __init__(self, spaces: dict, hidden: tuple[int, ...], shared: bool, recurrent: str, rnn_hidden: int,
+                 obs_norm: bool, value_norm: bool, state_dependent_std: bool, init_log_std: float):
+        super().__init__()
+        obs_shape = tuple(spaces["obs_shape"])
+        self.image = len(obs_shape) == 3
+        # channel-last frames (H, W, C), as pixel envs render them, go to the CNN as (C, H, W)
+        self.channels_last = self.image and obs_shape[-1] in (1, 3, 4) and obs_shape[0] not in (1, 3, 4)
+        if self.channels_last:
+            obs_shape = (obs_shape[2], obs_shape[0], obs_shape[1])
+        self.norm = RunningNorm(obs_shape, enabled=obs_norm and not self.image)
+        self.value_norm = RunningNorm((), enabled=value_norm, clip=math.inf)
+        self.pi_body = Body(obs_shape, recurrent, rnn_hidden, hidden)
+        self.v_body = None if shared else Body(obs_shape, recurrent, rnn_hidden, hidden)
+        self.pi_head = ActionHead(self.pi_body.out_dim, spaces["action"], state_dependent_std, init_log_std)
+        self.v_head = orthogonal_(nn.Linear(self.pi_body.out_dim, 1), gain=1.0)
+        self.pi_state = self.pi_body.state_size
+        self.state_size = self.pi_state + (self.v_body.state_size if self.v_body is not None else 0)
+
+    def _in(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:  # [..., H, W, C] -> [..., C, H, W]
+            return obs.movedim(-1, -3)
+        return obs if self.image else self.norm(obs)  # images stay uint8 until the CNN
+
+    def forward(self, obs: torch.Tensor, state0: torch.Tensor,
+                starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """obs [B, L, ...], state0 [B, S], starts [B, L] -> policy params [B, L, P], normalized
+        values [B, L], states after each step [B, L, S]."""
+        x = self._in(obs)
+        pi_feats, pi_states = self.pi_body(x, state0[:, :self.pi_state], starts)
+        if self.v_body is None:
+            v_feats, v_states = pi_feats, pi_states[..., :0]
+        else:
+            v_feats, v_states = self.v_body(x, state0[:, self.pi_state:], starts)
+        return self.pi_head(pi_feats), self.v_head(v_feats).squeeze(-1), torch.cat([pi_states, v_states], -1)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step: obs [B, ...], state [B, S] (zeroed by the caller at episode starts) ->
+        params [B, P], normalized values [B], new state [B, S]."""
+        no_starts = torch.zeros(obs.shape[0], 1, dtype=torch.bool, device=obs.device)
+        params, values, states = self(obs[:, None], state, no_starts)
+        return params[:, 0], values[:, 0], states[:, 0]
+
+    def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """For evaluation and ``heron.load``: actions for the env, and the new state (actor only)."""
+        no_starts = torch.zeros(obs.shape[0], 1, dtype=torch.bool, device=obs.device)
+        feats, states = self.pi_body(self._in(obs[:, None]), state[:, :self.pi_state], no_starts)
+        params = self.pi_head(feats[:, 0])
+        actions = self.pi_head.mode(params) if deterministic else self.pi_head.sample(params)
+        return self.pi_head.to_env(actions), torch.cat([states[:, 0], state[:, self.pi_state:]], -1)

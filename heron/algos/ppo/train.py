@@ -1,0 +1,280 @@
+"""PPO, read top to bottom (seed 004, DI-engine's PPO; the loop follows CleanRL's ppo.py).
+
+One iteration: collect ``--num-steps`` x ``--num-envs`` steps, then ``--update-epochs`` epochs of
+``--num-minibatches`` minibatches. Before every epoch (``--recompute-adv``) the current critic
+re-values the data and the advantages are recomputed. Two modes:
+
+* on-policy: GAE(lambda) advantages; the ratio is taken against the policy that collected the data.
+* off-policy (DI-engine's off-policy PPO): the newest ``--replay-rollouts`` rollouts are kept;
+  minibatches are drawn from all of them; the ratio is taken against each sample's STORED
+  behaviour log-prob (importance ratio), and values learn from n-step targets (``--nstep``),
+  which, unlike GAE(lambda), do not assume the data came from the current policy's critic.
+
+Data is handled as sequences ``[B, L, ...]`` throughout: the feed-forward networks are trained on
+L = 1 slices, the recurrent ones on whole per-env rollouts (L = ``--num-steps``) from the hidden
+state stored at the rollout's start, minibatching by envs. The update step is a pure tensor
+function ``minibatch -> metrics`` (no ``.item()``), so ``--compile`` can wrap it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from heron.algos.ppo import losses
+from heron.algos.ppo.config import Config
+from heron.algos.ppo.networks import ActorCritic
+from heron.config import HeronError
+from heron.core import atari, offpolicy
+from heron.core import checkpoint as ckpt
+from heron.core.buffers import RolloutBuffer
+from heron.core.envs import VecEnv, probe_spaces
+from heron.core.nets import adam
+from heron.core.policy import Policy
+from heron.core.returns import RewardScaler, gae, nstep_returns
+from heron.core.run import Run
+from heron.core.schedules import set_lr
+
+
+# -- spaces and envs ----------------------------------------------------------------------------------
+def action_info(space: gym.Space, env_id: str) -> dict:
+    """What the action head needs to know about an action space (saved with the policy)."""
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0:
+        return {"kind": "discrete", "n": int(space.n)}
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1 and not np.any(space.start):
+        return {"kind": "multidiscrete", "nvec": [int(n) for n in space.nvec]}
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return {"kind": "multidiscrete", "nvec": [2] * int(space.shape[0])}
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return {"kind": "box", "low": torch.as_tensor(space.low, dtype=torch.float32),
+                "high": torch.as_tensor(space.high, dtype=torch.float32)}
+    raise HeronError(f"ppo supports Discrete, MultiDiscrete, MultiBinary and 1-D Box actions; {env_id} has {space}")
+
+
+def _use_envpool(cfg: Config) -> bool:
+    if cfg.env_backend == "gymnasium":
+        return False
+    if cfg.env_backend == "envpool":
+        if not atari.is_atari(cfg.env_id):
+            raise HeronError(f"--env-backend envpool is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
+                             f"got {cfg.env_id}")
+        if not atari.envpool_available():
+            raise HeronError("--env-backend envpool needs envpool: pip install envpool")
+        return True
+    return atari.is_atari(cfg.env_id) and atari.envpool_available()
+
+
+def check(cfg: Config) -> None:
+    """Reject spaces PPO cannot handle, before a run directory exists."""
+    obs_space, act_space = probe_spaces(cfg.env_id)
+    action_info(act_space, cfg.env_id)
+    image = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == np.uint8
+    vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
+    if not (image or vector):
+        raise HeronError(f"ppo needs vector observations, uint8 images or Dict of vectors; {cfg.env_id} has {obs_space}")
+    _use_envpool(cfg)
+
+
+def _make_envs(cfg: Config):
+    if _use_envpool(cfg):
+        return atari.EnvPoolVecEnv(cfg.env_id, cfg.num_envs, cfg.seed)
+    return VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+
+
+def _build(cfg: Config, spaces: dict) -> ActorCritic:
+    return ActorCritic(spaces, tuple(cfg.hidden_sizes), cfg.shared_network, cfg.recurrent, cfg.rnn_hidden_size,
+                       cfg.obs_norm, cfg.value_norm, cfg.state_dependent_std, cfg.init_log_std)
+
+
+def _obs_dtype(spaces: dict) -> torch.dtype:
+    return torch.uint8 if spaces["obs_dtype"] == "uint8" else torch.float32
+
+
+def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
+    model = _build(cfg, state["spaces"])
+    model.load_state_dict(state["actor"])
+    return Policy(model, tuple(state["spaces"]["obs_shape"]), model.state_size, device, _obs_dtype(state["spaces"]))
+
+
+def train(cfg: Config, run: Run) -> dict:
+    device = run.device
+    envs = _make_envs(cfg)
+    spaces = {"obs_shape": list(envs.single_observation_space.shape), "obs_dtype": str(np.dtype(envs.obs_dtype)),
+              "action": action_info(envs.single_action_space, cfg.env_id)}
+    model = _build(cfg, spaces).to(device)
+    head = model.pi_head
+    opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
+    T, N, S = cfg.num_steps, cfg.num_envs, model.state_size
+    off_policy, recurrent = cfg.mode == "off-policy", cfg.recurrent != "none"
+    iterations = -(-cfg.total_steps // (T * N))
+    act_shape = {"discrete": (), "multidiscrete": (len(spaces["action"].get("nvec", ())),),
+                 "box": (len(spaces["action"].get("low", ())),)}[head.kind]
+    f32, obs_dt = torch.float32, _obs_dtype(spaces)
+    obs_shape = tuple(spaces["obs_shape"])
+    buf = RolloutBuffer(cfg.replay_rollouts if off_policy else 1, T, N, {
+        "obs": (obs_shape, obs_dt), "next_obs": (obs_shape, obs_dt),
+        "actions": (act_shape, f32 if head.kind == "box" else torch.int64),
+        "logp": ((), f32), "values": ((), f32), "rewards": ((), f32),
+        "terminated": ((), torch.bool), "truncated": ((), torch.bool), "starts": ((), torch.bool),
+    }, {"state0": ((S,), f32)}, device)
+    scaler = RewardScaler(N, cfg.gamma) if cfg.reward_scale else None
+    mb_units = (N if recurrent else T * N) // cfg.num_minibatches  # sequences (recurrent) or steps per minibatch
+
+    # -- one gradient step on a minibatch of sequences [B, L] -----------------------------------------
+    def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
+        logp, entropy = head.log_prob(params, mb["actions"]), head.entropy(params).mean()
+        adv = mb["adv"]
+        if cfg.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
+        v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
+                "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
+
+    if cfg.compile:
+        update = torch.compile(update)
+
+    # -- re-valuing stored data and computing targets ---------------------------------------------------
+    def as_sequences(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """[k, T, N, ...] -> per-env sequences [k*N, T, ...]; state0 [k, N, S] -> [k*N, S]."""
+        return {name: (t.flatten(0, 1) if name == "state0" else t.transpose(1, 2).flatten(0, 1))
+                for name, t in data.items()}
+
+    @torch.no_grad()
+    def value_pass(seq: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(obs_t) and V(next_obs_t) [k*N, T] (raw scale) with the current critic. next_obs_t's
+        value is the next step's value unless the episode was cut there (the final observation,
+        valued from the state after step t) or the sequence ends there."""
+        chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
+        values, states = [], []
+        for i in range(0, seq["obs"].shape[0], chunk):
+            _, v, st = model(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
+            values.append(v)
+            states.append(st)
+        values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
+        next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
+        need = seq["truncated"].clone()
+        need[:, -1] = True
+        idx = need.nonzero(as_tuple=True)
+        no_starts = torch.zeros(len(idx[0]), 1, dtype=torch.bool, device=device)
+        for i in range(0, len(idx[0]), 1024):
+            part = (idx[0][i:i + 1024], idx[1][i:i + 1024])
+            _, v, _ = model(seq["next_obs"][part][:, None], states[part], no_starts[i:i + 1024])
+            next_values[part] = v[:, 0]
+        return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
+
+    def targets(seq: dict[str, torch.Tensor], values: torch.Tensor,
+                next_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, returns) [k*N, T]; the estimators take time-major [T, k*N]."""
+        r, term, trunc = seq["rewards"].T, seq["terminated"].T, seq["truncated"].T
+        if off_policy:
+            returns = nstep_returns(r, next_values.T, term, trunc, cfg.gamma, cfg.nstep).T
+            return returns - values, returns
+        adv = gae(r, values.T, next_values.T, term, trunc, cfg.gamma, cfg.gae_lambda).T
+        return adv, adv + values
+
+    def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""
+        if recurrent:
+            return seq
+        return {name: (t[:, None].expand(-1, T, 0).flatten(0, 1) if name == "state0"
+                       else t.flatten(0, 1).unsqueeze(1)) for name, t in seq.items()}
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def policy_state() -> dict:
+        return {"actor": model.state_dict(), "spaces": spaces}
+
+    def full_state() -> dict:
+        return {**policy_state(), **offpolicy.snapshot({"opt": opt}, iteration, None, envs),
+                "scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
+
+    global_step, iteration = 0, 0
+    obs = envs.reset()
+    state = torch.zeros(N, S, device=device)
+    starts = np.ones(N, bool)  # the obs we act on begins an episode
+    if run.resume_state is not None:
+        s = run.resume_state
+        model.load_state_dict(s["actor"])
+        opt.load_state_dict(s["opt"])
+        if scaler:
+            scaler.load_state_dict(s["scaler"])
+        if off_policy:
+            if run.resume_buffer is None:
+                raise HeronError(f"{run.run_dir}: the latest checkpoint has no rollout replay file")
+            buf.load_state_dict(run.resume_buffer)
+        ckpt.set_rng_state(s["rng"])
+        obs = envs.load_state_dict(s["envs"])  # every env begins an episode (or replays its reset)
+        global_step, iteration = int(s["step"]), int(s["n_updates"])
+        state = s["rnn_state"].to(device)
+    policy = Policy(model, obs_shape, S, device, obs_dt)
+    metrics: dict[str, torch.Tensor] = {}
+
+    while global_step < cfg.total_steps:
+        iteration += 1
+        lr = cfg.learning_rate * ((1.0 - (iteration - 1) / iterations) if cfg.anneal_lr else 1.0)
+        set_lr(opt, lr)
+        prev_step = global_step
+
+        # -- collect a rollout ----------------------------------------------------------------------
+        w = buf.writing()
+        w["state0"].copy_(state)
+        for t in range(T):
+            obs_t = torch.as_tensor(obs, device=device)
+            starts_t = torch.as_tensor(starts, device=device)
+            state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
+            with torch.no_grad():
+                params, v, state = model.step(obs_t, state)
+                actions = head.sample(params)
+                w["logp"][t] = head.log_prob(params, actions)
+            step = envs.step(head.to_env(actions).cpu().numpy())
+            global_step += N
+            done = step.terminated | step.truncated
+            rewards = torch.as_tensor(step.rewards)
+            if scaler:
+                rewards = scaler(rewards, torch.as_tensor(done))
+            w["obs"][t], w["next_obs"][t], w["actions"][t] = obs_t, torch.as_tensor(step.next_obs), actions
+            w["values"][t] = model.value_norm.denormalize(v)
+            w["rewards"][t], w["starts"][t] = rewards, starts_t
+            w["terminated"][t], w["truncated"][t] = torch.as_tensor(step.terminated), torch.as_tensor(step.truncated)
+            obs, starts = step.obs, done
+            for _, ret, length in step.episodes:
+                run.logger.episode(global_step, ret, length)
+        buf.commit()
+
+        # -- learn ----------------------------------------------------------------------------------
+        seq = as_sequences(buf.stored())
+        sums: dict[str, torch.Tensor] = {}
+        n_mb = 0
+        for epoch in range(cfg.update_epochs):
+            if epoch == 0 or cfg.recompute_adv:
+                values, next_values = value_pass(seq)
+                adv, returns = targets(seq, values, next_values)
+                if epoch == 0:
+                    model.value_norm.update(returns)  # (identity when --value-norm is off)
+                    explained = losses.explained_variance(seq["values"], returns)
+                units = as_units({**seq, "adv": adv, "returns_n": model.value_norm(returns),
+                                  "values_n": model.value_norm(seq["values"])})
+            order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
+            for idx in order.split(mb_units):
+                out = update({k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp", "adv",
+                                                         "returns_n", "values_n")})
+                sums = {k: sums.get(k, 0) + v for k, v in out.items()}
+                n_mb += 1
+            if cfg.target_kl and bool(out["losses/approx_kl"] > cfg.target_kl):  # one sync per epoch
+                break
+        model.norm.update(w["obs"])  # after learning: the rollout was collected and trained with one scale
+        metrics = {**{k: v / n_mb for k, v in sums.items()}, "losses/explained_variance": explained}
+
+        offpolicy.bookkeeping(run, global_step, prev_step, metrics, lr, policy, policy_state, full_state, buf)
+
+    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), buf.state_dict()))
+    envs.close()
+    return result

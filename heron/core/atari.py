@@ -1,0 +1,212 @@
+"""Atari: the standard preprocessing (Mnih et al. 2015; Machado et al. 2018) and the EnvPool backend.
+
+Two id styles get the standard stack (``make_env`` applies it; nothing to configure):
+
+* ``ALE/<Game>-v5``: made with ``frameskip=1`` so that our frame skip is the only one (v5 skips 4
+  frames by itself); sticky actions stay at v5's 0.25.
+* ``<Game>NoFrameskip-v4``: no frame skip, no sticky actions (the DQN/PPO papers' setting).
+
+Stack, bottom to top: no-op reset (up to 30), frame skip 4 with max-pooling over the last two
+frames, 84x84 grayscale (Gymnasium's ``AtariPreprocessing``); then, for training only, ``GameStats``
+(whole-game return and length, reported when the game really ends), ``EpisodicLife`` (a lost life
+ends the learning episode, not the game), fire reset, reward clipping to {-1, 0, 1}; and a stack of
+the last 4 frames. Evaluation envs skip the training-only wrappers: they play whole games and count
+raw scores.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from heron.config import HeronError
+
+_V4 = re.compile(r"^[A-Za-z]+NoFrameskip-v4$")
+_V5 = re.compile(r"^ALE/[A-Za-z]+-v5$")
+
+
+def is_atari(env_id: str) -> bool:
+    """Ids that get the standard Atari preprocessing."""
+    return bool(_V4.match(env_id) or _V5.match(env_id))
+
+
+def make_base(env_id: str, render_mode: str | None, **kwargs: Any) -> gym.Env:
+    if _V5.match(env_id):
+        kwargs.setdefault("frameskip", 1)  # AtariPreprocessing does the frame skip
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    return gym.make(env_id, **kwargs)
+
+
+class GameStats(gym.Wrapper):
+    """Counts the raw score and agent steps of a whole game (across lives) and reports them in
+    ``info["game_return"]``/``info["game_length"]`` at the step where the game ends. ``VecEnv`` logs
+    these as ``charts/episodic_return``, so training curves show game scores, not per-life ones."""
+
+    def reset(self, **kwargs):
+        self.game_return, self.game_length = 0.0, 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_return += float(reward)
+        self.game_length += 1
+        if terminated or truncated:
+            info = {**info, "game_return": self.game_return, "game_length": self.game_length}
+        return obs, reward, terminated, truncated, info
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life terminates the learning episode (DeepMind 2015); the game goes on, so the reset
+    that follows is a no-op step unless the game is really over."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        self.game_over = False
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE after a reset in games that wait for it (Pong, Breakout, ...)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class ClipReward(gym.RewardWrapper):
+    """Rewards to their sign (Mnih et al. 2015): one learning rate across games."""
+
+    def reward(self, reward):
+        return float(np.sign(reward))
+
+
+def wrap(env: gym.Env, training: bool, frame_stack: int = 4) -> gym.Env:
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
+                                          terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    if training:
+        env = EpisodicLife(GameStats(env))
+    if "FIRE" in env.unwrapped.get_action_meanings()[1:2]:
+        env = FireReset(env)
+    if training:
+        env = ClipReward(env)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)
+
+
+# -- EnvPool ------------------------------------------------------------------------------------------
+def envpool_available() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+class EnvPoolVecEnv:
+    """Atari through EnvPool's C++ thread pool with the same preprocessing and heron's ``Step``
+    layout (see ``heron.core.envs``). EnvPool resets a finished env on its NEXT step, ignoring
+    that step's action; we make that step at once for the finished envs only, so ``obs`` is the
+    new episode's first frame and ``next_obs`` the final one, as with Gymnasium.
+
+    Resume: EnvPool cannot save emulator or RNG state, so a resumed run restarts every game (from
+    a seed derived from the step), which is not bitwise identical to an uninterrupted run."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        import envpool
+
+        from heron.core.envs import Step
+
+        self._step_cls = Step
+        game = env_id.split("/")[-1].replace("NoFrameskip-v4", "-v5")
+        self.env_id, self.num_envs, self.seed, self._game = env_id, num_envs, seed, game
+        self.steps = 0  # vector steps taken, to derive a fresh seed on resume
+        self._kwargs = dict(env_type="gymnasium", num_envs=num_envs, episodic_life=True, reward_clip=True,
+                            repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
+                            noop_max=30, frame_skip=4, img_height=84, img_width=84, stack_num=4,
+                            gray_scale=True, use_fire_reset=True)
+        try:
+            self.envs = envpool.make(game, seed=seed, **self._kwargs)  # env i gets seed + i
+        except Exception as exc:
+            raise HeronError(f"envpool cannot make {game} (from {env_id}): {exc}") from None
+        self.single_observation_space = self.envs.observation_space
+        self.single_action_space = self.envs.action_space
+        self.obs_dtype = np.dtype(np.uint8)
+        self.game_returns = np.zeros(num_envs, np.float64)
+        self.game_lengths = np.zeros(num_envs, np.int64)
+        self.episode_lengths = np.zeros(num_envs, np.int64)  # per life: 0 means an episode just began
+        self.obs: np.ndarray | None = None
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.envs.reset()
+        self.obs = np.asarray(obs)
+        self.game_returns[:], self.game_lengths[:], self.episode_lengths[:] = 0, 0, 0
+        return self.obs
+
+    def step(self, actions: np.ndarray):
+        next_obs, rewards, terminated, truncated, info = self.envs.step(np.asarray(actions))
+        self.steps += 1
+        order = np.asarray(info["env_id"])
+        if not np.array_equal(order, np.arange(self.num_envs)):  # sync mode returns env order; be sure
+            inv = np.argsort(order)
+            next_obs, rewards, terminated, truncated = next_obs[inv], rewards[inv], terminated[inv], truncated[inv]
+            info = {k: np.asarray(v)[inv] for k, v in info.items()}
+        next_obs = np.asarray(next_obs)
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        self.game_returns += np.asarray(info["reward"], np.float64)  # raw score, before clipping
+        self.game_lengths += 1
+        self.episode_lengths += 1
+        game_over = np.asarray(info["terminated"], bool) | truncated
+        episodes = [(int(i), float(self.game_returns[i]), int(self.game_lengths[i])) for i in np.flatnonzero(game_over)]
+        self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
+        done = terminated | truncated
+        obs = next_obs
+        if done.any():
+            idx = np.flatnonzero(done).astype(np.int32)
+            reset_obs, _, _, _, rinfo = self.envs.step(np.zeros(len(idx), dtype=np.int64), env_id=idx)
+            obs = next_obs.copy()
+            obs[np.asarray(rinfo["env_id"])] = reset_obs
+            self.episode_lengths[idx] = 0
+        self.obs = obs
+        return self._step_cls(obs, next_obs, np.asarray(rewards, np.float32), terminated, truncated, episodes)
+
+    def state_dict(self) -> dict:
+        return {"backend": "envpool", "fresh": (self.episode_lengths == 0).tolist(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> np.ndarray:
+        import envpool
+
+        if state.get("backend") != "envpool":
+            raise HeronError("this checkpoint was written with Gymnasium envs; resume with --env-backend gymnasium")
+        self.envs.close()
+        self.steps = int(state["steps"])
+        self.envs = envpool.make(self._game, seed=(self.seed + 7919 * self.steps) % 2**31, **self._kwargs)
+        return self.reset()
+
+    def close(self) -> None:
+        self.envs.close()
