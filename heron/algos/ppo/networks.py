@@ -31,7 +31,8 @@ class Body(nn.Module):
         self.state_size = self.rnn.state_size if self.rnn is not None else 0
 
     def forward(self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [B, L, *obs], state0 [B, S], starts [B, L] -> features [B, L, F], states after each step [B, L, S]."""
+        """x [B, L, *obs], state0 [B, S], starts [B, L] -> features [B, L, F], states after each step
+        [B, L, S] (exact at the last step and wherever an episode ends; see RecurrentCore.sequence)."""
         B, L = x.shape[:2]
         h = x.reshape(B * L, *x.shape[2:])  # [B*L, *obs]
         if self.cnn is not None:
@@ -39,13 +40,12 @@ class Body(nn.Module):
         h = h.reshape(B, L, -1)  # [B, L, D]
         if self.rnn is None:
             return self.mlp(h), state0[:, None].expand(B, L, 0)
-        outs, states, state = [], [], state0
-        for t in range(L):
-            state = state * (~starts[:, t]).unsqueeze(-1).to(state.dtype)  # zero at episode starts
-            out, state = self.rnn.step(h[:, t], state)
-            outs.append(out)
-            states.append(state)
-        return self.mlp(torch.stack(outs, 1)), torch.stack(states, 1)
+        if L == 1:  # acting: one cell step
+            state = state0 * (~starts[:, 0]).unsqueeze(-1).to(state0.dtype)
+            out, state = self.rnn.step(h[:, 0], state)
+            return self.mlp(out[:, None]), state[:, None]
+        out, states = self.rnn.sequence(h, state0, starts)
+        return self.mlp(out), states
 
 
 class ActionHead(nn.Module):

@@ -97,6 +97,52 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
     return Policy(model, tuple(state["spaces"]["obs_shape"]), model.state_size, device, _obs_dtype(state["spaces"]))
 
 
+# -- re-valuing stored data and computing targets ----------------------------------------------------
+def as_sequences(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rollouts [k, T, N, ...] -> per-env sequences [k*N, T, ...]; state0 [k, N, S] -> [k*N, S]."""
+    return {name: (t.flatten(0, 1) if name == "state0" else t.transpose(1, 2).flatten(0, 1))
+            for name, t in data.items()}
+
+
+@torch.no_grad()
+def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """V(obs_t) and V(next_obs_t), [k*N, T] on the raw scale, with the CURRENT critic.
+
+    V(next_obs_t) is the next step's value, except where the episode was cut at t (truncated: the
+    final observation, valued from the recurrent state after step t) or the sequence ends at t
+    (valued the same way). Terminated steps need no next value (GAE and n-step ignore it)."""
+    T = seq["obs"].shape[1]
+    chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
+    values, states = [], []
+    for i in range(0, seq["obs"].shape[0], chunk):
+        _, v, st = model(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
+        values.append(v)
+        states.append(st)
+    values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
+    need = seq["truncated"].clone()
+    need[:, -1] = True
+    rows, cols = need.nonzero(as_tuple=True)
+    for i in range(0, len(rows), 1024):
+        part = (rows[i:i + 1024], cols[i:i + 1024])
+        no_starts = torch.zeros(len(part[0]), 1, dtype=torch.bool, device=values.device)
+        _, v, _ = model(seq["next_obs"][part][:, None], states[part], no_starts)
+        next_values[part] = v[:, 0]
+    return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
+
+
+def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: torch.Tensor, gamma: float,
+            gae_lambda: float, nstep: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, value targets) [k*N, T]: GAE(lambda), or with ``nstep`` > 0 n-step returns and
+    A = G - V (off-policy mode). The estimators take time-major [T, k*N]."""
+    r, term, trunc = seq["rewards"].T, seq["terminated"].T, seq["truncated"].T
+    if nstep:
+        returns = nstep_returns(r, next_values.T, term, trunc, gamma, nstep).T
+        return returns - values, returns
+    adv = gae(r, values.T, next_values.T, term, trunc, gamma, gae_lambda).T
+    return adv, adv + values
+
+
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     envs = _make_envs(cfg)
@@ -141,45 +187,6 @@ def train(cfg: Config, run: Run) -> dict:
 
     if cfg.compile:
         update = torch.compile(update)
-
-    # -- re-valuing stored data and computing targets ---------------------------------------------------
-    def as_sequences(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """[k, T, N, ...] -> per-env sequences [k*N, T, ...]; state0 [k, N, S] -> [k*N, S]."""
-        return {name: (t.flatten(0, 1) if name == "state0" else t.transpose(1, 2).flatten(0, 1))
-                for name, t in data.items()}
-
-    @torch.no_grad()
-    def value_pass(seq: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """V(obs_t) and V(next_obs_t) [k*N, T] (raw scale) with the current critic. next_obs_t's
-        value is the next step's value unless the episode was cut there (the final observation,
-        valued from the state after step t) or the sequence ends there."""
-        chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
-        values, states = [], []
-        for i in range(0, seq["obs"].shape[0], chunk):
-            _, v, st = model(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
-            values.append(v)
-            states.append(st)
-        values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
-        next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
-        need = seq["truncated"].clone()
-        need[:, -1] = True
-        idx = need.nonzero(as_tuple=True)
-        no_starts = torch.zeros(len(idx[0]), 1, dtype=torch.bool, device=device)
-        for i in range(0, len(idx[0]), 1024):
-            part = (idx[0][i:i + 1024], idx[1][i:i + 1024])
-            _, v, _ = model(seq["next_obs"][part][:, None], states[part], no_starts[i:i + 1024])
-            next_values[part] = v[:, 0]
-        return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
-
-    def targets(seq: dict[str, torch.Tensor], values: torch.Tensor,
-                next_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(advantages, returns) [k*N, T]; the estimators take time-major [T, k*N]."""
-        r, term, trunc = seq["rewards"].T, seq["terminated"].T, seq["truncated"].T
-        if off_policy:
-            returns = nstep_returns(r, next_values.T, term, trunc, cfg.gamma, cfg.nstep).T
-            return returns - values, returns
-        adv = gae(r, values.T, next_values.T, term, trunc, cfg.gamma, cfg.gae_lambda).T
-        return adv, adv + values
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""
@@ -255,8 +262,9 @@ def train(cfg: Config, run: Run) -> dict:
         n_mb = 0
         for epoch in range(cfg.update_epochs):
             if epoch == 0 or cfg.recompute_adv:
-                values, next_values = value_pass(seq)
-                adv, returns = targets(seq, values, next_values)
+                values, next_values = value_pass(model, seq)
+                adv, returns = targets(seq, values, next_values, cfg.gamma, cfg.gae_lambda,
+                                       cfg.nstep if off_policy else 0)
                 if epoch == 0:
                     model.value_norm.update(returns)  # (identity when --value-norm is off)
                     explained = losses.explained_variance(seq["values"], returns)

@@ -1,0 +1,253 @@
+"""PPO's pieces on hand-computed numbers: GAE, n-step targets, truncation, the clipped losses,
+advantage recomputation, value normalization and recurrent sequence training."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from heron.algos.ppo import losses
+from heron.algos.ppo.networks import ActorCritic
+from heron.algos.ppo.train import action_info, as_sequences, targets, value_pass
+from heron.core.nets import RunningNorm
+from heron.core.returns import RewardScaler, gae, nstep_returns
+
+
+def _col(*xs):
+    return torch.tensor(xs, dtype=torch.float32)[:, None]  # [T, 1]
+
+
+def _flags(*xs):
+    return torch.tensor(xs, dtype=torch.bool)[:, None]
+
+
+# -- GAE ---------------------------------------------------------------------------------------------
+def _gae_loop(r, v, nv, term, trunc, gamma, lam):
+    T, N = r.shape
+    adv = np.zeros((T, N))
+    for n in range(N):
+        running = 0.0
+        for t in reversed(range(T)):
+            delta = r[t, n] + gamma * (0.0 if term[t, n] else nv[t, n]) - v[t, n]
+            if term[t, n] or trunc[t, n]:
+                running = 0.0
+            running = delta + gamma * lam * running
+            adv[t, n] = running
+    return adv
+
+
+def test_gae_matches_a_plain_python_loop():
+    g = torch.Generator().manual_seed(0)
+    T, N = 37, 5
+    r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
+    term = torch.rand(T, N, generator=g) < 0.1
+    trunc = (torch.rand(T, N, generator=g) < 0.1) & ~term
+    expected = _gae_loop(r.numpy(), v.numpy(), nv.numpy(), term.numpy(), trunc.numpy(), 0.97, 0.9)
+    np.testing.assert_allclose(gae(r, v, nv, term, trunc, 0.97, 0.9).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_by_hand():
+    # gamma 0.9, lambda 0.5: deltas 0.95, 0.95, 1 + 0.9 * 2 - 0.5 = 2.3
+    # A2 = 2.3; A1 = 0.95 + 0.45 * 2.3 = 1.985; A0 = 0.95 + 0.45 * 1.985 = 1.84325
+    adv = gae(_col(1, 1, 1), _col(0.5, 0.5, 0.5), _col(0.5, 0.5, 2.0), _flags(0, 0, 0), _flags(0, 0, 0), 0.9, 0.5)
+    torch.testing.assert_close(adv, _col(1.84325, 1.985, 2.3))
+
+
+def test_truncation_bootstraps_from_the_final_observation_and_termination_does_not():
+    r, v, nv = _col(1, 1, 1), _col(0.5, 0.5, 0.5), _col(0.5, 10.0, 2.0)  # V(final obs at t=1) = 10
+    # truncated at t=1: delta1 = 1 + 0.9 * 10 - 0.5 = 9.5, the recursion stops: A1 = 9.5, A0 = 0.95 + 0.45 * 9.5
+    adv = gae(r, v, nv, _flags(0, 0, 0), _flags(0, 1, 0), 0.9, 0.5)
+    torch.testing.assert_close(adv, _col(0.95 + 0.45 * 9.5, 9.5, 2.3))
+    # terminated at t=1: delta1 = 1 - 0.5 = 0.5, no bootstrap
+    adv = gae(r, v, nv, _flags(0, 1, 0), _flags(0, 0, 0), 0.9, 0.5)
+    torch.testing.assert_close(adv, _col(0.95 + 0.45 * 0.5, 0.5, 2.3))
+
+
+def test_nstep_returns_by_hand_and_limits():
+    r, nv = _col(1, 2, 3, 4), _col(10, 20, 30, 40)
+    none = _flags(0, 0, 0, 0)
+    # n = 2, gamma 0.5: G0 = 1 + 0.5*2 + 0.25*20 = 7; G1 = 2 + 1.5 + 0.25*30 = 11; G2 = 3 + 2 + 10 = 15;
+    # G3 = 4 + 0.5*40 = 24 (the rollout ends)
+    torch.testing.assert_close(nstep_returns(r, nv, none, none, 0.5, 2), _col(7, 11, 15, 24))
+    # terminated at t=1: G0 = 1 + 0.5*2 = 2 (no bootstrap), G1 = 2
+    term = _flags(0, 1, 0, 0)
+    torch.testing.assert_close(nstep_returns(r, nv, term, none, 0.5, 2)[:2], _col(2, 2))
+    # truncated at t=1: G0 = 1 + 0.5*2 + 0.25*20 = 7 (bootstrap from the final obs), G1 = 2 + 0.5*20 = 12
+    trunc = _flags(0, 1, 0, 0)
+    torch.testing.assert_close(nstep_returns(r, nv, none, trunc, 0.5, 2)[:2], _col(7, 12))
+    # n = 1 is the TD(0) target; n >= T is GAE(lambda = 1) + V
+    g = torch.Generator().manual_seed(1)
+    R, V, NV = (torch.randn(9, 3, generator=g) for _ in range(3))
+    TE, TR = torch.rand(9, 3, generator=g) < 0.2, torch.rand(9, 3, generator=g) < 0.2
+    torch.testing.assert_close(nstep_returns(R, NV, TE, TR, 0.9, 1), R + 0.9 * (~TE) * NV)
+    V = torch.cat([V[:1], NV[:-1]])  # consistent values: V(obs_{t+1}) = V(next_obs_t) (telescoping)
+    torch.testing.assert_close(nstep_returns(R, NV, TE, TR, 0.9, 50), gae(R, V, NV, TE, TR, 0.9, 1.0) + V)
+
+
+# -- losses ------------------------------------------------------------------------------------------
+def test_clipped_surrogate_and_dual_clip_by_hand():
+    logp_old = torch.zeros(4)
+    ratio = torch.tensor([1.5, 0.5, 5.0, 1.1])
+    adv = torch.tensor([2.0, -1.0, -1.0, 1.0])
+    # eps 0.2: -min(r A, clip(r) A) = [-min(3, 2.4), -min(-0.5, -0.8), -min(-5, -1.2), -min(1.1, 1.1)]
+    #                                = [-2.4, 0.8, 5.0, -1.1]
+    loss, kl, clipfrac = losses.policy_loss(ratio.log(), logp_old, adv, 0.2)
+    assert loss.item() == pytest.approx((-2.4 + 0.8 + 5.0 - 1.1) / 4)
+    assert clipfrac.item() == pytest.approx(3 / 4)  # 1.5, 0.5 and 5.0 lie outside [0.8, 1.2]
+    r = ratio
+    assert kl.item() == pytest.approx(((r - 1) - r.log()).mean().item())
+    # dual clip c = 3: for A < 0 the loss is at most -c A = 3: the third term 5.0 becomes 3.0
+    loss, _, _ = losses.policy_loss(ratio.log(), logp_old, adv, 0.2, dual_clip=3.0)
+    assert loss.item() == pytest.approx((-2.4 + 0.8 + 3.0 - 1.1) / 4)
+
+
+def test_value_clipping_by_hand():
+    values, old, returns = torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.5]), torch.tensor([1.5, 1.0])
+    # unclipped errors: (0.5)^2, (1.0)^2; clipped values (eps 0.2): 1.2, 0.3 -> errors 0.09, 0.49
+    # max: 0.25, 1.0 -> 0.5 * mean = 0.3125 (the first element keeps the unclipped error 0.25 > 0.09)
+    assert losses.value_loss(values, old, returns, 0.2, clip=True).item() == pytest.approx(0.3125)
+    values = torch.tensor([1.1, 0.0])  # first: unclipped 0.16 vs clipped (1.1 - 1.5)^2 = 0.16
+    old = torch.tensor([3.0, 0.5])  # clipped to 2.8: (2.8 - 1.5)^2 = 1.69 > 0.16: the pessimistic one wins
+    assert losses.value_loss(values, old, returns, 0.2, clip=True).item() == pytest.approx(0.5 * (1.69 + 1.0) / 2)
+    assert losses.value_loss(values, old, returns, 0.2, clip=False).item() == pytest.approx(0.5 * (0.16 + 1.0) / 2)
+
+
+def test_explained_variance():
+    r = torch.tensor([1.0, 2.0, 3.0])
+    assert losses.explained_variance(r, r).item() == pytest.approx(1.0)
+    assert losses.explained_variance(torch.full((3,), 2.0), r).item() == pytest.approx(0.0)
+
+
+# -- networks, recomputation, normalization ----------------------------------------------------------
+def _model(recurrent="none", shared=False, action=None, value_norm=False, obs_dim=3):
+    torch.manual_seed(0)
+    spaces = {"obs_shape": [obs_dim], "obs_dtype": "float32",
+              "action": action or {"kind": "discrete", "n": 3}}
+    return ActorCritic(spaces, (16,), shared, recurrent, 8, False, value_norm, False, 0.0)
+
+
+def _rollout(T=6, N=2, obs_dim=3, S=0):
+    g = torch.Generator().manual_seed(3)
+    return {"obs": torch.randn(1, T, N, obs_dim, generator=g), "next_obs": torch.randn(1, T, N, obs_dim, generator=g),
+            "rewards": torch.randn(1, T, N, generator=g), "terminated": torch.zeros(1, T, N, dtype=torch.bool),
+            "truncated": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([2]), True),
+            "starts": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([0, 3]), True),
+            "state0": torch.zeros(1, N, S)}
+
+
+def test_recomputation_uses_the_current_critic():
+    model = _model()
+    seq = as_sequences(_rollout())
+    adv0, _ = targets(seq, *value_pass(model, seq), 0.9, 0.8)
+    with torch.no_grad():
+        model.v_head.bias += 1.0  # every value + 1
+    adv1, _ = targets(seq, *value_pass(model, seq), 0.9, 0.8)
+    # each delta changes by gamma * 1 - 1 = -0.1 (nothing terminates): GAE of constant deltas
+    zeros = torch.zeros_like(seq["rewards"]).T
+    shift = gae(zeros - 0.1, zeros, zeros, zeros.bool(), seq["truncated"].T, 0.9, 0.8).T
+    torch.testing.assert_close(adv1 - adv0, shift)
+    assert (adv1 - adv0).abs().min() > 0.09
+
+
+def test_value_pass_values_the_final_observation_at_truncation():
+    model = _model()
+    data = _rollout()
+    seq = as_sequences(data)
+    values, next_values = value_pass(model, seq)
+    with torch.no_grad():
+        _, v_final, _ = model(seq["next_obs"][:, 2:3], seq["state0"], torch.zeros(2, 1, dtype=torch.bool))
+        _, v_next, _ = model(seq["obs"][:, 3:4], seq["state0"], torch.zeros(2, 1, dtype=torch.bool))
+    torch.testing.assert_close(next_values[:, 2], v_final[:, 0])  # truncated at t=2: V(final obs), not V(obs_3)
+    torch.testing.assert_close(next_values[:, 3], values[:, 4])
+    assert not torch.allclose(v_final, v_next)
+
+
+def test_value_normalization_round_trip():
+    norm = RunningNorm((), clip=math.inf)
+    returns = torch.randn(1000) * 50 + 200
+    norm.update(returns)
+    z = norm(returns)
+    assert z.mean().abs() < 1e-3 and (z.std() - 1).abs() < 1e-2
+    torch.testing.assert_close(norm.denormalize(z), returns, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(norm(norm.denormalize(torch.tensor([0.3, -2.0]))), torch.tensor([0.3, -2.0]))
+
+
+def test_value_norm_targets_are_denormalized_before_gae():
+    model = _model(value_norm=True)
+    model.value_norm.update(torch.tensor([100.0, 300.0]))  # mean 200, std 100
+    seq = as_sequences(_rollout())
+    values, _ = value_pass(model, seq)
+    with torch.no_grad():
+        _, raw, _ = model(seq["obs"], seq["state0"], seq["starts"])
+    torch.testing.assert_close(values, raw * 100.0 + 200.0, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("recurrent,shared", [("lstm", False), ("gru", True), ("lstm", True)])
+def test_sequence_training_reproduces_the_step_by_step_pass(recurrent, shared):
+    model = _model(recurrent, shared)
+    B, L = 3, 9
+    g = torch.Generator().manual_seed(5)
+    obs = torch.randn(B, L, 3, generator=g)
+    starts = torch.rand(B, L, generator=g) < 0.25
+    state0 = torch.randn(B, model.state_size, generator=g)
+    params, values, states = model(obs, state0, starts)
+    state, p_steps, v_steps = state0, [], []
+    for t in range(L):
+        state = state * (~starts[:, t]).unsqueeze(-1).float()
+        p, v, state = model.step(obs[:, t], state)
+        p_steps.append(p)
+        v_steps.append(v)
+    torch.testing.assert_close(params, torch.stack(p_steps, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(values, torch.stack(v_steps, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(states[:, -1], state, rtol=1e-5, atol=1e-5)
+
+
+def test_action_heads_log_probs_and_entropies():
+    torch.manual_seed(0)
+    # Box: Gaussian log-density and entropy against torch.distributions; samples are unclipped,
+    # the env receives clipped actions
+    box = {"kind": "box", "low": torch.tensor([-1.0, -2.0]), "high": torch.tensor([1.0, 2.0])}
+    model = _model(action=box)
+    params = model.pi_head(torch.randn(5, 16))
+    mean, log_std = params.split(2, -1)
+    dist = torch.distributions.Normal(mean, log_std.exp())
+    a = model.pi_head.sample(params) * 10
+    torch.testing.assert_close(model.pi_head.log_prob(params, a), dist.log_prob(a).sum(-1))
+    torch.testing.assert_close(model.pi_head.entropy(params), dist.entropy().sum(-1))
+    clipped = model.pi_head.to_env(a)
+    assert (clipped.abs() <= torch.tensor([1.0, 2.0])).all()
+    # MultiDiscrete: sum of per-dimension categoricals
+    md = _model(action={"kind": "multidiscrete", "nvec": [2, 3]})
+    params = md.pi_head(torch.randn(4, 16)) * 50
+    a = md.pi_head.sample(params)
+    assert a.shape == (4, 2) and (a[:, 0] < 2).all() and (a[:, 1] < 3).all()
+    d0, d1 = (torch.distributions.Categorical(logits=p) for p in params.split([2, 3], -1))
+    torch.testing.assert_close(md.pi_head.log_prob(params, a), d0.log_prob(a[:, 0]) + d1.log_prob(a[:, 1]))
+    torch.testing.assert_close(md.pi_head.entropy(params), d0.entropy() + d1.entropy())
+    # Discrete: Gumbel-max sampling follows the probabilities
+    dm = _model()
+    logits = torch.tensor([[0.0, math.log(3.0), -1e9]]).expand(20000, 3)
+    counts = torch.bincount(dm.pi_head.sample(logits), minlength=3).float() / 20000
+    torch.testing.assert_close(counts, torch.tensor([0.25, 0.75, 0.0]), atol=0.015, rtol=0)
+
+
+def test_action_spaces_supported_and_rejected():
+    assert action_info(gym.spaces.MultiBinary(3), "x") == {"kind": "multidiscrete", "nvec": [2, 2, 2]}
+    from heron.config import HeronError
+    with pytest.raises(HeronError, match="ppo supports"):
+        action_info(gym.spaces.Tuple([gym.spaces.Discrete(2)]), "x")
+
+
+def test_reward_scaler_divides_by_the_return_std_and_round_trips_its_state():
+    scaler = RewardScaler(2, gamma=0.0)  # gamma 0: the "return" is the reward itself
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        out = scaler(torch.as_tensor(rng.normal(5.0, 3.0, 2), dtype=torch.float32), torch.zeros(2, dtype=torch.bool))
+    assert math.sqrt(scaler.var.item()) == pytest.approx(3.0, rel=0.05)
+    other = RewardScaler(2, gamma=0.0)
+    other.load_state_dict(scaler.state_dict())
+    x = torch.tensor([6.0, -3.0])
+    torch.testing.assert_close(other(x, torch.ones(2, dtype=torch.bool)), scaler(x, torch.ones(2, dtype=torch.bool)))
+    assert out.shape == (2,)
