@@ -49,6 +49,14 @@ def _error(capsys, argv):
     (["eval", "/nonexistent/run"], "run directory not found"),
     (["frobnicate"], "unknown command 'frobnicate'"),
     (["train", "sac", "--track"], "--track needs wandb"),
+    (["train", "ppo", "--dual-clip", "0.5"], "--dual-clip must be greater than 1"),
+    (["train", "ppo", "--recurrent", "lstm", "--num-envs", "3", "--num-minibatches", "2"],
+     "--num-envs (3) must be a multiple of --num-minibatches (2)"),
+    (["train", "ppo", "--mode", "offpolicy"], "--mode must be one of on-policy, off-policy"),
+    (["train", "ppo", "--env-id", "Pendulum-v1", "--env-backend", "envpool"], "--env-backend envpool is for Atari"),
+    (["train", "ppo", "--gae-lambda", "2"], "--gae-lambda must be in [0, 1]"),
+    (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
+    (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

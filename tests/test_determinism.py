@@ -102,3 +102,30 @@ def test_resume_to_a_new_step_target(tmp_path, tiny):
     # the metrics file was appended to, not restarted
     text = (tmp_path / "r" / "metrics.csv").read_text()
     assert text.count("step,wall_time,metric,value") == 1
+
+
+# PPO: one env, 200-step rollouts; Pendulum's 200-step episodes end exactly at every iteration, so
+# checkpoints every 1000 steps fall on episode boundaries.
+PPO_ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "3000", "--num-envs", "1", "--num-steps", "200",
+            "--num-minibatches", "4", "--update-epochs", "2", "--checkpoint-every", "1000", "--eval-every", "1500",
+            "--eval-episodes", "1", "--hidden-sizes", "16", "--progress", "none", "--log-every", "200",
+            "--obs-norm", "--reward-scale", "--value-norm"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--mode", "off-policy", "--replay-rollouts", "3"],
+                                   ["--recurrent", "lstm", "--rnn-hidden-size", "8", "--num-minibatches", "1"]])
+def test_ppo_resume_after_kill_equals_uninterrupted(extra, tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert _heron("train", "ppo", *PPO_ARGS, *extra, "--run-dir", str(full)).returncode == 0
+    crashed = _heron("train", "ppo", *PPO_ARGS, *extra, "--run-dir", str(killed),
+                     env={"HERON_CRASH_AFTER_CHECKPOINT": "2000"})
+    assert crashed.returncode == 17
+    resumed = _heron("train", "--resume", str(killed))
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _state(full), _state(killed)
+    assert a["step"] == b["step"] == 3000 and a["n_updates"] == b["n_updates"] == 15
+    _assert_same(a, b, ["actor"])  # weights and the observation / value normalizer statistics
+    for k in ("ret", "mean", "var", "count"):
+        assert torch.equal(a["scaler"][k], b["scaler"][k])
+    assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
+    assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")

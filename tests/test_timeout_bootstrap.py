@@ -25,3 +25,17 @@ def test_truncation_bootstraps(algo, tmp_path):
                 progress="none", run_dir=str(tmp_path / algo), **extra)
     q = (_last(tmp_path / algo, "losses/qf1_values") + _last(tmp_path / algo, "losses/qf2_values")) / 2
     assert 9.4 < q < 10.6, q
+
+
+def test_ppo_truncation_bootstraps(tmp_path):
+    """PPO's value targets (GAE) must bootstrap from the final observation at the time limit."""
+    import torch
+    heron.train("ppo", env_id="heron-test/ConstantReward-v0", total_steps=6000, num_envs=2, num_steps=100, gamma=0.9,
+                learning_rate=3e-3, anneal_lr=False, hidden_sizes=(32,), eval_every=0, eval_episodes=1,
+                progress="none", run_dir=str(tmp_path / "ppo"))
+    model = heron.load(tmp_path / "ppo").actor
+    with torch.no_grad():
+        obs = torch.rand(256, 2) * 2 - 1
+        _, values, _ = model(obs[:, None], torch.zeros(256, 0), torch.zeros(256, 1, dtype=torch.bool))
+    v = model.value_norm.denormalize(values).mean().item()
+    assert 9.4 < v < 10.6, v

@@ -62,3 +62,26 @@ class DictObs(gym.Env):
 gym.register("heron-test/ConstantReward-v0", entry_point=ConstantReward, max_episode_steps=50)
 gym.register("heron-test/Counter-v0", entry_point=Counter)
 gym.register("heron-test/DictObs-v0", entry_point=DictObs, max_episode_steps=20)
+
+
+class MultiDiscreteTarget(gym.Env):
+    """MultiDiscrete([2, 3]) actions; reward 1 per dimension that matches the target in the obs."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 2, (2,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    def _obs(self):
+        self.target = np.array([self.np_random.integers(2), self.np_random.integers(3)])
+        return self.target.astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(np.sum(np.asarray(action) == self.target))
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("heron-test/MultiDiscrete-v0", entry_point=MultiDiscreteTarget, max_episode_steps=10)
