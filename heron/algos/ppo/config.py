@@ -82,9 +82,11 @@ PRESETS = {
     "classic": dict(env_id="CartPole-v1", total_steps=100_000, num_envs=8, num_steps=32, num_minibatches=1,
                     update_epochs=20, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, ent_coef=0.0,
                     eval_every=10_000, eval_episodes=10),
-    # Overlay for recurrent policies on classic tasks (the zoo's RecurrentPPO CartPoleNoVel block):
-    # --preset classic recurrent
-    "recurrent": dict(recurrent="lstm", rnn_hidden_size=64, hidden_sizes=(64,), obs_norm=True),
+    # Overlay for recurrent policies on classic tasks (the zoo's RecurrentPPO CartPoleNoVel block:
+    # --preset classic recurrent). Value normalization keeps the tanh critic out of saturation:
+    # without it, returns near 1/(1 - 0.98) = 50 drove every tanh unit to +-1 and the critic
+    # froze at a constant (explained variance 0) in 2 of 4 seeds.
+    "recurrent": dict(recurrent="lstm", rnn_hidden_size=64, hidden_sizes=(64,), obs_norm=True, value_norm=True),
     # MuJoCo: Tianshou's and the SB3 zoo's continuous-control block with observation normalization,
     # reward scaling, value normalization and a state-independent std.
     "mujoco": dict(env_id="Hopper-v5", total_steps=1_000_000, num_envs=1, num_steps=2048, num_minibatches=32,

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""heron PPO vs Stable-Baselines3 PPO with identical settings, one after the other, on this machine.
+
+Two settings (``--setting``):
+
+* ``cartpole``: CartPole-v1, 100k steps, the SB3 zoo block (8 envs x 32 steps, one 256-sample
+  minibatch, 20 epochs, lr 1e-3 annealed linearly, gamma 0.98, GAE lambda 0.8, no entropy bonus).
+  heron runs ``--preset classic``. The zoo anneals the clip range too; heron has no clip schedule,
+  so both run with a constant 0.2 here.
+* ``hopper``: Hopper-v5, 100k steps, SB3's PPO defaults (1 env x 2048 steps, minibatch 64,
+  10 epochs, lr 3e-4 constant, gamma 0.99, lambda 0.95, clip 0.2, no value clipping, vf 0.5,
+  max grad norm 0.5) with VecNormalize (observations and rewards). heron runs the same numbers
+  with ``--obs-norm --reward-scale`` (the same running statistics, saved with the model).
+
+Both: 64-64 tanh MLPs, separate actor and critic, orthogonal init, Adam eps 1e-5, advantage
+normalization per minibatch, the same seed and torch thread count. heron's recomputation of
+advantages before each epoch is turned off (SB3 computes them once per rollout), so the work per
+iteration is the same.
+
+Reported: wall time of training (setup included, heron's final one-episode evaluation and
+checkpoint included: a handicap of well under a second on these tasks) and env steps/s; then the
+mean return of 10 deterministic episodes of each final policy, run by ONE evaluation loop here with
+the same start seeds for both.
+
+Run (use a quiet machine: nothing else running)::
+
+    python benchmarks/ppo_vs_sb3.py --setting cartpole --threads 1
+    python benchmarks/ppo_vs_sb3.py --setting hopper --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+SETTINGS = {
+    "cartpole": dict(env_id="CartPole-v1", total_steps=100_000, num_envs=8, num_steps=32, num_minibatches=1,
+                     update_epochs=20, learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
+                     ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
+                     obs_norm=False, reward_scale=False),
+    "hopper": dict(env_id="Hopper-v5", total_steps=100_000, num_envs=1, num_steps=2048, num_minibatches=32,
+                   update_epochs=10, learning_rate=3e-4, anneal_lr=False, gamma=0.99, gae_lambda=0.95,
+                   ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
+                   obs_norm=True, reward_scale=True),
+}
+
+
+def run_heron(s: dict, seed: int, threads: int, run_dir: str) -> tuple[float, object]:
+    import heron
+
+    start = time.perf_counter()
+    heron.train("ppo", **s, seed=seed, torch_threads=threads, recompute_adv=False, hidden_sizes=(64, 64),
+                eval_every=0, eval_episodes=1, log_every=10_000, progress="none", run_dir=run_dir)
+    elapsed = time.perf_counter() - start
+    policy = heron.load(run_dir, device="cpu")
+    return elapsed, lambda obs: policy.predict(obs, deterministic=True)
+
+
+def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    env = make_vec_env(s["env_id"], n_envs=s["num_envs"], seed=seed)
+    if s["obs_norm"]:
+        env = VecNormalize(env, norm_obs=True, norm_reward=s["reward_scale"], gamma=s["gamma"])
+    lr = s["learning_rate"]
+    model = PPO("MlpPolicy", env, n_steps=s["num_steps"],
+                batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"], n_epochs=s["update_epochs"],
+                learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr, gamma=s["gamma"],
+                gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"], vf_coef=s["vf_coef"],
+                max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0)
+    model.learn(total_timesteps=s["total_steps"])
+    elapsed = time.perf_counter() - start
+
+    def act(obs):
+        if s["obs_norm"]:
+            obs = env.normalize_obs(obs)
+        return model.predict(obs, deterministic=True)[0]
+
+    return elapsed, act
+
+
+def evaluate(act, env_id: str, episodes: int, seed: int) -> tuple[float, float]:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    returns = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + 1_000_000 + k)
+        done, total = False, 0.0
+        while not done:
+            obs, r, term, trunc, _ = env.step(act(np.asarray(obs, np.float32)))
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns)), float(np.std(returns))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="cartpole")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--total-steps", type=int, default=0, help="override the setting's step budget")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    args = p.parse_args()
+    s = dict(SETTINGS[args.setting])
+    if args.total_steps:
+        s["total_steps"] = args.total_steps
+    run_dir = tempfile.mkdtemp(prefix="heron_ppo_bench_")
+    results = {}
+    try:
+        for name, fn in (("heron", lambda: run_heron(s, args.seed, args.threads, run_dir + "/run")),
+                         ("sb3", lambda: run_sb3(s, args.seed, args.threads))):
+            elapsed, act = fn()
+            mean, std = evaluate(act, s["env_id"], args.eval_episodes, args.seed)
+            results[name] = {"seconds": round(elapsed, 1), "steps_per_s": round(s["total_steps"] / elapsed),
+                             "eval_mean": round(mean, 1), "eval_std": round(std, 1)}
+            print(f"{name:6s} {elapsed:7.1f} s  {s['total_steps'] / elapsed:7.0f} steps/s  "
+                  f"eval {mean:8.1f} +- {std:.1f}", flush=True)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    ratio = results["sb3"]["seconds"] / results["heron"]["seconds"]
+    print(f"heron speedup over SB3: {ratio:.2f}x")
+    print(json.dumps({"setting": args.setting, "threads": args.threads, "seed": args.seed, **results,
+                      "speedup": round(ratio, 2)}))
+
+
+if __name__ == "__main__":
+    main()
