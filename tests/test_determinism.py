@@ -126,6 +126,6 @@ def test_ppo_resume_after_kill_equals_uninterrupted(extra, tmp_path):
     assert a["step"] == b["step"] == 3000 and a["n_updates"] == b["n_updates"] == 15
     _assert_same(a, b, ["actor"])  # weights and the observation / value normalizer statistics
     for k in ("ret", "mean", "var", "count"):
-        assert torch.equal(a["scaler"][k], b["scaler"][k])
+        assert torch.equal(a["scaler"][k], b["scaler"][k])  # the reward scale continues exactly
     assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
     assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")

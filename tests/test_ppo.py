@@ -244,10 +244,21 @@ def test_reward_scaler_divides_by_the_return_std_and_round_trips_its_state():
     scaler = RewardScaler(2, gamma=0.0)  # gamma 0: the "return" is the reward itself
     rng = np.random.default_rng(0)
     for _ in range(2000):
-        out = scaler(torch.as_tensor(rng.normal(5.0, 3.0, 2), dtype=torch.float32), torch.zeros(2, dtype=torch.bool))
-    assert math.sqrt(scaler.var.item()) == pytest.approx(3.0, rel=0.05)
+        out = scaler(rng.normal(5.0, 3.0, 2).astype(np.float32), np.zeros(2, bool))
+    assert math.sqrt(scaler.var) == pytest.approx(3.0, rel=0.05)
+    assert out.dtype == np.float32 and out.shape == (2,)
     other = RewardScaler(2, gamma=0.0)
     other.load_state_dict(scaler.state_dict())
-    x = torch.tensor([6.0, -3.0])
-    torch.testing.assert_close(other(x, torch.ones(2, dtype=torch.bool)), scaler(x, torch.ones(2, dtype=torch.bool)))
-    assert out.shape == (2,)
+    x = np.array([6.0, -3.0], np.float32)
+    np.testing.assert_array_equal(other(x, np.ones(2, bool)), scaler(x, np.ones(2, bool)))
+    # a reward of 6 divided by the return std 3 (gamma 0: the return is the reward)
+    assert scaler(np.array([6.0, 6.0], np.float32), np.ones(2, bool))[0] == pytest.approx(2.0, rel=0.05)
+
+
+def test_sample_logp_matches_sample_then_log_prob():
+    for action in ({"kind": "box", "low": torch.tensor([-1.0]), "high": torch.tensor([1.0])},
+                   {"kind": "multidiscrete", "nvec": [2, 3]}, None):
+        model = _model(action=action)
+        params = model.pi_head(torch.randn(6, 16))
+        a, logp = model.pi_head.sample_logp(params)
+        torch.testing.assert_close(logp, model.pi_head.log_prob(params, a))

@@ -30,6 +30,10 @@ class Body(nn.Module):
         self.mlp, self.out_dim = tanh_mlp(dim, hidden)
         self.state_size = self.rnn.state_size if self.rnn is not None else 0
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Feed-forward bodies only: x [B, *obs] -> [B, F] (the acting fast path)."""
+        return self.mlp(self.cnn(x) if self.cnn is not None else x)
+
     def forward(self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, *obs], state0 [B, S], starts [B, L] -> features [B, L, F], states after each step
         [B, L, S] (exact at the last step and wherever an episode ends; see RecurrentCore.sequence)."""
@@ -101,6 +105,19 @@ class ActionHead(nn.Module):
                  for lp in self._logits(params)]
         return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
 
+    def sample_logp(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sample and its log-prob, cheaper than ``sample`` then ``log_prob`` (acting, every step)."""
+        if self.kind == "box":
+            mean, log_std = self._box(params)
+            eps = torch.randn_like(mean)
+            return mean + log_std.exp() * eps, (-0.5 * eps.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
+        logps = self._logits(params)
+        picks = [(lp - torch.log(-torch.log(torch.rand_like(lp).clamp_min(1e-20)))).argmax(-1, keepdim=True)
+                 for lp in logps]
+        logp = sum(lp.gather(-1, a).squeeze(-1) for lp, a in zip(logps, picks))
+        actions = picks[0].squeeze(-1) if self.kind == "discrete" else torch.cat(picks, -1)
+        return actions, logp
+
     def mode(self, params: torch.Tensor) -> torch.Tensor:
         if self.kind == "box":
             return self._box(params)[0]
@@ -168,6 +185,11 @@ class ActorCritic(nn.Module):
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step: obs [B, ...], state [B, S] (zeroed by the caller at episode starts) ->
         params [B, P], normalized values [B], new state [B, S]."""
+        if self.state_size == 0:  # feed-forward: skip the sequence bookkeeping (runs every env step)
+            x = self._in(obs)
+            pi_feats = self.pi_body.features(x)
+            v_feats = pi_feats if self.v_body is None else self.v_body.features(x)
+            return self.pi_head(pi_feats), self.v_head(v_feats).squeeze(-1), state
         no_starts = torch.zeros(obs.shape[0], 1, dtype=torch.bool, device=obs.device)
         params, values, states = self(obs[:, None], state, no_starts)
         return params[:, 0], values[:, 0], states[:, 0]

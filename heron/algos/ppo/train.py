@@ -239,14 +239,11 @@ def train(cfg: Config, run: Run) -> dict:
             state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
             with torch.no_grad():
                 params, v, state = model.step(obs_t, state)
-                actions = head.sample(params)
-                w["logp"][t] = head.log_prob(params, actions)
+                actions, w["logp"][t] = head.sample_logp(params)
             step = envs.step(head.to_env(actions).cpu().numpy())
             global_step += N
             done = step.terminated | step.truncated
-            rewards = torch.as_tensor(step.rewards)
-            if scaler:
-                rewards = scaler(rewards, torch.as_tensor(done))
+            rewards = torch.as_tensor(scaler(step.rewards, done) if scaler else step.rewards)
             w["obs"][t], w["next_obs"][t], w["actions"][t] = obs_t, torch.as_tensor(step.next_obs), actions
             w["values"][t] = model.value_norm.denormalize(v)
             w["rewards"][t], w["starts"][t] = rewards, starts_t
