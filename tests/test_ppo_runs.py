@@ -61,6 +61,19 @@ def test_multidiscrete_learns_the_target(tmp_path):
     assert r["mean_return"] >= 18, r  # 2 per step when both dimensions match, 10 steps; random scores 8.3
 
 
+def test_dict_observations_with_an_image_and_a_vector(tmp_path):
+    """The image entry goes through a CNN, the vector entry (normalized) beside it; it learns the
+    vector rule (random play scores 5 of 10)."""
+    r = heron.train("ppo", env_id="heron-test/DictImage-v0", total_steps=4096, num_envs=4, num_steps=64, gamma=0.0,
+                    learning_rate=1e-3, obs_norm=True, hidden_sizes=(32,), eval_every=0, eval_episodes=5,
+                    progress="none", run_dir=str(tmp_path / "d"))
+    state = torch.load(tmp_path / "d" / "checkpoints" / "step_000004096.pt", weights_only=True)
+    assert [p[0] for p in state["spaces"]["obs_parts"]] == ["pixels", "vec"]
+    assert state["actor"]["pi_body.cnns.0.convs.0.weight"].shape[1] == 3  # channel-last frames as (C, H, W)
+    assert state["actor"]["norm.mean"].shape == (2,)  # statistics of the vector entries only
+    assert r["mean_return"] >= 8, r
+
+
 def test_compile_update_step(tmp_path):
     r = heron.train("ppo", compile=True, run_dir=str(tmp_path / "c"), **TINY)
     assert r["step"] == 512
@@ -75,7 +88,7 @@ def test_atari_pong_with_the_standard_wrappers(tmp_path):
     assert r["step"] == 256 and -21 <= r["mean_return"] <= 21
     state = torch.load(tmp_path / "a" / "checkpoints" / "step_000000256.pt", weights_only=True)
     assert state["spaces"]["obs_shape"] == [4, 84, 84] and state["spaces"]["obs_dtype"] == "uint8"
-    assert "pi_body.cnn.convs.0.weight" in state["actor"] and "v_body.cnn.convs.0.weight" not in state["actor"]
+    assert "pi_body.cnns.0.convs.0.weight" in state["actor"] and "v_body.cnns.0.convs.0.weight" not in state["actor"]
 
 
 def test_envpool_backend(tmp_path):

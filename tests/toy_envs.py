@@ -85,3 +85,28 @@ class MultiDiscreteTarget(gym.Env):
 
 
 gym.register("heron-test/MultiDiscrete-v0", entry_point=MultiDiscreteTarget, max_episode_steps=10)
+
+
+class DictImage(gym.Env):
+    """Dict of a small channel-last uint8 image and a vector; reward 1 when the action is the sign
+    of vec[0] (the image is noise)."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8),
+                                                  "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self):
+        self.vec = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return {"pixels": self.np_random.integers(0, 256, (36, 36, 3), dtype=np.uint8), "vec": self.vec}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == int(self.vec[0] > 0))
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("heron-test/DictImage-v0", entry_point=DictImage, max_episode_steps=10)

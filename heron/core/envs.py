@@ -98,6 +98,8 @@ def check_env_id(env_id: str) -> None:
             _require(module, extra, env_id)
     if env_id.endswith("NoFrameskip-v4") or env_id.endswith("Deterministic-v4"):
         _require("ale_py", "atari", env_id)
+    if atari.is_atari(env_id):
+        _require("cv2", "atari", env_id)  # the 84x84 resize of the standard preprocessing
     if env_id not in gym.registry:
         known = list(gym.registry) + list(PYBULLET_IDS)
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)

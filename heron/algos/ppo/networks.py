@@ -18,30 +18,54 @@ from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, orthogonal_, 
 LOG_2PI = math.log(2 * math.pi)
 
 
-class Body(nn.Module):
-    """(normalized) observations -> features: [Nature CNN for images] -> [GRU/LSTM] -> tanh MLP."""
+def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
+    """(C, H, W) of an image and whether it arrives channel-last (H, W, C), as pixel envs render."""
+    channels_last = shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4)
+    return ((shape[2], shape[0], shape[1]) if channels_last else tuple(shape)), channels_last
 
-    def __init__(self, obs_shape: tuple[int, ...], recurrent: str, rnn_hidden: int, hidden: tuple[int, ...]):
+
+class Body(nn.Module):
+    """(normalized) observations -> features: [Nature CNN per image] -> [GRU/LSTM] -> tanh MLP.
+
+    ``parts`` describes the input: one vector ``[(D, None)]``, one image ``[(0, shape)]``, or, for
+    Dict observations holding images (``flat``), the pieces of the flattened vector in order:
+    ``(size, image shape or None)``. Images go through their own CNN, vectors pass through, and
+    the results are concatenated."""
+
+    def __init__(self, parts: list[tuple[int, tuple | None]], flat: bool, recurrent: str, rnn_hidden: int,
+                 hidden: tuple[int, ...]):
         super().__init__()
-        self.cnn = NatureCNN(*obs_shape) if len(obs_shape) == 3 else None
-        dim = self.cnn.out_dim if self.cnn is not None else obs_shape[0]
+        self.flat = flat
+        self.parts = [(size, None if shape is None else image_layout(shape)) for size, shape in parts]
+        self.cnns = nn.ModuleList(NatureCNN(*layout[0]) for _, layout in self.parts if layout is not None)
+        dim = sum(c.out_dim for c in self.cnns) + sum(size for size, layout in self.parts if layout is None)
         self.rnn = RecurrentCore(recurrent, dim, rnn_hidden) if recurrent != "none" else None
         dim = rnn_hidden if self.rnn is not None else dim
         self.mlp, self.out_dim = tanh_mlp(dim, hidden)
         self.state_size = self.rnn.state_size if self.rnn is not None else 0
 
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, *obs] -> [B, D]: images through their CNNs (uint8 or float pixels 0..255)."""
+        pieces = x.split([size for size, _ in self.parts], -1) if self.flat else [x]
+        out, cnns = [], iter(self.cnns)
+        for piece, (_, layout) in zip(pieces, self.parts):
+            if layout is None:
+                out.append(piece)
+                continue
+            (c, h, w), channels_last = layout
+            img = piece.reshape(-1, h, w, c).movedim(-1, -3) if channels_last else piece.reshape(-1, c, h, w)
+            out.append(next(cnns)(img))
+        return out[0] if len(out) == 1 else torch.cat(out, -1)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Feed-forward bodies only: x [B, *obs] -> [B, F] (the acting fast path)."""
-        return self.mlp(self.cnn(x) if self.cnn is not None else x)
+        return self.mlp(self.encode(x))
 
     def forward(self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, *obs], state0 [B, S], starts [B, L] -> features [B, L, F], states after each step
         [B, L, S] (exact at the last step and wherever an episode ends; see RecurrentCore.sequence)."""
         B, L = x.shape[:2]
-        h = x.reshape(B * L, *x.shape[2:])  # [B*L, *obs]
-        if self.cnn is not None:
-            h = self.cnn(h)
-        h = h.reshape(B, L, -1)  # [B, L, D]
+        h = self.encode(x.reshape(B * L, *x.shape[2:])).reshape(B, L, -1)  # [B*L, *obs] -> [B, L, D]
         if self.rnn is None:
             return self.mlp(h), state0[:, None].expand(B, L, 0)
         if L == 1:  # acting: one cell step
@@ -151,24 +175,40 @@ class ActorCritic(nn.Module):
                  obs_norm: bool, value_norm: bool, state_dependent_std: bool, init_log_std: float):
         super().__init__()
         obs_shape = tuple(spaces["obs_shape"])
-        self.image = len(obs_shape) == 3
-        # channel-last frames (H, W, C), as pixel envs render them, go to the CNN as (C, H, W)
-        self.channels_last = self.image and obs_shape[-1] in (1, 3, 4) and obs_shape[0] not in (1, 3, 4)
-        if self.channels_last:
-            obs_shape = (obs_shape[2], obs_shape[0], obs_shape[1])
-        self.norm = RunningNorm(obs_shape, enabled=obs_norm and not self.image)
+        layout = spaces.get("obs_parts")  # Dict observations with images, flattened: [[key, shape, image]]
+        if layout:
+            parts = [(math.prod(shape), tuple(shape) if image else None) for _, shape, image in layout]
+            offsets = torch.cumsum(torch.tensor([0] + [size for size, _ in parts]), 0).tolist()
+            vec = [i for (size, shape), start in zip(parts, offsets) if shape is None for i in range(start, start + size)]
+        elif len(obs_shape) == 3:
+            parts, vec = [(0, obs_shape)], []
+        else:
+            parts, vec = [(obs_shape[0], None)], list(range(obs_shape[0]))
+        self.flat = bool(layout)
+        self.register_buffer("vec_idx", torch.tensor(vec, dtype=torch.long), persistent=False)
+        self.norm = RunningNorm((len(vec),), enabled=obs_norm and len(vec) > 0)  # vector entries only
         self.value_norm = RunningNorm((), enabled=value_norm, clip=math.inf)
-        self.pi_body = Body(obs_shape, recurrent, rnn_hidden, hidden)
-        self.v_body = None if shared else Body(obs_shape, recurrent, rnn_hidden, hidden)
+        self.pi_body = Body(parts, self.flat, recurrent, rnn_hidden, hidden)
+        self.v_body = None if shared else Body(parts, self.flat, recurrent, rnn_hidden, hidden)
         self.pi_head = ActionHead(self.pi_body.out_dim, spaces["action"], state_dependent_std, init_log_std)
         self.v_head = orthogonal_(nn.Linear(self.pi_body.out_dim, 1), gain=1.0)
         self.pi_state = self.pi_body.state_size
         self.state_size = self.pi_state + (self.v_body.state_size if self.v_body is not None else 0)
 
     def _in(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.channels_last:  # [..., H, W, C] -> [..., C, H, W]
-            return obs.movedim(-1, -3)
-        return obs if self.image else self.norm(obs)  # images stay uint8 until the CNN
+        """Normalize the vector entries; images stay as they are (uint8) until their CNN."""
+        if not self.norm.enabled:
+            return obs if obs.dtype == torch.uint8 else obs.float()
+        if not self.flat:
+            return self.norm(obs)
+        out = obs.float().clone()
+        out[..., self.vec_idx] = self.norm(obs[..., self.vec_idx])
+        return out
+
+    def update_norm(self, obs: torch.Tensor) -> None:
+        """Fold observations [..., *obs] into the statistics of their vector entries."""
+        if self.norm.enabled:
+            self.norm.update(obs[..., self.vec_idx] if self.flat else obs)
 
     def forward(self, obs: torch.Tensor, state0: torch.Tensor,
                 starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

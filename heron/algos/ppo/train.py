@@ -52,6 +52,21 @@ def action_info(space: gym.Space, env_id: str) -> dict:
     raise HeronError(f"ppo supports Discrete, MultiDiscrete, MultiBinary and 1-D Box actions; {env_id} has {space}")
 
 
+def obs_parts(env_id: str) -> list | None:
+    """For Dict observations holding images: [key, shape, is_image] of each entry, in the order
+    of the flattened vector (the network splits it again: CNNs for images, the rest as vectors).
+    None when the observation is not such a Dict (plain flattening serves)."""
+    raw, _ = probe_spaces(env_id, flatten_dict=False)
+    if not isinstance(raw, gym.spaces.Dict):
+        return None
+    parts = []
+    for key, space in raw.spaces.items():
+        image = isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
+        shape = list(space.shape) if isinstance(space, gym.spaces.Box) else [gym.spaces.flatdim(space)]
+        parts.append([str(key), shape, image])
+    return parts if any(image for _, _, image in parts) else None
+
+
 def _use_envpool(cfg: Config) -> bool:
     if cfg.env_backend == "gymnasium":
         return False
@@ -72,7 +87,7 @@ def check(cfg: Config) -> None:
     image = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == np.uint8
     vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
     if not (image or vector):
-        raise HeronError(f"ppo needs vector observations, uint8 images or Dict of vectors; {cfg.env_id} has {obs_space}")
+        raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
     _use_envpool(cfg)
 
 
@@ -147,7 +162,7 @@ def train(cfg: Config, run: Run) -> dict:
     device = run.device
     envs = _make_envs(cfg)
     spaces = {"obs_shape": list(envs.single_observation_space.shape), "obs_dtype": str(np.dtype(envs.obs_dtype)),
-              "action": action_info(envs.single_action_space, cfg.env_id)}
+              "action": action_info(envs.single_action_space, cfg.env_id), "obs_parts": obs_parts(cfg.env_id)}
     model = _build(cfg, spaces).to(device)
     head = model.pi_head
     opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
@@ -275,7 +290,7 @@ def train(cfg: Config, run: Run) -> dict:
                 n_mb += 1
             if cfg.target_kl and bool(out["losses/approx_kl"] > cfg.target_kl):  # one sync per epoch
                 break
-        model.norm.update(w["obs"])  # after learning: the rollout was collected and trained with one scale
+        model.update_norm(w["obs"])  # after learning: the rollout was collected and trained with one scale
         metrics = {**{k: v / n_mb for k, v in sums.items()}, "losses/explained_variance": explained}
 
         offpolicy.bookkeeping(run, global_step, prev_step, metrics, lr, policy, policy_state, full_state, buf)
