@@ -125,3 +125,52 @@ def test_velocity_masked_pomdp_ids():
     np.testing.assert_array_equal(envs.step(act).next_obs[0], full.step(act).next_obs[0][:2])
     cart = make_env("heron/CartPole-NoVel-v1")
     assert cart.observation_space.shape == (2,) and cart.spec.max_episode_steps == 500
+
+
+def test_atari_standard_wrappers():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from heron.core import atari
+    from heron.core.envs import VecEnv, make_env
+
+    train_env = make_env("BreakoutNoFrameskip-v4", training=True)
+    names = []
+    e = train_env
+    while hasattr(e, "env"):
+        names.append(type(e).__name__)
+        e = e.env
+    assert names[:4] == ["FrameStackObservation", "ClipReward", "FireReset", "EpisodicLife"]
+    assert "GameStats" in names and "AtariPreprocessing" in names
+    eval_names = []
+    e = make_env("ALE/Breakout-v5")
+    assert e.unwrapped._frameskip == 1  # v5's own frame skip is off: ours (4, max-pooled) is the only one
+    while hasattr(e, "env"):
+        eval_names.append(type(e).__name__)
+        e = e.env
+    assert "EpisodicLife" not in eval_names and "ClipReward" not in eval_names and "FireReset" in eval_names
+    obs, _ = train_env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    # a life lost ends the learning episode; the reset that follows continues the same game
+    rng = np.random.default_rng(0)
+    lives_seen, rewards = [], set()
+    for _ in range(3000):
+        obs, r, term, trunc, info = train_env.step(int(rng.integers(4)))
+        rewards.add(r)
+        if term or trunc:
+            lives = train_env.unwrapped.ale.lives()
+            lives_seen.append(lives)
+            if lives == 0:
+                assert "game_return" in info
+                break
+            train_env.reset()
+            assert train_env.unwrapped.ale.lives() == lives  # not a new game
+    assert lives_seen[:4] == [4, 3, 2, 1] and rewards <= {-1.0, 0.0, 1.0}
+    assert atari.is_atari("PongNoFrameskip-v4") and atari.is_atari("ALE/Pong-v5") and not atari.is_atari("Pong-v4")
+    # the vector env logs whole games (raw scores), not lives
+    v = VecEnv("BreakoutNoFrameskip-v4", 1, 0)
+    v.reset()
+    episodes = []
+    for _ in range(3000):
+        episodes += v.step(rng.integers(4, size=1)).episodes
+    v.close()
+    assert episodes and all(length > 100 for _, _, length in episodes)  # 5 lives of random play each
