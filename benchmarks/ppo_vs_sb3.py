@@ -17,8 +17,9 @@ normalization per minibatch, the same seed and torch thread count. heron's recom
 advantages before each epoch is turned off (SB3 computes them once per rollout), so the work per
 iteration is the same.
 
-Reported: wall time of training (setup included, heron's final one-episode evaluation and
-checkpoint included: a handicap of well under a second on these tasks) and env steps/s; then the
+Reported: wall time of training (setup included, imports excluded on both sides; heron's final
+one-episode evaluation and checkpoint included: a handicap of well under a second on these
+tasks) and env steps/s; then the
 mean return of 10 deterministic episodes of each final policy, run by ONE evaluation loop here with
 the same start seeds for both.
 
@@ -53,6 +54,8 @@ SETTINGS = {
 
 def run_heron(s: dict, seed: int, threads: int, run_dir: str) -> tuple[float, object]:
     import heron
+    import heron.algos.ppo  # noqa: F401  imports outside the timer, as for SB3 (its imports
+    from torch.utils.tensorboard import SummaryWriter  # noqa: F401  precede its timer too)
 
     start = time.perf_counter()
     heron.train("ppo", **s, seed=seed, torch_threads=threads, recompute_adv=False, hidden_sizes=(64, 64),
