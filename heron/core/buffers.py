@@ -147,9 +147,6 @@ class RolloutBuffer:
         """The complete rollouts, [k, T, N, ...] / [k, N, ...] with k = min(count, K)."""
         return {name: t[:self.count] for name, t in self.data.items()}
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.data.values())
-
     def state_dict(self) -> dict | None:
         if self.rollouts == 1:
             return None  # on-policy: consumed by the update that preceded the checkpoint

@@ -121,16 +121,11 @@ class ActionHead(nn.Module):
         return [torch.log_softmax(p, -1) for p in params.split(self.sizes, -1)]
 
     def sample(self, params: torch.Tensor) -> torch.Tensor:
-        if self.kind == "box":
-            mean, log_std = self._box(params)
-            return mean + log_std.exp() * torch.randn_like(mean)
-        # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample
-        picks = [(lp - torch.log(-torch.log(torch.rand_like(lp).clamp_min(1e-20)))).argmax(-1)
-                 for lp in self._logits(params)]
-        return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
+        return self.sample_logp(params)[0]
 
     def sample_logp(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sample and its log-prob, cheaper than ``sample`` then ``log_prob`` (acting, every step)."""
+        """A sample and its log-prob in one pass (acting, every step). Categoricals are sampled with
+        Gumbel-max: argmax(logits + Gumbel noise)."""
         if self.kind == "box":
             mean, log_std = self._box(params)
             eps = torch.randn_like(mean)
