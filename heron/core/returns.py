@@ -71,6 +71,32 @@ def nstep_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminated: 
     return out
 
 
+
+def lambda_return(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor,
+                  lam: float) -> torch.Tensor:
+    """TD(lambda) targets along an imagined trajectory (Dreamer: Hafner et al. 2021, eq. 4), [H, B] -> [H, B]:
+
+        V^lambda_t = r_t + d_t * ((1 - lambda) * v_{t+1} + lambda * V^lambda_{t+1}),   V^lambda_H = v_H
+
+    ``rewards[t]`` and ``discounts[t]`` (gamma times the continue probability) belong to the move
+    from state t to state t+1; ``values[t]`` = v(state t) for t < H and ``bootstrap`` = v(state H)::
+
+        state:      s0 ---r0,d0---> s1 ---r1,d1---> s2 ... s_{H-1} ---r_{H-1},d_{H-1}---> s_H
+        values:     v0              v1                     v_{H-1}                        bootstrap
+
+    lambda = 1 gives the discounted Monte Carlo return bootstrapped at H; lambda = 0 the one-step
+    TD target r_t + d_t v_{t+1}.
+    """
+    assert rewards.shape == values.shape == discounts.shape and bootstrap.shape == values.shape[1:]
+    next_values = torch.cat([values[1:], bootstrap[None]])  # [H, B]: v_{t+1}
+    inputs = rewards + discounts * next_values * (1.0 - lam)
+    out = torch.empty_like(rewards)
+    last = bootstrap
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        last = inputs[t] + discounts[t] * lam * last
+        out[t] = last
+    return out
+
 class RewardScaler:
     """Reward scaling for continuous control (Engstrom et al. 2020, "Implementation Matters",
     section 3): divide rewards by the running standard deviation of the discounted return
