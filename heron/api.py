@@ -59,6 +59,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> dict:
 
 
 def _run(module: Any, run: Run) -> dict:
+    run.eval_env_fn = eval_env_fn(module, run.cfg)
     try:
         return module.train(run.cfg, run)
     finally:
@@ -92,3 +93,10 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
     policy = registry.get(algo).load_policy(cfg, state, resolve_device(device))
     policy.step, policy.env_id, policy.algo = int(state["step"]), cfg.env_id, algo
     return policy
+
+
+def eval_env_fn(module: Any, cfg: Any) -> Any:
+    """The algorithm's own evaluation env factory ``f(render_mode) -> env`` (its wrapper stack), or
+    None for heron's standard ``make_env``."""
+    maker = getattr(module, "eval_env", None)
+    return maker(cfg) if maker is not None else None

@@ -84,7 +84,7 @@ def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
         if kind is bool:
             kwargs.update(nargs="?", const="true", metavar="true|false")
         elif typing.get_origin(kind) is tuple:
-            kwargs.update(nargs="+", metavar="INT")
+            kwargs.update(nargs="+", metavar="KEY" if typing.get_args(kind)[0] is str else "INT")
         elif f.metadata.get("choices"):
             kwargs.update(metavar="|".join(map(str, f.metadata["choices"])))
         else:
@@ -156,7 +156,8 @@ def cmd_eval(argv: list[str]) -> int:
         video = str(Path(args.run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
         Path(video).parent.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else cfg.seed + EVAL_SEED_OFFSET
-    returns = evaluate(policy, cfg.env_id, args.episodes, seed, video_path=video)
+    returns = evaluate(policy, cfg.env_id, args.episodes, seed, video_path=video,
+                       env_fn=api.eval_env_fn(registry.get(algo), cfg))
     out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
            "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
     if video:

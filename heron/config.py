@@ -122,7 +122,8 @@ def coerce(cls: type, name: str, value: Any) -> Any:
         if typing.get_origin(kind) is tuple:
             if isinstance(value, str):
                 value = [v for v in value.replace(",", " ").split() if v]
-            return tuple(int(v) for v in value)
+            item = typing.get_args(kind)[0]
+            return tuple(str(v) if item is str else int(v) for v in value)
     except (TypeError, ValueError):
         raise HeronError(f"--{flag(name)} expects {type_name(kind)}, got {value!r}") from None
     raise TypeError(f"unsupported config type {kind} for {name}")
@@ -130,7 +131,7 @@ def coerce(cls: type, name: str, value: Any) -> Any:
 
 def type_name(kind: Any) -> str:
     if typing.get_origin(kind) is tuple:
-        return "a list of integers"
+        return "a list of strings" if typing.get_args(kind)[0] is str else "a list of integers"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
 
 

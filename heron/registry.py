@@ -18,6 +18,7 @@ ALGOS = {
     "sac": "heron.algos.sac",
     "td3": "heron.algos.td3",
     "ppo": "heron.algos.ppo",
+    "dreamer_v2": "heron.algos.dreamer_v2",
 }
 
 

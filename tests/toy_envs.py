@@ -110,3 +110,31 @@ class DictImage(gym.Env):
 
 
 gym.register("heron-test/DictImage-v0", entry_point=DictImage, max_episode_steps=10)
+
+
+class TwoGoals(gym.Env):
+    """A corridor of positions -4..4 starting at 0; the observation shows the position and which end
+    is the goal this episode (random). Reaching the goal end: reward +1, the other end: -1; both
+    terminate. A random policy scores about 0, the optimal one +1 in 4 steps: learning it takes
+    multi-step credit assignment and conditioning on the goal."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)  # 0: left, 1: right
+
+    def _obs(self):
+        return np.array([self.pos / 4.0, self.goal], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.goal = 0, float(self.np_random.choice([-1.0, 1.0]))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.pos += 1 if int(action) == 1 else -1
+        if abs(self.pos) == 4:
+            return self._obs(), (1.0 if np.sign(self.pos) == self.goal else -1.0), True, False, {}
+        return self._obs(), 0.0, False, False, {}
+
+
+gym.register("heron-test/TwoGoals-v0", entry_point=TwoGoals, max_episode_steps=20)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from heron.config import HeronError
+from heron.core.checkpoint import generator_state
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
 
@@ -159,3 +160,155 @@ class RolloutBuffer:
             if k not in self.data or v.shape[1:] != self.data[k].shape[1:] or len(v) > self.rollouts:
                 raise HeronError(f"checkpointed rollout field {k!r} does not fit this run's settings")
             self.data[k][:len(v)] = v.to(self.data[k].device)
+
+
+class EpisodeBuffer:
+    """Whole episodes for sequence models (DreamerV2's replay, seed 003).
+
+    Each env's running episode is staged; when it ends it is copied, contiguous, into circular
+    per-key storage of ``capacity`` steps (numpy arrays, or ``np.memmap`` files under
+    ``memmap_dir`` so that the data lives on disk and the resident set stays small). An episode that
+    does not fit before the end of the storage starts again at 0; episodes it overwrites are
+    evicted whole. Sequences of ``length`` steps are drawn inside single episodes: an episode with
+    probability proportional to its length, then a start uniform over its windows, or, with
+    ``prioritize_ends``, a start uniform over [0, len) clamped to len - length (the last window
+    gets the extra mass, so episode ends are not undersampled). Episodes shorter than ``length``
+    are stored but never sampled (``short_episodes`` counts them).
+
+    ``cross_episodes`` (sheeprl's "sequential" buffer) lets a sequence run on into the episodes
+    stored right after it: windows are drawn uniformly over runs of adjacent episodes, and the
+    model resets its state at each ``is_first`` inside. Tasks with episodes shorter than a sequence
+    need it.
+
+    ``fields``: key -> (shape, numpy dtype); uint8 images stay uint8 until the batch is on the
+    training device.
+    """
+
+    def __init__(self, capacity: int, num_envs: int, fields: dict[str, tuple[tuple, Any]], length: int,
+                 prioritize_ends: bool = False, memmap_dir: str | None = None, seed: int = 0,
+                 cross_episodes: bool = False):
+        if capacity < length:
+            raise HeronError(f"--buffer-size {capacity} is smaller than the sequence length {length}")
+        self.capacity, self.length, self.prioritize_ends = capacity, length, prioritize_ends
+        self.cross_episodes = cross_episodes
+        self._segments_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.fields = {k: (tuple(shape), np.dtype(dt)) for k, (shape, dt) in fields.items()}
+        if memmap_dir is not None:
+            from pathlib import Path
+
+            Path(memmap_dir).mkdir(parents=True, exist_ok=True)
+            self.data = {k: np.lib.format.open_memmap(str(Path(memmap_dir) / f"{k}.npy"), mode="w+", dtype=dt,
+                                                      shape=(capacity, *shape))
+                         for k, (shape, dt) in self.fields.items()}
+        else:
+            self.data = {k: np.zeros((capacity, *shape), dt) for k, (shape, dt) in self.fields.items()}
+        self.episodes: list[tuple[int, int]] = []  # (start, length) of stored episodes, oldest first
+        self.pos = 0
+        self.short_episodes = 0
+        self.staging: list[dict[str, list]] = [{k: [] for k in self.fields} for _ in range(num_envs)]
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return sum(n for _, n in self.episodes)
+
+    def add(self, step: dict[str, np.ndarray], ended: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """One vector step: ``step[key]`` is [N, *shape]; envs where ``ended`` closes their episode
+        with this step (terminated or truncated) move it into storage. Only envs where ``mask`` is
+        true (all when None) get the step."""
+        for i, stage in enumerate(self.staging):
+            if mask is not None and not mask[i]:
+                continue
+            for k in self.fields:
+                stage[k].append(np.asarray(step[k][i], self.fields[k][1]))
+            if ended[i]:
+                self._store(i)
+
+    def _store(self, env: int) -> None:
+        stage = self.staging[env]
+        n = len(stage[next(iter(self.fields))])
+        if n:
+            episode = {k: np.stack(v)[-self.capacity:] for k, v in stage.items()}
+            self.store_episode(episode)
+        self.staging[env] = {k: [] for k in self.fields}
+
+    def store_episode(self, episode: dict[str, np.ndarray]) -> None:
+        """Store one whole episode (its last ``capacity`` steps if longer), evicting what it
+        overwrites; storage stays first-in first-out."""
+        episode = {k: v[-self.capacity:] for k, v in episode.items()}
+        n = len(next(iter(episode.values())))
+        if n < self.length:
+            self.short_episodes += 1
+        if self.pos + n > self.capacity:
+            # wrap: the unused tail [pos, capacity) holds the oldest episodes, which the next lap
+            # might never overwrite (lengths need not add up to the capacity): evict them now
+            self.episodes = [(s, m) for s, m in self.episodes if s < self.pos]
+            self.pos = 0
+        lo, hi = self.pos, self.pos + n
+        self.episodes = [(s, m) for s, m in self.episodes if s + m <= lo or s >= hi]  # evict overlaps
+        for k, arr in episode.items():
+            self.data[k][lo:hi] = arr
+        self.episodes.append((lo, n))
+        self._segments_cache = None
+        self.pos = hi
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` sequences, dict of [B, length, *shape] arrays."""
+        starts, lens = self._segments()
+        if not len(starts):
+            raise HeronError(f"no stored episode is as long as the sequence length {self.length} yet")
+        ep = self.rng.choice(len(starts), size=batch_size, p=lens / lens.sum())
+        if self.prioritize_ends:
+            offset = np.minimum(self.rng.integers(0, lens[ep]), lens[ep] - self.length)
+        else:
+            offset = self.rng.integers(0, lens[ep] - self.length + 1)
+        idx = (starts[ep] + offset)[:, None] + np.arange(self.length)  # [B, L]
+        return {k: v[idx] for k, v in self.data.items()}
+
+    def sampleable(self) -> bool:
+        """Whether some stored episode is as long as a sequence."""
+        return len(self._segments()[0]) > 0
+
+    def _segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, lengths) of the stretches sequences are drawn from: episodes, or with
+        ``cross_episodes`` runs of episodes adjacent in storage; only those at least ``length`` long."""
+        if self._segments_cache is None:
+            segs = sorted(self.episodes) if self.cross_episodes else list(self.episodes)
+            if self.cross_episodes:
+                merged: list[list[int]] = []
+                for s, m in segs:
+                    if merged and merged[-1][0] + merged[-1][1] == s:
+                        merged[-1][1] += m
+                    else:
+                        merged.append([s, m])
+                segs = [(s, m) for s, m in merged]
+            kept = np.array([(s, m) for s, m in segs if m >= self.length], np.int64).reshape(-1, 2)
+            self._segments_cache = (kept[:, 0], kept[:, 1])
+        return self._segments_cache
+
+    def state_dict(self) -> dict:
+        """Views (no copies) of the used storage, the episode index, staged episodes and the RNG."""
+        used = max((s + m for s, m in self.episodes), default=0)
+        return {"data": {k: torch.from_numpy(np.asarray(v[:used])) for k, v in self.data.items()},
+                "episodes": torch.tensor(self.episodes, dtype=torch.int64).reshape(-1, 2),
+                "pos": self.pos, "short_episodes": self.short_episodes,
+                "staging": [{k: torch.from_numpy(np.stack(v)) if v else None for k, v in st.items()}
+                            for st in self.staging],
+                "rng": generator_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore in place (chunked copies, so a memory-mapped load never doubles memory). Staged
+        episodes were in flight at the checkpoint and are cut there: they are stored as ended
+        (not terminal), since resumed envs start new episodes."""
+        chunk = 4096
+        for k, t in state["data"].items():
+            for i in range(0, t.shape[0], chunk):
+                piece = t[i:i + chunk].numpy()
+                self.data[k][i:i + len(piece)] = piece
+        self.episodes = [tuple(int(x) for x in row) for row in state["episodes"].tolist()]
+        self._segments_cache = None
+        self.pos, self.short_episodes = int(state["pos"]), int(state["short_episodes"])
+        self.rng.bit_generator.state = state["rng"]
+        for stage in state["staging"]:  # None: nothing staged worth keeping
+            if stage is not None and stage[next(iter(self.fields))] is not None:
+                self.store_episode({k: t.numpy() for k, t in stage.items()})
+        self.staging = [{k: [] for k in self.fields} for _ in self.staging]

@@ -50,9 +50,11 @@ def save_atomic(obj: Any, path: str | Path) -> None:
         os.close(fd)
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+def load(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Any:
+    """A checkpoint's contents (``mmap``: tensors stay in the file's pages until read, so a large
+    replay buffer is copied into place without a second copy in memory)."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise HeronError(f"checkpoint not found: {path}") from None
     except Exception as exc:  # truncated file, not a zip, unpickling refused, ...

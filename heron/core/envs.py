@@ -14,7 +14,8 @@ checkpoint remember each sub-env's random state from just before its last reset,
 replays that reset exactly (see ``VecEnv.state_dict``).
 
 Observations: floating point arrays become float32, uint8 images stay uint8, Dict spaces are
-flattened for MLPs (``flatten_dict=True``). Episode returns and lengths are counted here, on the
+flattened for MLPs (``flatten_dict=True``) or kept as dicts of such arrays (``flatten_dict=False``;
+Step then carries dicts ``key -> [N, ...]``). Episode returns and lengths are counted here, on the
 raw rewards, before any normalization an algorithm might apply.
 """
 
@@ -89,7 +90,13 @@ for _id, (_base, _keep, _steps) in POMDP_IDS.items():
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise HeronError (with close matches) unless ``env_id`` can be made here."""
+    """Raise HeronError (with close matches) unless ``env_id`` can be made here. DeepMind Control
+    ids (``dmc_<domain>_<task>``) are registered into Gymnasium's registry here, on first use."""
+    if env_id.startswith("dmc_"):
+        from heron.core import dmc
+
+        dmc.register(env_id)
+        return
     if env_id in PYBULLET_IDS:
         _require("pybullet", "pybullet", env_id)
         return
@@ -224,6 +231,8 @@ def obs_dtype(space: gym.Space) -> np.dtype:
 
 
 def observation_space(space: gym.Space) -> gym.Space:
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({k: observation_space(v) for k, v in space.spaces.items()})
     if isinstance(space, gym.spaces.Box):
         return gym.spaces.Box(space.low.astype(obs_dtype(space)), space.high.astype(obs_dtype(space)),
                               dtype=obs_dtype(space))
@@ -241,30 +250,37 @@ class Step:
 
 
 class VecEnv:
-    """``num_envs`` copies of an env, stepped together, with heron's Step layout (module doc)."""
+    """``num_envs`` copies of an env, stepped together, with heron's Step layout (module doc).
+
+    ``env_fn`` (a picklable no-argument callable) replaces ``make_env`` for algorithms with their
+    own wrapper stack (DreamerV2's pixels and action repeat)."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, mode: str = "sync",
                  flatten_dict: bool = True, max_episode_steps: int | None = None,
-                 render_mode: str | None = None, **kwargs: Any):
+                 render_mode: str | None = None, env_fn: Callable[[], gym.Env] | None = None, **kwargs: Any):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         fns: list[Callable[[], gym.Env]] = [
-            lambda: make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
-                             max_episode_steps=max_episode_steps, training=True, **kwargs)
+            env_fn or (lambda: make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
+                                        max_episode_steps=max_episode_steps, training=True, **kwargs))
             for _ in range(num_envs)
         ]
         cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
         self.envs = cls(fns, autoreset_mode=AutoresetMode.DISABLED)
         self.single_observation_space = observation_space(self.envs.single_observation_space)
         self.single_action_space = self.envs.single_action_space
-        self.obs_dtype = obs_dtype(self.envs.single_observation_space)
+        space = self.envs.single_observation_space
+        self.obs_dtype: Any = ({k: obs_dtype(v) for k, v in space.spaces.items()}
+                               if isinstance(space, gym.spaces.Dict) else obs_dtype(space))
         self.whole_games = atari.is_atari(env_id)  # episodes end at lives; GameStats reports games
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)
         self._pre_reset_rng: list[dict] = []
         self.obs: np.ndarray | None = None
 
-    def _obs(self, obs: Any) -> np.ndarray:
+    def _obs(self, obs: Any) -> Any:
+        if isinstance(self.obs_dtype, dict):
+            return {k: np.asarray(obs[k], dtype=dt) for k, dt in self.obs_dtype.items()}
         return np.asarray(obs, dtype=self.obs_dtype)
 
     def _rng_states(self) -> list[dict]:
@@ -301,9 +317,14 @@ class VecEnv:
             states = self._rng_states()
             for i in idx:
                 self._pre_reset_rng[i] = states[i]
-            reset_obs, _ = self.envs.reset(options={"reset_mask": done})
-            obs = next_obs.copy()
-            obs[idx] = self._obs(reset_obs)[idx]
+            reset_obs = self._obs(self.envs.reset(options={"reset_mask": done})[0])
+            if isinstance(next_obs, dict):
+                obs = {k: v.copy() for k, v in next_obs.items()}
+                for k, v in obs.items():
+                    v[idx] = reset_obs[k][idx]
+            else:
+                obs = next_obs.copy()
+                obs[idx] = reset_obs[idx]
         self.obs = obs
         return Step(obs, next_obs, rewards, terminated, truncated, episodes)
 
@@ -367,14 +388,27 @@ def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
 
 
 def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str | None = None,
-             flatten_dict: bool = True, max_episode_steps: int | None = None) -> np.ndarray:
+             flatten_dict: bool = True, max_episode_steps: int | None = None,
+             env_fn: Callable[[str | None], gym.Env] | None = None) -> np.ndarray:
     """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` (``policy.reset()``
     at each episode start) and return their returns. Episode k starts from ``reset(seed=seed + k)``:
     the same start states at every evaluation, independent of training's random state, so that
-    evaluating never perturbs a run."""
-    env = make_env(env_id, render_mode="rgb_array" if video_path else None, flatten_dict=flatten_dict,
-                   max_episode_steps=max_episode_steps)
-    dtype = obs_dtype(env.observation_space)
+    evaluating never perturbs a run. ``env_fn(render_mode)`` replaces ``make_env`` (an algorithm's
+    own wrapper stack); Dict observations reach the policy as dicts of arrays."""
+    render_mode = "rgb_array" if video_path else None
+    env = (env_fn(render_mode) if env_fn is not None else
+           make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps))
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Dict):
+        dtypes = {k: obs_dtype(v) for k, v in space.spaces.items()}
+
+        def convert(o):
+            return {k: np.asarray(o[k], dt) for k, dt in dtypes.items()}
+    else:
+        dtype = obs_dtype(space)
+
+        def convert(o):
+            return np.asarray(o, dtype)
     returns, frames = [], []
     try:
         for k in range(episodes):
@@ -384,7 +418,7 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
             while not done:
                 if video_path:
                     frames.append(_render(env, env_id))
-                action = policy.predict(np.asarray(obs, dtype), deterministic=True)
+                action = policy.predict(convert(obs), deterministic=True)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated

@@ -123,6 +123,7 @@ class Run:
     last_eval: dict | None = None
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
+    eval_env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -153,7 +154,7 @@ class Run:
         if int(state["step"]) >= cfg.total_steps:
             raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
                              "to train on")
-        buffer_state = ckpt.load(ckpt.buffer_path(latest)) if ckpt.buffer_path(latest).exists() else None
+        buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) if ckpt.buffer_path(latest).exists() else None
         truncate_csv(run_dir / "eval.csv", int(state["step"]), EVAL_HEADER)
         write_config(run_dir, algo, cfg)  # records a new --total-steps target
         run = cls._open(algo, cfg, run_dir, start_step=int(state["step"]))
@@ -217,7 +218,7 @@ class Run:
         if video_path:
             Path(video_path).parent.mkdir(parents=True, exist_ok=True)
         returns = run_episodes(policy, self.cfg.env_id, self.cfg.eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
-                               video_path=video_path)
+                               video_path=video_path, env_fn=self.eval_env_fn)
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
         self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
@@ -250,7 +251,8 @@ class Run:
         elif self.cfg.capture_video:  # evaluated at this step already: just film one episode
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
             path.parent.mkdir(parents=True, exist_ok=True)
-            run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path))
+            run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
+                         env_fn=self.eval_env_fn)
         if self.last_checkpoint_step != step:
             state, buffer_state = full_state_fn()
             self.checkpoint(step, state, buffer_state)

@@ -20,8 +20,11 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int) -> torch.Tensor:
     """-log N(target; mean, 1), summed over the last ``event_dims`` dimensions (the decoder's and
     reward head's unit-variance Gaussians)."""
-    per_dim = 0.5 * (target - mean) ** 2 + _HALF_LOG_2PI
-    return per_dim.flatten(-event_dims).sum(-1) if event_dims else per_dim
+    diff = target - mean
+    if not event_dims:
+        return 0.5 * diff * diff + _HALF_LOG_2PI
+    diff = diff.flatten(-event_dims)  # the constant is added once per sample, not per pixel
+    return 0.5 * (diff * diff).sum(-1) + diff.shape[-1] * _HALF_LOG_2PI
 
 
 def bernoulli_nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

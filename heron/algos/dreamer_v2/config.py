@@ -1,0 +1,115 @@
+"""DreamerV2 hyperparameters. Every option of the seed's two command blocks (sheeprl's DreamerV2,
+seed 003) is a flag of the same name in kebab-case; the defaults are the DMC block's, with a
+model-size default that fits a CPU, and the presets ``atari`` and ``dmc`` carry the blocks as
+written. Steps count agent (policy) steps, summed over envs, as in sheeprl: with ``--action-repeat
+k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heron.config import HeronError, RunConfig, flag, opt
+
+
+@dataclass
+class Config(RunConfig):
+    env_id: str = opt("CartPole-v1", "Gymnasium id, ALE id (ALE/Pong-v5, PongNoFrameskip-v4) or dmc_<domain>_<task>")
+    total_steps: int = opt(1_000_000, "total agent steps (policy steps, summed over envs; frames = steps x action repeat)")
+    eval_every: int = opt(0, "deterministic evaluation every N agent steps (0 = only at the end)")
+    eval_episodes: int = opt(5, "episodes per evaluation")
+    # -- environment
+    action_repeat: int = opt(1, "repeat each action k times (ALE/...-v5 skips frames itself: 1 only)")
+    clip_rewards: bool = opt(False, "squash rewards with tanh for learning (DreamerV2 on Atari); logs stay raw")
+    grayscale: bool = opt(False, "Atari: one grayscale channel instead of RGB")
+    observation: str = opt("auto", "what the model sees: auto (images of image envs and DMC pixels, else vectors), "
+                           "pixels (64x64 renders), state (vectors)", ("auto", "pixels", "state"))
+    cnn_keys: tuple[str, ...] = opt((), "observation keys for the CNN encoder/decoder (empty: every image key)")
+    mlp_keys: tuple[str, ...] = opt((), "observation keys for the MLP encoder/decoder (empty: every vector key "
+                                    "when there is no image, else none)")
+    max_episode_steps: int = opt(0, "cap episodes at this many env frames (0 = the env's own limit)")
+    # -- schedule
+    learning_starts: int = opt(2000, "agent steps of random actions before training")
+    pretrain_steps: int = opt(200, "gradient steps done at once when training starts")
+    train_every: int = opt(5, "one round of --gradient-steps every N agent steps")
+    gradient_steps: int = opt(1, "gradient steps per round")
+    per_rank_batch_size: int = opt(16, "sequences per gradient step (per process)")
+    sequence_length: int = opt(50, "steps per training sequence")
+    # -- replay
+    buffer_size: int = opt(1_000_000, "replay capacity in agent steps")
+    buffer_type: str = opt("episode", "episode: sequences inside single episodes; sequential: sequences may run "
+                           "on into the next stored episodes (the state resets at episode starts), for tasks "
+                           "with episodes shorter than --sequence-length", ("episode", "sequential"))
+    memmap_buffer: bool = opt(False, "keep the replay in memory-mapped files in the run directory")
+    prioritize_ends: bool = opt(False, "sample sequence starts so that episode ends are not undersampled")
+    # -- objective
+    gamma: float = opt(0.99, "discount factor")
+    lmbda: float = opt(0.95, "lambda of the lambda-returns")
+    horizon: int = opt(15, "imagination horizon")
+    kl_balancing_alpha: float = opt(0.8, "KL balancing: weight of the prior's term (alpha)")
+    kl_free_nats: float = opt(1.0, "free nats: the KL loss is at least this")
+    kl_free_avg: bool = opt(True, "apply free nats to the batch-averaged KL (else to each sample's)")
+    kl_regularizer: float = opt(1.0, "scale of the KL loss")
+    use_continues: bool = opt(False, "learn a continue (discount) model and use it in imagination")
+    continue_scale_factor: float = opt(1.0, "scale of the continue loss")
+    actor_ent_coef: float = opt(1e-4, "entropy bonus (eta)")
+    objective_mix: float = opt(-1.0, "rho: REINFORCE share of the actor objective (-1 = 1 for discrete, 0 for "
+                               "continuous actions)")
+    critic_target_update_freq: int = opt(100, "copy the critic into the target critic every N gradient steps")
+    # -- optimizers
+    world_lr: float = opt(3e-4, "world model learning rate")
+    actor_lr: float = opt(8e-5, "actor learning rate")
+    critic_lr: float = opt(8e-5, "critic learning rate")
+    adam_eps: float = opt(1e-5, "Adam epsilon (all three optimizers)")
+    clip_gradients: float = opt(100.0, "gradient-norm clip of each model (0 = off)")
+    # -- model sizes
+    hidden_size: int = opt(200, "hidden units of the RSSM's transition and representation models")
+    recurrent_state_size: int = opt(200, "deterministic (GRU) state size")
+    stochastic_size: int = opt(32, "categorical variables in the stochastic state")
+    discrete_size: int = opt(32, "classes per categorical variable")
+    dense_units: int = opt(400, "units of the MLPs (encoder, decoder, heads, actor, critic)")
+    mlp_layers: int = opt(4, "hidden layers of those MLPs")
+    cnn_channels_multiplier: int = opt(48, "channels of the first conv layer (doubling per layer)")
+    layer_norm: bool = opt(True, "layer norm in the GRU")
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("action_repeat", "train_every", "gradient_steps", "per_rank_batch_size", "sequence_length",
+                     "buffer_size", "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
+                     "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr",
+                     "actor_lr", "critic_lr", "adam_eps"):
+            if getattr(self, name) <= 0:
+                raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
+        for name in ("learning_starts", "pretrain_steps", "kl_free_nats", "kl_regularizer", "continue_scale_factor",
+                     "actor_ent_coef", "clip_gradients", "mlp_layers", "max_episode_steps"):
+            if getattr(self, name) < 0:
+                raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
+        for name in ("gamma", "lmbda", "kl_balancing_alpha"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise HeronError(f"--{flag(name)} must be in [0, 1], got {getattr(self, name)}")
+        if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
+            raise HeronError(f"--objective-mix must be in [0, 1] (or -1 for auto), got {self.objective_mix}")
+        if self.buffer_size < self.sequence_length:
+            raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
+
+
+_SEED_COMMON = dict(capture_video=True, total_steps=200_000_000, max_episode_steps=27000, per_rank_batch_size=50,
+                    buffer_size=2_000_000, memmap_buffer=True, checkpoint_every=100_000, buffer_type="episode",
+                    prioritize_ends=True)
+
+PRESETS = {
+    # seed 003, "standard hyperparameters to learn in the Atari environments"
+    "atari": dict(_SEED_COMMON, env_id="PongNoFrameskip-v4", action_repeat=4, clip_rewards=True,
+                  learning_starts=200_000, pretrain_steps=1, train_every=4, gamma=0.995, kl_regularizer=0.1,
+                  continue_scale_factor=5.0, actor_ent_coef=1e-3, actor_lr=4e-5, critic_lr=1e-4, world_lr=2e-4,
+                  use_continues=True, hidden_size=600, recurrent_state_size=600, kl_free_nats=0.0),
+    # seed 003, "standard hyperparameters used for the DMC environment"
+    "dmc": dict(_SEED_COMMON, env_id="dmc_walker_walk", action_repeat=2, clip_rewards=False,
+                learning_starts=2000, pretrain_steps=200, train_every=5, gamma=0.99, kl_regularizer=1.0,
+                actor_ent_coef=1e-4, actor_lr=8e-5, critic_lr=8e-5, world_lr=3e-4, use_continues=False,
+                hidden_size=200, recurrent_state_size=200, kl_free_nats=1.0),
+    # a tiny model for seconds-long smoke runs
+    "debug": dict(total_steps=300, learning_starts=100, pretrain_steps=2, train_every=20, per_rank_batch_size=4,
+                  sequence_length=8, buffer_size=2000, horizon=5, hidden_size=16, recurrent_state_size=16,
+                  stochastic_size=4, discrete_size=4, dense_units=16, mlp_layers=1, cnn_channels_multiplier=2,
+                  eval_every=150, eval_episodes=1, checkpoint_every=150, log_every=50, max_episode_steps=200),
+}

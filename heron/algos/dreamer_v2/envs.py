@@ -1,0 +1,163 @@
+"""DreamerV2's environment stack: every env becomes a Dict of ``rgb`` (uint8 [C, 64, 64]) and/or
+``state`` (float32 vector) observations, with action repeat and an episode cap in env frames.
+
+* Atari (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``): Gymnasium's AtariPreprocessing with the
+  frame skip set to ``--action-repeat`` (max-pooled over the last two frames), 30 no-ops, 64x64,
+  RGB or ``--grayscale``, no frame stacking (the RSSM is the memory) and no life loss episodes.
+  ``ALE/...-v5`` skips 4 frames itself, so it takes ``--action-repeat 1`` only (seed 003).
+* DMC (``dmc_<domain>_<task>``): pixels rendered by MuJoCo at 64x64 (``--observation auto`` or
+  ``pixels``) or the state vector.
+* Any other Gymnasium env: its own observation (images resized to 64x64 channels-first, vectors as
+  float32, Dict entries kept), or ``--observation pixels``: ``env.render()`` resized to 64x64.
+
+``--max-episode-steps`` counts env frames (as the seed's 27000 = 30 minutes of Atari at 15 Hz
+agent steps x 4): the cap in agent steps is that divided by the frames per agent step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from heron.config import HeronError
+from heron.core import atari
+from heron.core.envs import check_env_id, make_env
+
+_V5 = re.compile(r"^ALE/.+-v5$")
+SIZE = 64
+
+
+def _resize(frame: np.ndarray) -> np.ndarray:
+    """HxWxC (or HxW) uint8 -> CxSIZExSIZE uint8."""
+    if frame.ndim == 2:
+        frame = frame[:, :, None]
+    chw = np.ascontiguousarray(frame.transpose(2, 0, 1))
+    if chw.shape[1:] != (SIZE, SIZE):  # area averaging (torch: no OpenCV needed outside Atari)
+        x = torch.from_numpy(chw).unsqueeze(0).float()
+        chw = F.interpolate(x, size=(SIZE, SIZE), mode="area")[0].round_().clamp_(0, 255).to(torch.uint8).numpy()
+    return chw
+
+
+def _is_image(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
+
+
+def _image_space(space: gym.spaces.Box) -> gym.spaces.Box:
+    shape = space.shape
+    channels = 1 if len(shape) == 2 else (shape[0] if shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4) else shape[-1])
+    return gym.spaces.Box(0, 255, (channels, SIZE, SIZE), np.uint8)
+
+
+class DictObservation(gym.ObservationWrapper):
+    """Images -> ``rgb`` [C, 64, 64] uint8 (channels first), vectors -> ``state`` float32; Dict
+    observations keep their keys with the same conversions. With ``pixels`` the observation is
+    ``env.render()`` (the env must be made with render_mode="rgb_array"), plus ``state``."""
+
+    def __init__(self, env: gym.Env, pixels: bool = False):
+        super().__init__(env)
+        self.pixels = pixels
+        space = env.observation_space
+        spaces: dict[str, gym.Space] = {}
+        if pixels:
+            spaces["rgb"] = gym.spaces.Box(0, 255, (3, SIZE, SIZE), np.uint8)
+        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else [("rgb" if _is_image(space) else "state", space)]
+        self.keys: dict[str, tuple[str, bool]] = {}
+        for key, sub in items:
+            if _is_image(sub):
+                if pixels and key == "rgb":
+                    continue
+                spaces[key] = _image_space(sub)
+                self.keys[key] = (key, True)
+            elif isinstance(sub, gym.spaces.Box):
+                dim = int(np.prod(sub.shape))
+                spaces[key] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+                self.keys[key] = (key, False)
+            else:
+                raise HeronError(f"dreamer_v2 cannot encode the observation entry {key!r}: {sub}")
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.single = not isinstance(space, gym.spaces.Dict)
+
+    def observation(self, obs: Any) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        if self.pixels:
+            out["rgb"] = _resize(np.asarray(self.env.render(), np.uint8))
+        for key, (src, image) in self.keys.items():
+            value = obs if self.single else obs[src]
+            out[key] = _chw(np.asarray(value)) if image else np.asarray(value, np.float32).reshape(-1)
+        return out
+
+
+def _chw(img: np.ndarray) -> np.ndarray:
+    if img.ndim == 3 and img.shape[0] in (1, 3, 4) and img.shape[-1] not in (1, 3, 4):
+        img = img.transpose(1, 2, 0)
+    return _resize(img)
+
+
+class ActionRepeat(gym.Wrapper):
+    """Repeat each action ``repeat`` times, summing rewards, stopping early at an episode end."""
+
+    def __init__(self, env: gym.Env, repeat: int):
+        super().__init__(env)
+        self.repeat = repeat
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.repeat):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+def check(env_id: str, action_repeat: int) -> None:
+    check_env_id(env_id)
+    if _V5.match(env_id) and action_repeat != 1:
+        base = env_id[4:].rsplit("-", 1)[0]
+        raise HeronError(f"{env_id} already skips 4 frames: use --action-repeat 1, or {base}NoFrameskip-v4 "
+                         f"for --action-repeat {action_repeat}")
+    if action_repeat < 1:
+        raise HeronError(f"--action-repeat must be at least 1, got {action_repeat}")
+
+
+def make(env_id: str, action_repeat: int = 1, observation: str = "auto", grayscale: bool = False,
+         max_episode_steps: int = 0, render_mode: str | None = None) -> gym.Env:
+    """One env with DreamerV2's observation and action-repeat conventions (module doc)."""
+    check(env_id, action_repeat)
+    if atari.is_atari(env_id):
+        if observation == "state":
+            raise HeronError(f"{env_id}: Atari gives pixels only; drop --observation state")
+        kwargs: dict[str, Any] = {}
+        frames_per_step = 4 if _V5.match(env_id) else 1
+        if max_episode_steps:
+            kwargs["max_episode_steps"] = max(1, max_episode_steps // frames_per_step)
+        base = atari.make_base(env_id, render_mode, **kwargs) if not _V5.match(env_id) else \
+            gym.make(env_id, render_mode=render_mode, **kwargs)
+        env = gym.wrappers.AtariPreprocessing(base, noop_max=30, frame_skip=action_repeat, screen_size=SIZE,
+                                              terminal_on_life_loss=False, grayscale_obs=grayscale,
+                                              grayscale_newaxis=True, scale_obs=False)
+        return DictObservation(env)
+    pixels = observation == "pixels" or (observation == "auto" and env_id.startswith("dmc_"))
+    kwargs = {}
+    if env_id.startswith("dmc_"):
+        kwargs.update(from_pixels=pixels, height=SIZE, width=SIZE)
+        pixels_by_render = False
+    else:
+        pixels_by_render = pixels
+    mode = "rgb_array" if (pixels_by_render or render_mode) else None
+    env = make_env(env_id, render_mode=mode, flatten_dict=False, **kwargs)
+    if max_episode_steps:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)  # frames; the env's own limit still holds
+    env = DictObservation(env, pixels=pixels_by_render)
+    if observation == "state" and "state" not in env.observation_space.spaces:
+        raise HeronError(f"{env_id} has no vector observation for --observation state")
+    return ActionRepeat(env, action_repeat) if action_repeat > 1 else env
+
+
+def frames_per_step(env_id: str, action_repeat: int) -> int:
+    return action_repeat * (4 if _V5.match(env_id) else 1)

@@ -1,0 +1,328 @@
+"""DreamerV2's networks (Hafner et al. 2021; seed 003): encoders, the RSSM, decoders, heads, actor and
+critic.
+
+Shapes: observations are dicts ``key -> [..., *shape]``; images are uint8 ``[C, 64, 64]`` on the
+way in and become floats in [-0.5, 0.5] only here, on the training device. The model state is
+``h`` (deterministic, ``recurrent_state_size``) and ``z`` (``stochastic_size`` one-hot categoricals
+of ``discrete_size`` classes, flattened); the features the heads read are ``cat(z, h)``.
+
+Speed: the sequence loop of ``RSSM.observe`` does only what depends on the previous step. The
+observation's part of the posterior's first layer and the action's part of the recurrent input are
+computed for the whole sequence at once before the loop, and the prior (which nothing in the loop
+reads) after it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def mlp(in_dim: int, units: int, layers: int, out_dim: int | None = None) -> nn.Sequential:
+    """``layers`` Linear+ELU layers of ``units``, then a linear output when ``out_dim`` is given."""
+    mods: list[nn.Module] = []
+    for i in range(layers):
+        mods += [nn.Linear(in_dim if i == 0 else units, units), nn.ELU()]
+    if out_dim is not None:
+        mods.append(nn.Linear(units if layers else in_dim, out_dim))
+    return nn.Sequential(*mods)
+
+
+def image_to_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 [0, 255] -> float [-0.5, 0.5]."""
+    return x.float().div_(255.0).sub_(0.5)
+
+
+def st_sample(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot sample of the categoricals in the last dim with straight-through gradients:
+    the forward value is the sample, the backward pass sees d(probs)."""
+    probs = logits.softmax(-1)
+    gumbel = -torch.empty_like(logits).exponential_().log()
+    onehot = F.one_hot((logits + gumbel).argmax(-1), logits.shape[-1]).to(probs.dtype)
+    return onehot + probs - probs.detach()
+
+
+class LayerNormGRUCell(nn.Module):
+    """The GRU of DreamerV2's recurrent model: one matmul over cat(x, h), layer norm on the gate
+    pre-activations, and an update gate biased towards keeping the state (sigmoid(u - 1))."""
+
+    def __init__(self, in_dim: int, hidden: int, layer_norm: bool = True):
+        super().__init__()
+        self.linear = nn.Linear(in_dim + hidden, 3 * hidden, bias=not layer_norm)
+        self.norm = nn.LayerNorm(3 * hidden) if layer_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        parts = self.norm(self.linear(torch.cat([x, h], -1)))
+        reset, cand, update = parts.chunk(3, -1)
+        cand = torch.tanh(torch.sigmoid(reset) * cand)
+        update = torch.sigmoid(update - 1.0)
+        return update * cand + (1.0 - update) * h
+
+
+class Encoder(nn.Module):
+    """CNN over the image keys (stacked on channels; 64x64) and MLP over the vector keys; the two
+    embeddings are concatenated."""
+
+    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
+                 depth: int, units: int, layers: int):
+        super().__init__()
+        self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
+        self.out_dim = 0
+        if cnn_keys:
+            channels = sum(obs_spec[k][0] for k in cnn_keys)
+            convs: list[nn.Module] = []
+            for i, mult in enumerate((1, 2, 4, 8)):
+                convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU()]
+            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)  # oneDNN's fast layout
+            self.out_dim += 32 * depth  # 8 * depth channels at 2x2
+        if mlp_keys:
+            self.mlp = mlp(sum(obs_spec[k][0] for k in mlp_keys), units, layers)
+            self.out_dim += units if layers else sum(obs_spec[k][0] for k in mlp_keys)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = []
+        if self.cnn_keys:
+            x = torch.cat([image_to_float(obs[k]) for k in self.cnn_keys], -3)
+            lead = x.shape[:-3]
+            x = x.reshape(-1, *x.shape[-3:]).contiguous(memory_format=torch.channels_last)
+            parts.append(self.cnn(x).reshape(*lead, -1))
+        if self.mlp_keys:
+            parts.append(self.mlp(torch.cat([obs[k].float() for k in self.mlp_keys], -1)))
+        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+
+
+class Decoder(nn.Module):
+    """Means of the unit-variance Gaussians over the observation: a transposed CNN for the image keys
+    (in the encoder's [-0.5, 0.5] scale) and an MLP for the vector keys."""
+
+    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
+                 feat_dim: int, depth: int, units: int, layers: int):
+        super().__init__()
+        self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
+        self.depth = depth
+        if cnn_keys:
+            self.channels = [obs_spec[k][0] for k in cnn_keys]
+            self.cnn_in = nn.Linear(feat_dim, 32 * depth)
+            self.cnn = nn.Sequential(  # 1 -> 5 -> 13 -> 30 -> 64
+                nn.ConvTranspose2d(32 * depth, 4 * depth, 5, 2), nn.ELU(),
+                nn.ConvTranspose2d(4 * depth, 2 * depth, 5, 2), nn.ELU(),
+                nn.ConvTranspose2d(2 * depth, depth, 6, 2), nn.ELU(),
+                nn.ConvTranspose2d(depth, sum(self.channels), 6, 2)).to(memory_format=torch.channels_last)
+        if mlp_keys:
+            self.dims = [obs_spec[k][0] for k in mlp_keys]
+            self.mlp = mlp(feat_dim, units, layers, sum(self.dims))
+
+    def forward(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        lead = feat.shape[:-1]
+        if self.cnn_keys:
+            x = self.cnn_in(feat).reshape(-1, 32 * self.depth, 1, 1).contiguous(memory_format=torch.channels_last)
+            x = self.cnn(x).contiguous().reshape(*lead, sum(self.channels), 64, 64)
+            out.update(zip(self.cnn_keys, x.split(self.channels, -3)))
+        if self.mlp_keys:
+            out.update(zip(self.mlp_keys, self.mlp(feat).split(self.dims, -1)))
+        return out
+
+
+class RSSM(nn.Module):
+    """Recurrent state-space model with discrete latents.
+
+    recurrent model   h_t = GRU(ELU(W [z_{t-1}, a_{t-1}]), h_{t-1})
+    transition (prior)        p(z_t | h_t)        = MLP(h_t)
+    representation (posterior) q(z_t | h_t, e_t)  = MLP(h_t, e_t)   (e_t: the encoder's embedding)
+
+    ``z_t`` is ``stoch`` one-hot categoricals of ``classes`` classes, sampled with straight-through
+    gradients. At an episode start the previous state and action are zero."""
+
+    def __init__(self, action_dim: int, embed_dim: int, deter: int, hidden: int, stoch: int, classes: int,
+                 layer_norm: bool = True):
+        super().__init__()
+        self.deter, self.stoch, self.classes = deter, stoch, classes
+        self.z_dim = stoch * classes
+        self.feat_dim = self.z_dim + deter
+        self.in_z = nn.Linear(self.z_dim, hidden)
+        self.in_a = nn.Linear(action_dim, hidden, bias=False)
+        self.gru = LayerNormGRUCell(hidden, deter, layer_norm)
+        self.prior = nn.Sequential(nn.Linear(deter, hidden), nn.ELU(), nn.Linear(hidden, self.z_dim))
+        self.post_h = nn.Linear(deter, hidden)
+        self.post_e = nn.Linear(embed_dim, hidden, bias=False)
+        self.post_out = nn.Linear(hidden, self.z_dim)
+
+    def initial(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(batch, self.deter, device=device), torch.zeros(batch, self.z_dim, device=device)
+
+    def _logits(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.unflatten(-1, (self.stoch, self.classes))
+
+    def recurrent(self, h: torch.Tensor, z: torch.Tensor, a_in: torch.Tensor) -> torch.Tensor:
+        """h' from h, z and the action's (precomputed) contribution ``a_in = in_a(a)``."""
+        return self.gru(F.elu(self.in_z(z) + a_in), h)
+
+    def posterior_step(self, h: torch.Tensor, e_in: torch.Tensor) -> torch.Tensor:
+        """Posterior logits [B, stoch, classes] from h and the embedding's contribution ``post_e(e)``."""
+        return self._logits(self.post_out(F.elu(self.post_h(h) + e_in)))
+
+    def prior_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self._logits(self.prior(h))
+
+    def observe(self, embed: torch.Tensor, actions: torch.Tensor, is_first: torch.Tensor,
+                state: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """Posterior states along sequences [T, B, ...]; ``actions[t]`` led to observation t.
+
+        Returns h [T, B, deter], z [T, B, stoch*classes] (straight-through samples), posterior
+        and prior logits [T, B, stoch, classes]."""
+        T, B = embed.shape[:2]
+        h, z = state if state is not None else self.initial(B, embed.device)
+        keep = (~is_first).to(embed.dtype).unsqueeze(-1)  # [T, B, 1]
+        a_in = self.in_a(actions * keep)  # the action before an episode start is zero
+        e_in = self.post_e(embed)
+        hs, zs, posts = [], [], []
+        for t in range(T):
+            h, z = h * keep[t], z * keep[t]
+            h = self.recurrent(h, z, a_in[t])
+            post = self.posterior_step(h, e_in[t])
+            z = st_sample(post).flatten(-2)
+            hs.append(h)
+            zs.append(z)
+            posts.append(post)
+        h_seq = torch.stack(hs)
+        return h_seq, torch.stack(zs), torch.stack(posts), self.prior_logits(h_seq)
+
+    def imagine_step(self, h: torch.Tensor, z: torch.Tensor, action: torch.Tensor):
+        h = self.recurrent(h, z, self.in_a(action))
+        return h, st_sample(self.prior_logits(h)).flatten(-2)
+
+
+class TruncatedNormal:
+    """Normal(mean, std) truncated to [-1, 1], reparameterized through the inverse CDF (the
+    DreamerV2 paper's continuous action distribution)."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, low: float = -1.0, high: float = 1.0, eps: float = 1e-6):
+        self.mean, self.std, self.low, self.high, self.eps = mean, std, low, high, eps
+        self.alpha, self.beta = (low - mean) / std, (high - mean) / std
+        self.cdf_a, self.cdf_b = self._cdf(self.alpha), self._cdf(self.beta)
+        self.z = (self.cdf_b - self.cdf_a).clamp_min(eps)
+
+    @staticmethod
+    def _cdf(x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    @staticmethod
+    def _log_pdf(x: torch.Tensor) -> torch.Tensor:
+        return -0.5 * x * x - 0.5 * math.log(2 * math.pi)
+
+    def rsample(self) -> torch.Tensor:
+        u = torch.rand_like(self.mean)
+        p = (self.cdf_a + u * (self.cdf_b - self.cdf_a)).clamp(self.eps, 1.0 - self.eps)
+        x = self.mean + self.std * math.sqrt(2.0) * torch.erfinv(2.0 * p - 1.0)
+        return x.clamp(self.low + self.eps, self.high - self.eps)
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        xi = (x - self.mean) / self.std
+        return (self._log_pdf(xi) - self.std.log() - self.z.log()).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        a_pdf, b_pdf = self._log_pdf(self.alpha).exp(), self._log_pdf(self.beta).exp()
+        ent = (math.log(math.sqrt(2 * math.pi * math.e)) + self.std.log() + self.z.log()
+               + (self.alpha * a_pdf - self.beta * b_pdf) / (2.0 * self.z))
+        return ent.sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return self.mean.clamp(self.low, self.high)
+
+
+class OneHotST:
+    """One-hot categorical whose samples pass straight-through gradients."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits.log_softmax(-1)
+
+    def rsample(self) -> torch.Tensor:
+        return st_sample(self.logits)
+
+    def log_prob(self, onehot: torch.Tensor) -> torch.Tensor:
+        return (onehot * self.logits).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logits.exp() * self.logits).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return F.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).to(self.logits.dtype)
+
+
+class Actor(nn.Module):
+    """pi(a | z, h): one-hot categorical (discrete actions) or truncated normal on [-1, 1]
+    (continuous; mean tanh(m), std 2 sigmoid(s / 2) + min_std as in the paper)."""
+
+    def __init__(self, feat_dim: int, action_dim: int, discrete: bool, units: int, layers: int,
+                 min_std: float = 0.1, init_std: float = 0.0):
+        super().__init__()
+        self.discrete, self.min_std, self.init_std = discrete, min_std, init_std
+        self.net = mlp(feat_dim, units, layers, action_dim if discrete else 2 * action_dim)
+
+    def forward(self, feat: torch.Tensor):
+        out = self.net(feat)
+        if self.discrete:
+            return OneHotST(out)
+        mean, std = out.chunk(2, -1)
+        return TruncatedNormal(torch.tanh(mean), 2.0 * torch.sigmoid((std + self.init_std) / 2.0) + self.min_std)
+
+
+class WorldModel(nn.Module):
+    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
+                 action_dim: int, cfg):
+        super().__init__()
+        units, layers, depth = cfg.dense_units, cfg.mlp_layers, cfg.cnn_channels_multiplier
+        self.encoder = Encoder(obs_spec, cnn_keys, mlp_keys, depth, units, layers)
+        self.rssm = RSSM(action_dim, self.encoder.out_dim, cfg.recurrent_state_size, cfg.hidden_size,
+                         cfg.stochastic_size, cfg.discrete_size, cfg.layer_norm)
+        feat = self.rssm.feat_dim
+        self.decoder = Decoder(obs_spec, cnn_keys, mlp_keys, feat, depth, units, layers)
+        self.reward = mlp(feat, units, layers, 1)
+        self.continue_model = mlp(feat, units, layers, 1) if cfg.use_continues else None
+
+
+class Agent(nn.Module):
+    """Everything a checkpoint holds: world model, actor, critic and the target critic."""
+
+    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
+                 action_dim: int, discrete: bool, cfg):
+        super().__init__()
+        self.world = WorldModel(obs_spec, cnn_keys, mlp_keys, action_dim, cfg)
+        feat = self.world.rssm.feat_dim
+        self.actor = Actor(feat, action_dim, discrete, cfg.dense_units, cfg.mlp_layers)
+        self.critic = mlp(feat, cfg.dense_units, cfg.mlp_layers, 1)
+        self.target_critic = mlp(feat, cfg.dense_units, cfg.mlp_layers, 1)
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        self.target_critic.requires_grad_(False)
+        self.action_dim, self.discrete = action_dim, discrete
+
+
+class Player(nn.Module):
+    """Acting in the real env: carries (h, z, previous action) per env, resets them at episode
+    starts, filters each observation into the posterior and samples the actor.
+
+    ``act(obs, state, deterministic)`` follows heron's recurrent-policy interface with
+    ``state = cat(h, z, a_prev)``; actions come out one-hot (discrete) or in [-1, 1]."""
+
+    def __init__(self, agent: Agent):
+        super().__init__()
+        self.encoder, self.rssm, self.actor = agent.world.encoder, agent.world.rssm, agent.actor
+        self.action_dim = agent.action_dim
+        self.state_size = self.rssm.deter + self.rssm.z_dim + self.action_dim
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
+            is_first: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        rssm = self.rssm
+        if is_first is not None:
+            state = state * (~is_first).to(state.dtype).unsqueeze(-1)
+        h, z, a = state.split([rssm.deter, rssm.z_dim, self.action_dim], -1)
+        h = rssm.recurrent(h, z, rssm.in_a(a))
+        z = st_sample(rssm.posterior_step(h, rssm.post_e(self.encoder(obs)))).flatten(-2)
+        dist = self.actor(torch.cat([z, h], -1))
+        action = dist.mode() if deterministic else dist.rsample()
+        return action, torch.cat([h, z, action], -1)

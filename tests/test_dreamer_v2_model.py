@@ -1,0 +1,190 @@
+"""DreamerV2's networks, env stack, replay layout, CLI and resume (the losses are in
+test_dreamer_v2.py, the episode buffer in test_episode_buffer.py)."""
+
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import toy_envs
+
+from heron import api
+from heron.algos.dreamer_v2 import envs as denvs
+from heron.algos.dreamer_v2.config import PRESETS, Config
+from heron.algos.dreamer_v2.networks import Agent, TruncatedNormal, st_sample
+from heron.cli import main
+from heron.config import HeronError
+from heron.core import checkpoint as ckpt
+
+DEBUG = dict(PRESETS["debug"], progress="none")
+
+
+def small_cfg(**kw):
+    return Config(**{**DEBUG, **kw})
+
+
+def test_straight_through_sample_is_one_hot_and_passes_gradients():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4, 3, requires_grad=True)
+    sample = st_sample(logits)
+    onehot = sample.detach().round()
+    assert torch.allclose(sample.detach(), onehot, atol=1e-6)  # forward: a one-hot sample
+    assert torch.equal(onehot.sum(-1), torch.ones(5, 4)) and set(onehot.unique().tolist()) <= {0.0, 1.0}
+    weights = torch.randn(5, 4, 3)
+    (sample * weights).sum().backward()
+    probs = logits.detach().softmax(-1)
+    # d/dlogits of sum(w * p): the softmax Jacobian applied to w
+    expected = probs * (weights - (probs * weights).sum(-1, keepdim=True))
+    assert torch.allclose(logits.grad, expected, atol=1e-6)
+
+
+def test_gradients_reach_encoder_through_the_sampled_latents():
+    torch.manual_seed(0)
+    cfg = small_cfg()
+    agent = Agent({"state": (3,)}, (), ("state",), 2, True, cfg)
+    rssm = agent.world.rssm
+    T, B = 6, 2
+    embed = agent.world.encoder({"state": torch.randn(T, B, 3)})
+    h, z, _, _ = rssm.observe(embed, torch.zeros(T, B, 2), torch.zeros(T, B, dtype=torch.bool))
+    agent.world.reward(torch.cat([z, h], -1)).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in agent.world.encoder.parameters())
+    assert rssm.post_out.weight.grad.abs().sum() > 0  # only reachable through the straight-through z
+
+
+def test_observe_and_imagine_shapes_and_episode_resets():
+    torch.manual_seed(0)
+    cfg = small_cfg(stochastic_size=3, discrete_size=5, recurrent_state_size=7)
+    agent = Agent({"rgb": (3, 64, 64), "state": (4,)}, ("rgb",), ("state",), 2, False, cfg)
+    world, rssm = agent.world, agent.world.rssm
+    T, B = 5, 3
+    obs = {"rgb": torch.randint(0, 256, (T, B, 3, 64, 64), dtype=torch.uint8), "state": torch.randn(T, B, 4)}
+    is_first = torch.zeros(T, B, dtype=torch.bool)
+    is_first[2, 1] = True
+    h, z, post, prior = rssm.observe(world.encoder(obs), torch.rand(T, B, 2) * 2 - 1, is_first)
+    assert h.shape == (T, B, 7) and z.shape == (T, B, 15) and post.shape == prior.shape == (T, B, 3, 5)
+    recon = world.decoder(torch.cat([z, h], -1))
+    assert recon["rgb"].shape == (T, B, 3, 64, 64) and recon["state"].shape == (T, B, 4)
+    # an episode start forgets the past: the state at t=2 of sequence 1 equals a fresh filter's
+    fresh_h = rssm.gru(torch.nn.functional.elu(rssm.in_z(torch.zeros(1, 15))), torch.zeros(1, 7))
+    assert torch.allclose(h[2, 1], fresh_h[0], atol=1e-6)
+    h_t, z_t = h.flatten(0, 1), z.flatten(0, 1)
+    for _ in range(4):
+        h_t, z_t = rssm.imagine_step(h_t, z_t, agent.actor(torch.cat([z_t, h_t], -1)).rsample())
+    assert h_t.shape == (T * B, 7) and z_t.shape == (T * B, 15)
+
+
+def test_truncated_normal_density_entropy_and_bounds():
+    torch.manual_seed(0)
+    mean, std = torch.tensor([[0.3, -0.8]]), torch.tensor([[0.5, 0.2]])
+    dist = TruncatedNormal(mean, std)
+    grid = torch.linspace(-1 + 1e-6, 1 - 1e-6, 20001)
+    for i in range(2):  # the density integrates to 1 on [-1, 1]
+        d = TruncatedNormal(mean[:, i:i + 1].expand(len(grid), 1), std[:, i:i + 1].expand(len(grid), 1))
+        dens = d.log_prob(grid[:, None]).exp()
+        assert torch.trapezoid(dens, grid).item() == pytest.approx(1.0, abs=1e-3)
+    samples = TruncatedNormal(mean.expand(200_000, 2), std.expand(200_000, 2)).rsample()
+    assert samples.min() > -1 and samples.max() < 1
+    mc_entropy = -dist.log_prob(samples).mean()  # the entropy sums over the two dimensions
+    assert dist.entropy().item() == pytest.approx(mc_entropy.item(), abs=0.02)
+    m = mean.clone().requires_grad_(True)
+    TruncatedNormal(m, std).rsample().sum().backward()
+    assert m.grad.abs().sum() > 0
+
+
+def test_action_repeat_rule_and_frame_caps():
+    with pytest.raises(HeronError, match="use --action-repeat 1, or PongNoFrameskip-v4"):
+        denvs.check("ALE/Pong-v5", 4)
+    env = denvs.make("heron-test/Counter-v0", action_repeat=3)  # terminates after 3 frames
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, _ = env.step(np.zeros(1, np.float32))
+    assert obs["state"].tolist() == [3.0] and reward == 1 + 2 + 3 and terminated
+    cp = denvs.make("CartPole-v1", action_repeat=2, max_episode_steps=10)
+    cp.reset(seed=0)
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = cp.step(steps % 2)
+        steps += 1
+        done = terminated or truncated
+    assert truncated and steps == 5  # 10 frames = 5 agent steps
+
+
+def test_pixel_and_dict_observations():
+    px = denvs.make("CartPole-v1", observation="pixels")
+    obs, _ = px.reset(seed=0)
+    assert obs["rgb"].shape == (3, 64, 64) and obs["rgb"].dtype == np.uint8 and obs["rgb"].std() > 0
+    assert obs["state"].dtype == np.float32
+    dict_env = denvs.make("heron-test/DictImage-v0")
+    obs, _ = dict_env.reset(seed=0)
+    assert obs["pixels"].shape == (3, 64, 64) and obs["vec"].shape == (2,)
+
+
+def test_replay_layout_step_counter(tmp_path):
+    """Entry t holds observation t, the action that led to it (zeros first), the reward of arriving
+    there, is_first at 0 only and is_terminal only on a real termination; an episode of K steps
+    is K + 1 entries; truncation is not termination."""
+    for length, cap, terminal in ((4, 0, True), (9, 5, False)):
+        env_id = f"heron-test/DreamerCounter{length}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=toy_envs.Counter, kwargs={"length": length})
+        run_dir = tmp_path / str(length)
+        api.train("dreamer_v2", presets=["debug"], env_id=env_id, total_steps=40, learning_starts=1000,
+                  max_episode_steps=cap, eval_every=0, checkpoint_every=0, run_dir=str(run_dir), progress="none")
+        buf = ckpt.load(ckpt.buffer_path(ckpt.latest_checkpoint(run_dir / "checkpoints")))
+        K = cap or length
+        assert buf["episodes"][:, 1].unique().tolist() == [K + 1]
+        for start, n in buf["episodes"].tolist():
+            state = buf["data"]["state"][start:start + n, 0]
+            assert state.tolist() == list(range(K + 1))
+            assert buf["data"]["is_first"][start:start + n].tolist() == [True] + [False] * K
+            assert buf["data"]["is_terminal"][start:start + n].tolist() == [False] * K + [terminal]
+            assert buf["data"]["reward"][start:start + n].tolist() == [0.0] + [float(t) for t in range(1, K + 1)]
+            actions = buf["data"]["action"][start:start + n]
+            assert actions[0].abs().sum() == 0 and (actions[1:].abs() > 0).all()
+
+
+@pytest.mark.parametrize("extra", [[], ["--observation", "pixels", "--memmap-buffer"],
+                                   ["--env-id", "heron-test/DictImage-v0", "--cnn-keys", "pixels", "--mlp-keys", "vec"],
+                                   ["--env-id", "Pendulum-v1"]])
+def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
+    run_dir = tmp_path / "run"
+    code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(run_dir), "--progress", "none",
+                 "--total-steps", "200", *extra])
+    assert code == 0
+    metrics = (run_dir / "metrics.csv").read_text()
+    assert "losses/world_model_loss" in metrics and "losses/actor_loss" in metrics
+    assert main(["eval", str(run_dir), "--episodes", "1", "--json"]) == 0
+    assert '"mean_return"' in capsys.readouterr().out
+    if "--memmap-buffer" in extra:
+        assert (run_dir / "buffer" / "rgb.npy").is_file()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--env-id", "ALE/Pong-v5", "--action-repeat", "4"], "already skips 4 frames"),
+    (["--cnn-keys", "rgb"], "observation key 'rgb' not in"),
+    (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
+    (["--kl-balancing-alpha", "1.5"], "--kl-balancing-alpha must be in [0, 1]"),
+    (["--buffer-size", "10", "--sequence-length", "50"], "smaller than --sequence-length"),
+    (["--env-id", "dmc_walker_wlak"], "walker"),
+])
+def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
+    code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(tmp_path / "r"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_resume_restores_agent_buffer_and_counters(tmp_path):
+    run_dir = tmp_path / "run"
+    api.train("dreamer_v2", presets=["debug"], total_steps=150, run_dir=str(run_dir), eval_every=0)
+    first = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    buf = ckpt.load(ckpt.buffer_path(ckpt.latest_checkpoint(run_dir / "checkpoints")))
+    stored = int(buf["episodes"][:, 1].sum())
+    api.resume(run_dir, total_steps=300)
+    last = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    assert int(last["step"]) == 300 and int(last["n_updates"]) > int(first["n_updates"]) > 0
+    buf2 = ckpt.load(ckpt.buffer_path(ckpt.latest_checkpoint(run_dir / "checkpoints")))
+    kept = buf2["episodes"][: len(buf["episodes"])]
+    assert torch.equal(kept, buf["episodes"])  # the old episodes were restored in place
+    assert int(buf2["episodes"][:, 1].sum()) > stored
+    start, n = buf["episodes"][0].tolist()
+    assert torch.equal(buf2["data"]["state"][start:start + n], buf["data"]["state"][start:start + n])
