@@ -129,3 +129,28 @@ def test_ppo_resume_after_kill_equals_uninterrupted(extra, tmp_path):
         assert torch.equal(a["scaler"][k], b["scaler"][k])  # the reward scale continues exactly
     assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
     assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")
+
+
+# DreamerV2: the debug model on Pendulum (continuous actions); 200-step episodes end on the
+# checkpoints. The replay buffer (episodes, staging), the RSSM/actor/critic, the target critic, the
+# three optimizers and the random streams all come back, so the resumed run ends bitwise equal.
+DREAMER_ARGS = ["--preset", "debug", "--env-id", "Pendulum-v1", "--total-steps", "600", "--learning-starts", "100",
+                "--train-every", "10", "--checkpoint-every", "200", "--eval-every", "300", "--log-every", "50",
+                "--critic-target-update-freq", "3", "--progress", "none"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--buffer-type", "sequential", "--prioritize-ends"]])
+def test_dreamer_resume_after_kill_equals_uninterrupted(extra, tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    done = _heron("train", "dreamer_v2", *DREAMER_ARGS, *extra, "--run-dir", str(full))
+    assert done.returncode == 0, done.stderr
+    crashed = _heron("train", "dreamer_v2", *DREAMER_ARGS, *extra, "--run-dir", str(killed),
+                     env={"HERON_CRASH_AFTER_CHECKPOINT": "400"})
+    assert crashed.returncode == 17, crashed.stderr
+    resumed = _heron("train", "--resume", str(killed))
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _state(full), _state(killed)
+    assert a["step"] == b["step"] == 600 and a["n_updates"] == b["n_updates"] > 0
+    _assert_same(a, b, ["agent", "actor"])  # world model, actor, critic and target critic
+    assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
+    assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")

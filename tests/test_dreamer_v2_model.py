@@ -11,7 +11,7 @@ import toy_envs
 from heron import api
 from heron.algos.dreamer_v2 import envs as denvs
 from heron.algos.dreamer_v2.config import PRESETS, Config
-from heron.algos.dreamer_v2.networks import Agent, TruncatedNormal, st_sample
+from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
 from heron.cli import main
 from heron.config import HeronError
 from heron.core import checkpoint as ckpt
@@ -71,6 +71,20 @@ def test_observe_and_imagine_shapes_and_episode_resets():
     for _ in range(4):
         h_t, z_t = rssm.imagine_step(h_t, z_t, agent.actor(torch.cat([z_t, h_t], -1)).rsample())
     assert h_t.shape == (T * B, 7) and z_t.shape == (T * B, 15)
+
+
+def test_decoder_first_deconvolution_as_a_matrix_product_matches_the_layer():
+    """The decoder computes its 1x1-input transposed convolution as one GEMM; it must equal the layer."""
+    torch.manual_seed(0)
+    dec = Decoder({"rgb": (3, 64, 64), "depth": (1, 64, 64)}, ("rgb", "depth"), (), 40, 4, 8, 1)
+    feat = torch.randn(2, 3, 40, requires_grad=True)
+    out = dec(feat)
+    assert out["rgb"].shape == (2, 3, 3, 64, 64) and out["depth"].shape == (2, 3, 1, 64, 64)
+    ref = dec.cnn(dec.cnn_in(feat).reshape(-1, 32 * 4, 1, 1)).reshape(2, 3, 4, 64, 64)
+    torch.testing.assert_close(torch.cat([out["rgb"], out["depth"]], 2), ref, atol=1e-6, rtol=1e-5)
+    g, = torch.autograd.grad(out["rgb"].square().sum(), dec.cnn[0].weight)
+    g_ref, = torch.autograd.grad(ref[:, :, :3].square().sum(), dec.cnn[0].weight)
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
 
 
 def test_truncated_normal_density_entropy_and_bounds():

@@ -34,16 +34,18 @@ def test_ppo_cartpole(presets, flags, tmp_path):
 def test_dreamer_v2_two_goals(tmp_path):
     """DreamerV2 from vectors on heron-test/TwoGoals-v0 (tests/toy_envs.py: walk to the end of a
     corridor that the observation names; +1 there, -1 at the other end). A random policy scores
-    0.02 +- 0.86; three seeds reached the optimum 1.0 within 1,000 steps (about 25 s here), so the
-    check asks for >= 0.9 over 10 deterministic episodes at 1,200 steps. A short episode is 5
-    replay entries, so sequences run across episodes (--buffer-type sequential)."""
+    0.02 +- 0.86. With these settings seeds 0-9 scored 0.9-1.0 over 10 deterministic episodes at
+    1,200 steps (about 22 s each here), so the check asks for >= 0.8. The faster world-model rate
+    and the larger entropy bonus keep the actor from settling on one direction before the model
+    knows both ends (at the seed's 3e-4 / 3e-3, 4 of 6 seeds learned). A short episode is 5 replay
+    entries, so sequences run across episodes (--buffer-type sequential)."""
     import toy_envs  # noqa: F401
 
     result = heron.train("dreamer_v2", env_id="heron-test/TwoGoals-v0", total_steps=1200, learning_starts=500,
                          pretrain_steps=100, train_every=2, per_rank_batch_size=16, sequence_length=16,
                          buffer_type="sequential", hidden_size=64, recurrent_state_size=64, dense_units=64,
                          mlp_layers=2, stochastic_size=8, discrete_size=8, use_continues=True, gamma=0.9,
-                         critic_target_update_freq=20, actor_lr=3e-4, critic_lr=3e-4, actor_ent_coef=3e-3,
+                         critic_target_update_freq=20, world_lr=1e-3, actor_lr=3e-4, critic_lr=3e-4, actor_ent_coef=3e-2,
                          eval_every=0, eval_episodes=10, progress="none", run_dir=str(tmp_path / "d"))
     assert result["step"] == 1200
-    assert result["mean_return"] >= 0.9, result
+    assert result["mean_return"] >= 0.8, result

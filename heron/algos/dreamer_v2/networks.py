@@ -47,12 +47,13 @@ def st_sample(logits: torch.Tensor) -> torch.Tensor:
 
 class LayerNormGRUCell(nn.Module):
     """The GRU of DreamerV2's recurrent model: one matmul over cat(x, h), layer norm on the gate
-    pre-activations, and an update gate biased towards keeping the state (sigmoid(u - 1))."""
+    pre-activations, and an update gate biased towards keeping the state (sigmoid(u - 1)). As in the
+    paper's code: the projection keeps its bias and the norm has Keras's epsilon, 1e-3."""
 
     def __init__(self, in_dim: int, hidden: int, layer_norm: bool = True):
         super().__init__()
-        self.linear = nn.Linear(in_dim + hidden, 3 * hidden, bias=not layer_norm)
-        self.norm = nn.LayerNorm(3 * hidden) if layer_norm else nn.Identity()
+        self.linear = nn.Linear(in_dim + hidden, 3 * hidden)
+        self.norm = nn.LayerNorm(3 * hidden, eps=1e-3) if layer_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         parts = self.norm(self.linear(torch.cat([x, h], -1)))
@@ -119,8 +120,14 @@ class Decoder(nn.Module):
         out: dict[str, torch.Tensor] = {}
         lead = feat.shape[:-1]
         if self.cnn_keys:
-            x = self.cnn_in(feat).reshape(-1, 32 * self.depth, 1, 1).contiguous(memory_format=torch.channels_last)
-            x = self.cnn(x).contiguous().reshape(*lead, sum(self.channels), 64, 64)
+            # The first transposed convolution sees a 1x1 input, so it is a matrix product with its
+            # weight seen as [in, out * 5 * 5]: one GEMM instead of oneDNN's slow 1x1 deconvolution
+            # (same parameters, same result; 1.5 s of a 9 s step at the Atari sizes).
+            first = self.cnn[0]
+            h = self.cnn_in(feat).reshape(-1, 32 * self.depth)
+            x = torch.addmm(first.bias.repeat_interleave(25), h, first.weight.flatten(1))
+            x = x.view(-1, first.out_channels, 5, 5).contiguous(memory_format=torch.channels_last)
+            x = self.cnn[1:](x).contiguous().reshape(*lead, sum(self.channels), 64, 64)
             out.update(zip(self.cnn_keys, x.split(self.channels, -3)))
         if self.mlp_keys:
             out.update(zip(self.mlp_keys, self.mlp(feat).split(self.dims, -1)))

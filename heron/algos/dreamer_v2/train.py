@@ -242,7 +242,7 @@ def train(cfg: Config, run: Run) -> dict:
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     A, discrete = spaces["action_dim"], spaces["discrete"]
-    np_rng = np.random.default_rng(cfg.seed)
+    np_rng = np.random.default_rng(cfg.seed)  # random actions before learning starts
     rb = replay(cfg, run, spaces)
 
     agent = build(cfg, spaces).to(device)
@@ -307,12 +307,13 @@ def train(cfg: Config, run: Run) -> dict:
     # -- the loop -------------------------------------------------------------------------------------
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
-            env_actions = np.array([envs.single_action_space.sample() for _ in range(N)])
+            # uniform random actions from the run's seeded generator (saved in checkpoints)
             if discrete:
+                env_actions = np_rng.integers(0, A, size=N)
                 actions = np.eye(A, dtype=np.float32)[env_actions]
             else:
-                low, high = spaces["action_low"].numpy(), spaces["action_high"].numpy()
-                actions = (2.0 * (env_actions - low) / (high - low) - 1.0).astype(np.float32)
+                actions = np_rng.uniform(-1.0, 1.0, size=(N, A)).astype(np.float32)
+                env_actions = to_env_actions(torch.from_numpy(actions), spaces)
         else:
             obs_t = {k: torch.as_tensor(obs[k], device=device) for k in keys}
             actions_t, p_state = player.act(obs_t, p_state, False, is_first)
