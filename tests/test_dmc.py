@@ -123,3 +123,31 @@ def test_pixels():
         assert frame.shape == (480, 480, 3) and frame.dtype == np.uint8 and frame.any()
     finally:
         env.close()
+
+
+def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_frames():
+    from heron.algos.dreamer_v2.envs import make
+
+    one, two = dmc.DMCEnv("cartpole", "swingup"), dmc.DMCEnv("cartpole", "swingup", frame_skip=2)
+    try:
+        one.reset(seed=3)
+        two.reset(seed=3)
+        actions = np.linspace(-1, 1, 10, dtype=np.float32).reshape(10, 1, 1)
+        for a in actions:
+            obs2, r2, *_ = two.step(a[:, 0])
+            r1 = one.step(a[:, 0])[1]
+            obs1, r, *_ = one.step(a[:, 0])  # the same action again
+            np.testing.assert_allclose(r2, r1 + r, rtol=1e-6)
+            np.testing.assert_array_equal(obs2, obs1)
+    finally:
+        one.close()
+        two.close()
+    for repeat, cap, steps in ((2, 0, 500), (3, 0, 334), (2, 300, 150)):
+        env = make("dmc_cartpole_swingup", action_repeat=repeat, observation="state", max_episode_steps=cap)
+        env.reset(seed=0)
+        n, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            n, done = n + 1, terminated or truncated
+        env.close()
+        assert n == steps and truncated

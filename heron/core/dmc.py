@@ -139,7 +139,9 @@ class DMCEnv(gym.Env):
     ``from_pixels=False``: float32 vector of the observation dict's entries, flattened and
     concatenated in the task's (fixed) key order. ``from_pixels=True``: uint8 ``(3, height, width)``
     camera images (channels first). ``render()`` (``render_mode="rgb_array"``) gives
-    ``(render_height, render_width, 3)`` frames from the same camera.
+    ``(render_height, render_width, 3)`` frames from the same camera. ``frame_skip`` repeats each
+    action that many control steps (rewards summed, stopping at the episode end) and observes once:
+    pixels are rendered for the last frame only.
     """
 
     # Gymnasium API; each instance sets render_fps to 1 / its control timestep.
@@ -147,7 +149,10 @@ class DMCEnv(gym.Env):
 
     def __init__(self, domain: str, task: str, from_pixels: bool = False, height: int = 64,
                  width: int = 64, camera_id: int | None = None, render_mode: str | None = None,
-                 render_height: int = 480, render_width: int = 480):
+                 render_height: int = 480, render_width: int = 480, frame_skip: int = 1):
+        if int(frame_skip) < 1:
+            raise HeronError(f"frame_skip must be at least 1, got {frame_skip}")
+        self.frame_skip = int(frame_skip)
         if render_mode not in (None, "rgb_array"):
             raise HeronError(f"render_mode {render_mode!r} is not supported by DeepMind Control "
                              f"envs: use 'rgb_array' or None")
@@ -205,9 +210,14 @@ class DMCEnv(gym.Env):
         return self._observation(self._env.reset()), {}
 
     def step(self, action):
-        time_step = self._env.step(np.asarray(action, dtype=self._action_dtype))
+        action = np.asarray(action, dtype=self._action_dtype)
+        reward = 0.0
+        for _ in range(self.frame_skip):
+            time_step = self._env.step(action)
+            reward += float(time_step.reward) if time_step.reward is not None else 0.0
+            if time_step.last():
+                break
         terminated = bool(time_step.last() and time_step.discount == 0.0)
-        reward = float(time_step.reward) if time_step.reward is not None else 0.0
         return self._observation(time_step), reward, terminated, False, {}
 
     def render(self):

@@ -143,12 +143,18 @@ def make(env_id: str, action_repeat: int = 1, observation: str = "auto", graysca
                                               grayscale_newaxis=True, scale_obs=False)
         return DictObservation(env)
     pixels = observation == "pixels" or (observation == "auto" and env_id.startswith("dmc_"))
-    kwargs = {}
     if env_id.startswith("dmc_"):
-        kwargs.update(from_pixels=pixels, height=SIZE, width=SIZE)
-        pixels_by_render = False
-    else:
-        pixels_by_render = pixels
+        # DMC repeats the action inside the env, so pixels are rendered once per agent step; the
+        # episode cap (the task's own, or --max-episode-steps) counts frames, as everywhere here
+        frames = max_episode_steps or gym.spec(env_id).max_episode_steps
+        env = make_env(env_id, render_mode=render_mode, flatten_dict=False, from_pixels=pixels, height=SIZE,
+                       width=SIZE, frame_skip=action_repeat, max_episode_steps=-(-frames // action_repeat))
+        env = DictObservation(env)
+        if observation == "state" and "state" not in env.observation_space.spaces:
+            raise HeronError(f"{env_id} has no vector observation for --observation state")
+        return env
+    kwargs: dict[str, Any] = {}
+    pixels_by_render = pixels
     mode = "rgb_array" if (pixels_by_render or render_mode) else None
     env = make_env(env_id, render_mode=mode, flatten_dict=False, **kwargs)
     if max_episode_steps:
