@@ -202,3 +202,24 @@ def test_resume_restores_agent_buffer_and_counters(tmp_path):
     assert int(buf2["episodes"][:, 1].sum()) > stored
     start, n = buf["episodes"][0].tolist()
     assert torch.equal(buf2["data"]["state"][start:start + n], buf["data"]["state"][start:start + n])
+
+
+def test_atari_episodes_are_reported_through_dreamers_own_env_stack():
+    """DreamerV2's Atari stack plays whole games (no life-loss episodes, no GameStats wrapper): the
+    vector env must report its episode ends as they come."""
+    import functools
+
+    from heron.core.envs import VecEnv
+
+    pytest.importorskip("ale_py")
+    fn = functools.partial(denvs.make, "PongNoFrameskip-v4", 4, max_episode_steps=200)  # 50 agent steps
+    envs = VecEnv("PongNoFrameskip-v4", 1, 0, "sync", env_fn=fn)
+    try:
+        envs.reset()
+        ended = []
+        for _ in range(50):
+            ended += envs.step(np.zeros(1, np.int64)).episodes
+        # one game, cut at 200 frames, of which the reset's up-to-30 no-ops take some
+        assert len(ended) == 1 and ended[0][0] == 0 and 42 <= ended[0][2] <= 50, ended
+    finally:
+        envs.close()

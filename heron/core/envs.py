@@ -272,7 +272,9 @@ class VecEnv:
         space = self.envs.single_observation_space
         self.obs_dtype: Any = ({k: obs_dtype(v) for k, v in space.spaces.items()}
                                if isinstance(space, gym.spaces.Dict) else obs_dtype(space))
-        self.whole_games = atari.is_atari(env_id)  # episodes end at lives; GameStats reports games
+        # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
+        # algorithm's own stack (env_fn, e.g. DreamerV2's) plays whole games as episodes
+        self.whole_games = atari.is_atari(env_id) and env_fn is None
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)
         self._pre_reset_rng: list[dict] = []
