@@ -230,6 +230,15 @@ def obs_dtype(space: gym.Space) -> np.dtype:
     return np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
 
 
+def obs_converter(space: gym.Space) -> Callable[[Any], Any]:
+    """obs -> arrays of heron's dtypes (``obs_dtype``), key by key for Dict spaces."""
+    if isinstance(space, gym.spaces.Dict):
+        dtypes = {k: obs_dtype(v) for k, v in space.spaces.items()}
+        return lambda obs: {k: np.asarray(obs[k], dtype=dt) for k, dt in dtypes.items()}
+    dtype = obs_dtype(space)
+    return lambda obs: np.asarray(obs, dtype=dtype)
+
+
 def observation_space(space: gym.Space) -> gym.Space:
     if isinstance(space, gym.spaces.Dict):
         return gym.spaces.Dict({k: observation_space(v) for k, v in space.spaces.items()})
@@ -275,15 +284,11 @@ class VecEnv:
         # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
         # algorithm's own stack (env_fn, e.g. DreamerV2's) plays whole games as episodes
         self.whole_games = atari.is_atari(env_id) and env_fn is None
+        self._obs = obs_converter(space)
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)
         self._pre_reset_rng: list[dict] = []
         self.obs: np.ndarray | None = None
-
-    def _obs(self, obs: Any) -> Any:
-        if isinstance(self.obs_dtype, dict):
-            return {k: np.asarray(obs[k], dtype=dt) for k, dt in self.obs_dtype.items()}
-        return np.asarray(obs, dtype=self.obs_dtype)
 
     def _rng_states(self) -> list[dict]:
         return [generator_state(g) for g in self.envs.get_attr("np_random")]
@@ -400,17 +405,7 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
     render_mode = "rgb_array" if video_path else None
     env = (env_fn(render_mode) if env_fn is not None else
            make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps))
-    space = env.observation_space
-    if isinstance(space, gym.spaces.Dict):
-        dtypes = {k: obs_dtype(v) for k, v in space.spaces.items()}
-
-        def convert(o):
-            return {k: np.asarray(o[k], dt) for k, dt in dtypes.items()}
-    else:
-        dtype = obs_dtype(space)
-
-        def convert(o):
-            return np.asarray(o, dtype)
+    convert = obs_converter(env.observation_space)
     returns, frames = [], []
     try:
         for k in range(episodes):

@@ -163,7 +163,3 @@ def make(env_id: str, action_repeat: int = 1, observation: str = "auto", graysca
     if observation == "state" and "state" not in env.observation_space.spaces:
         raise HeronError(f"{env_id} has no vector observation for --observation state")
     return ActionRepeat(env, action_repeat) if action_repeat > 1 else env
-
-
-def frames_per_step(env_id: str, action_repeat: int) -> int:
-    return action_repeat * (4 if _V5.match(env_id) else 1)
