@@ -42,7 +42,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     import torch
 
     from heron.algos.dreamer_v2.config import Config
-    from heron.algos.dreamer_v2.train import build, make_update
+    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
 
     from heron.core.memory import keep_freed_memory
 
@@ -53,9 +53,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     spaces = {"obs_spec": {"rgb": [[3, 64, 64], "uint8"]}, "cnn_keys": ["rgb"], "mlp_keys": [], "discrete": True,
               "action_dim": actions}
     agent = build(cfg, spaces)
-    opts = [torch.optim.Adam(m.parameters(), lr=lr, eps=cfg.adam_eps)
-            for m, lr in ((agent.world, cfg.world_lr), (agent.actor, cfg.actor_lr), (agent.critic, cfg.critic_lr))]
-    update = make_update(cfg, agent, spaces, *opts)
+    update = make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values())
     rng = np.random.default_rng(0)
 
     def make_batch():

@@ -122,6 +122,30 @@ def test_action_repeat_rule_and_frame_caps():
     assert truncated and steps == 5  # 10 frames = 5 agent steps
 
 
+def test_weight_decay_scales_weights_by_one_minus_wd_whatever_the_learning_rate():
+    from heron.algos.dreamer_v2.train import make_optimizers
+    torch.manual_seed(0)
+    cfg = small_cfg(weight_decay=0.1, world_lr=1e-3, actor_lr=0.5, critic_lr=0.25)
+    agent = Agent({"state": (3,)}, (), ("state",), 2, True, cfg)
+    opts = make_optimizers(cfg, agent)
+    before = {n: p.detach().clone() for n, p in agent.named_parameters()}
+    for p in agent.parameters():
+        p.grad = torch.zeros_like(p)  # Adam's step is 0 / (0 + eps) = 0: only the decay moves the weights
+    for name in ("world_opt", "actor_opt", "critic_opt"):
+        opts[name].step()
+    for module in ("world", "actor", "critic"):
+        for n, p in getattr(agent, module).named_parameters():
+            assert torch.allclose(p, 0.9 * before[f"{module}.{n}"], rtol=0, atol=1e-7), n
+    # with a gradient: decay first, then Adam's first step, lr * sign(g) (m / sqrt(v) = g / |g|)
+    actor_opt = make_optimizers(cfg, agent)["actor_opt"]
+    w = next(agent.actor.parameters())
+    w0 = w.detach().clone()
+    w.grad = torch.full_like(w, 2.0)
+    actor_opt.step()
+    assert torch.allclose(w, 0.9 * w0 - 0.5, atol=1e-5)
+    assert Config(**DEBUG).weight_decay == 1e-6  # the official DreamerV2 value
+
+
 def test_pixel_and_dict_observations():
     px = denvs.make("CartPole-v1", observation="pixels")
     obs, _ = px.reset(seed=0)
@@ -179,6 +203,7 @@ def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
     (["--kl-balancing-alpha", "1.5"], "--kl-balancing-alpha must be in [0, 1]"),
     (["--buffer-size", "10", "--sequence-length", "50"], "smaller than --sequence-length"),
     (["--env-id", "dmc_walker_wlak"], "walker"),
+    (["--weight-decay", "1"], "--weight-decay must be in [0, 1)"),
 ])
 def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
     code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(tmp_path / "r"), *argv])

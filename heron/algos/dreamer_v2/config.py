@@ -60,6 +60,8 @@ class Config(RunConfig):
     actor_lr: float = opt(8e-5, "actor learning rate")
     critic_lr: float = opt(8e-5, "critic learning rate")
     adam_eps: float = opt(1e-5, "Adam epsilon (all three optimizers)")
+    weight_decay: float = opt(1e-6, "DreamerV2's weight decay: before every step each weight is multiplied by "
+                              "(1 - wd), whatever the learning rate (0 = off)")
     clip_gradients: float = opt(100.0, "gradient-norm clip of each model (0 = off)")
     # -- model sizes
     hidden_size: int = opt(200, "hidden units of the RSSM's transition and representation models")
@@ -86,6 +88,8 @@ class Config(RunConfig):
         for name in ("gamma", "lmbda", "kl_balancing_alpha"):
             if not 0 <= getattr(self, name) <= 1:
                 raise HeronError(f"--{flag(name)} must be in [0, 1], got {getattr(self, name)}")
+        if not 0 <= self.weight_decay < 1:
+            raise HeronError(f"--weight-decay must be in [0, 1), got {self.weight_decay}")
         if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
             raise HeronError(f"--objective-mix must be in [0, 1] (or -1 for auto), got {self.objective_mix}")
         if self.buffer_size < self.sequence_length:

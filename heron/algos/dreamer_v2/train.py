@@ -152,6 +152,17 @@ def replay(cfg: Config, run: Run, spaces: dict) -> EpisodeBuffer:
                          memmap_dir=memmap_dir, seed=cfg.seed, cross_episodes=cfg.buffer_type == "sequential")
 
 
+def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimizer]:
+    """Adam for the world model, the actor and the critic (checkpoint keys ``world_opt``, ``actor_opt``,
+    ``critic_opt``). DreamerV2's weight decay scales every weight by ``1 - wd`` before each step; decoupled
+    decay scales by ``1 - lr * weight_decay``, so it gets ``wd / lr``."""
+    def adam(module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(module.parameters(), lr=lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay / lr,
+                                decoupled_weight_decay=True)
+    return {"world_opt": adam(agent.world, cfg.world_lr), "actor_opt": adam(agent.actor, cfg.actor_lr),
+            "critic_opt": adam(agent.critic, cfg.critic_lr)}
+
+
 def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
                 actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
@@ -248,11 +259,8 @@ def train(cfg: Config, run: Run) -> dict:
     agent = build(cfg, spaces).to(device)
     critic, target_critic = agent.critic, agent.target_critic
     player = Player(agent)
-    world_opt = torch.optim.Adam(agent.world.parameters(), lr=cfg.world_lr, eps=cfg.adam_eps)
-    actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps)
-    critic_opt = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps)
-
-    update = make_update(cfg, agent, spaces, world_opt, actor_opt, critic_opt)
+    optimizers = make_optimizers(cfg, agent)
+    update = make_update(cfg, agent, spaces, *optimizers.values())
     if cfg.compile:
         update = torch.compile(update)
 
@@ -264,8 +272,6 @@ def train(cfg: Config, run: Run) -> dict:
 
     def policy_state() -> dict:
         return {"actor": player.state_dict(), "spaces": spaces}
-
-    optimizers = {"world_opt": world_opt, "actor_opt": actor_opt, "critic_opt": critic_opt}
 
     def full_state() -> dict:
         return {**policy_state(), "agent": agent.state_dict(), **{k: o.state_dict() for k, o in optimizers.items()},
