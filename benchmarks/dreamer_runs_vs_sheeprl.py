@@ -12,7 +12,8 @@ sequences from a 16,384-step sequential buffer, its default hyperparameters (gam
 its tiny benchmark model (dense 8, 1 layer, CNN multiplier 2, RSSM 8/8, 4x4 latents; ``--sizes``
 picks another row of dreamer_vs_sheeprl.SIZES). The tasks: ``pong`` is PongNoFrameskip-v4 with
 action repeat 4 (AtariPreprocessing on both sides); ``walker`` is DMC walker_walk from 64x64 pixels
-with action repeat 2. One torch thread each; nothing else should run meanwhile. sheeprl runs with
+with action repeat 2; ``cartpole`` is DMC cartpole_swingup from pixels with action repeat 8 (PlaNet's).
+``--replay-ratio`` changes the training rate on both sides. One torch thread each; nothing else should run meanwhile. sheeprl runs with
 the Python of a venv that has it (``--sheeprl-python``) and prints its episode returns; heron's come
 from its metrics.csv (its final evaluation is left out of its time). The returns are the mean of
 the last ``--last`` training episodes (sampled actions, as sheeprl logs them).
@@ -42,6 +43,9 @@ TASKS = {
     "walker": dict(heron=["--env-id", "dmc_walker_walk", "--action-repeat", "2", "--max-episode-steps", "1000"],
                    sheeprl=["env=dmc", "env.wrapper.domain_name=walker", "env.wrapper.task_name=walk",
                             "env.action_repeat=2", "env.max_episode_steps=1000", "env.wrapper.from_vectors=False"]),
+    "cartpole": dict(heron=["--env-id", "dmc_cartpole_swingup", "--action-repeat", "8", "--max-episode-steps", "1000"],
+                     sheeprl=["env=dmc", "env.wrapper.domain_name=cartpole", "env.wrapper.task_name=swingup",
+                              "env.action_repeat=8", "env.max_episode_steps=1000", "env.wrapper.from_vectors=False"]),
 }
 SHEEPRL_SIZE_KEYS = {  # heron flag -> sheeprl key
     "dense_units": ["algo.dense_units"], "mlp_layers": ["algo.mlp_layers"],
@@ -53,10 +57,11 @@ SHEEPRL_SIZE_KEYS = {  # heron flag -> sheeprl key
 }
 
 
-def run_heron(task: str, sizes: str, steps: int, seed: int, out: Path) -> dict:
+def run_heron(task: str, sizes: str, steps: int, seed: int, out: Path, replay_ratio: float) -> dict:
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[sizes].items()]
     argv = [sys.executable, "-m", "heron", "train", "dreamer_v2", *TASKS[task]["heron"], *flags,
-            "--total-steps", str(steps), "--learning-starts", "1024", "--pretrain-steps", "0", "--train-every", "16",
+            "--total-steps", str(steps), "--learning-starts", "1024", "--pretrain-steps", "0",
+            "--train-every", str(round(1 / replay_ratio)),
             "--per-rank-batch-size", "16", "--sequence-length", "50", "--buffer-size", "16384",
             "--buffer-type", "sequential", "--gamma", "0.99", "--kl-free-nats", "1.0", "--kl-regularizer", "1.0",
             "--world-lr", "3e-4", "--actor-lr", "8e-5", "--critic-lr", "8e-5", "--actor-ent-coef", "1e-4",
@@ -74,10 +79,10 @@ def run_heron(task: str, sizes: str, steps: int, seed: int, out: Path) -> dict:
     return {"wall_s": wall - max(0.0, evaluated - trained), "returns": returns}
 
 
-def run_sheeprl(python: str, task: str, sizes: str, steps: int, seed: int, out: Path) -> dict:
+def run_sheeprl(python: str, task: str, sizes: str, steps: int, seed: int, out: Path, replay_ratio: float) -> dict:
     overrides = [f"{key}={v}" for k, v in SIZES[sizes].items() for key in SHEEPRL_SIZE_KEYS[k]]
     argv = [python, "-m", "sheeprl", "exp=dreamer_v2_benchmarks", *TASKS[task]["sheeprl"], *overrides,
-            f"algo.total_steps={steps}", "fabric.accelerator=cpu", "fabric.devices=1", "num_threads=1",
+            f"algo.total_steps={steps}", f"algo.replay_ratio={replay_ratio}", "fabric.accelerator=cpu", "fabric.devices=1", "num_threads=1",
             f"seed={seed}", "algo.run_test=False", "env.capture_video=False", "checkpoint.every=100000000",
             "checkpoint.save_last=False", "buffer.checkpoint=False", "model_manager.disabled=True",
             "metric.log_level=1", f"root_dir={out / 'sheeprl'}"]
@@ -105,6 +110,8 @@ def main() -> None:
     p.add_argument("--sizes", choices=sorted(SIZES), default="tiny")
     p.add_argument("--steps", type=int, default=16384, help="agent steps (frames = steps x action repeat)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--replay-ratio", type=float, default=1 / 16,
+                   help="gradient steps per agent step, 1/k (heron: --train-every k; sheeprl: algo.replay_ratio)")
     p.add_argument("--last", type=int, default=5, help="average the last N training episodes")
     p.add_argument("--sheeprl-python", default="/work/venv-sheeprl/bin/python")
     p.add_argument("--skip-sheeprl", action="store_true")
@@ -114,10 +121,11 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="dreamer_runs_"))
     rows = []
     if not args.skip_heron:
-        rows.append(summary("heron", run_heron(args.task, args.sizes, args.steps, args.seed, out), args.steps, args.last))
+        rows.append(summary("heron", run_heron(args.task, args.sizes, args.steps, args.seed, out, args.replay_ratio), args.steps, args.last))
         print(json.dumps(rows[-1]), flush=True)
     if not args.skip_sheeprl:
-        rows.append(summary("sheeprl", run_sheeprl(args.sheeprl_python, args.task, args.sizes, args.steps, args.seed, out),
+        rows.append(summary("sheeprl", run_sheeprl(args.sheeprl_python, args.task, args.sizes, args.steps, args.seed, out,
+                                                         args.replay_ratio),
                             args.steps, args.last))
         print(json.dumps(rows[-1]), flush=True)
     if len(rows) == 2:

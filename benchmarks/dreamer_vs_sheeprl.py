@@ -32,6 +32,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 SIZES = {
     "tiny": dict(dense_units=8, mlp_layers=1, cnn_channels_multiplier=2, recurrent_state_size=8, hidden_size=8,
                  stochastic_size=4, discrete_size=4),
+    "small": dict(dense_units=64, mlp_layers=2, cnn_channels_multiplier=4, recurrent_state_size=64, hidden_size=64,
+                  stochastic_size=8, discrete_size=8),
     "atari": dict(dense_units=400, mlp_layers=4, cnn_channels_multiplier=48, recurrent_state_size=600,
                   hidden_size=600, stochastic_size=32, discrete_size=32),
 }

@@ -190,6 +190,9 @@ def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
     assert code == 0
     metrics = (run_dir / "metrics.csv").read_text()
     assert "losses/world_model_loss" in metrics and "losses/actor_loss" in metrics
+    # CartPole terminates, Pendulum and the dict env only time out
+    warned = "ends episodes by termination but --use-continues is off" in capsys.readouterr().err
+    assert warned == (extra == [] or "--observation" in extra)
     assert main(["eval", str(run_dir), "--episodes", "1", "--json"]) == 0
     assert '"mean_return"' in capsys.readouterr().out
     if "--memmap-buffer" in extra:

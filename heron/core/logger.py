@@ -122,6 +122,10 @@ class Logger:
         elif self.mode != "none":
             print(text, flush=True)
 
+    def warn(self, text: str) -> None:
+        """A one-line warning on stderr, shown whatever --progress says."""
+        print(f"heron: warning: {text}", file=sys.stderr, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()

@@ -309,6 +309,7 @@ def train(cfg: Config, run: Run) -> dict:
     p_state = torch.zeros(N, player.state_size, device=device)
     policy = DreamerPolicy(player, spaces, device)
     metrics: dict[str, torch.Tensor] = {}
+    warned_terminal = cfg.use_continues
 
     # -- the loop -------------------------------------------------------------------------------------
     while global_step < cfg.total_steps:
@@ -332,6 +333,10 @@ def train(cfg: Config, run: Run) -> dict:
         if done.any():
             rb.add(first_entries(step.obs), np.zeros(N, bool), mask=done)
         is_first = torch.as_tensor(done, device=device)
+        if not warned_terminal and step.terminated.any():
+            warned_terminal = True
+            run.logger.warn(f"{cfg.env_id} ends episodes by termination but --use-continues is off: imagined "
+                            "returns will not see those ends (pass --use-continues)")
         obs = step.obs
         prev_step, global_step = global_step, global_step + N
         for _, ret, length in step.episodes:
