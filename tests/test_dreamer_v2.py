@@ -133,3 +133,29 @@ def test_critic_loss_hand_numbers():
     loss.backward()
     torch.testing.assert_close(v.grad, torch.tensor([[-0.5], [0.0]]))
     assert target.grad is None  # the lambda targets are constants of the critic loss
+
+
+def test_imagination_targets_index_conventions_on_hand_numbers():
+    """States s_0 s_1 s_2 (H = 2) with rewards 1 2 3, values 10 20 30, continues 0.9 0.5 0.2,
+    gamma 0.5, lambda 1 (Monte Carlo to the bootstrap v(s_2) = 30). Column 0 starts from a live
+    state, column 1 from a real terminal one."""
+    from heron.algos.dreamer_v2.losses import imagination_targets
+
+    col = lambda *v: torch.tensor(v).unsqueeze(1).repeat(1, 2)  # noqa: E731  [3, 2]
+    rewards, values, continues = col(1.0, 2.0, 3.0), col(10.0, 20.0, 30.0), col(0.9, 0.5, 0.2)
+    alive = torch.tensor([1.0, 0.0])
+    # no continue model: discount gamma everywhere
+    v, w = imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=True)
+    assert torch.allclose(v[:, 0], torch.tensor([1 + 0.5 * (2 + 0.5 * 30), 2 + 0.5 * 30]))  # 9.5, 17
+    assert torch.allclose(w[:, 0], torch.tensor([1.0, 0.5]))
+    v, w = imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=False)
+    assert torch.allclose(v[:, 0], torch.tensor([2 + 0.5 * (3 + 0.5 * 30), 3 + 0.5 * 30]))  # 11, 18
+    assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.5, 0.0]]))
+    # paper (current): d_0 = gamma * alive is the real discount, d_1 = gamma * c(s_1) = 0.25
+    v, w = imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=True)
+    assert torch.allclose(v, torch.tensor([[1 + 0.5 * (2 + 0.25 * 30), 1.0], [2 + 0.25 * 30, 9.5]]))  # 5.75
+    assert torch.allclose(w, torch.tensor([[1.0, 1.0], [0.5, 0.0]]))
+    # next: d_t = gamma * c(s_{t+1}) = 0.25, 0.1 and the rewards of s_1, s_2; terminal starts weigh 0
+    v, w = imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=False)
+    assert torch.allclose(v, torch.tensor([[2 + 0.25 * (3 + 0.1 * 30)] * 2, [3 + 0.1 * 30] * 2]))  # 3.5, 6
+    assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.25, 0.0]]))

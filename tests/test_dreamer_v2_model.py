@@ -182,7 +182,7 @@ def test_replay_layout_step_counter(tmp_path):
 
 @pytest.mark.parametrize("extra", [[], ["--observation", "pixels", "--memmap-buffer"],
                                    ["--env-id", "heron-test/DictImage-v0", "--cnn-keys", "pixels", "--mlp-keys", "vec"],
-                                   ["--env-id", "Pendulum-v1"]])
+                                   ["--env-id", "Pendulum-v1"], ["--use-continues", "--lambda-rewards", "next"]])
 def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
     run_dir = tmp_path / "run"
     code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(run_dir), "--progress", "none",
@@ -207,6 +207,8 @@ def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
     (["--buffer-size", "10", "--sequence-length", "50"], "smaller than --sequence-length"),
     (["--env-id", "dmc_walker_wlak"], "walker"),
     (["--weight-decay", "1"], "--weight-decay must be in [0, 1)"),
+    (["--cuda-graphs", "--compile"], "--cuda-graphs and --compile are alternatives"),
+    (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
 ])
 def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
     code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(tmp_path / "r"), *argv])

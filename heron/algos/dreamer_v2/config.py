@@ -54,6 +54,9 @@ class Config(RunConfig):
     actor_ent_coef: float = opt(1e-4, "entropy bonus (eta)")
     objective_mix: float = opt(-1.0, "rho: REINFORCE share of the actor objective (-1 = 1 for discrete, 0 for "
                                "continuous actions)")
+    lambda_rewards: str = opt("current", "the reward and continue in step t of the lambda-return: current (predicted "
+                              "at imagined state t: the paper's eq. 4 and its code) or next (at state t+1: "
+                              "DreamerV3's correction)", ("current", "next"))
     critic_target_update_freq: int = opt(100, "copy the critic into the target critic every N gradient steps")
     # -- optimizers
     world_lr: float = opt(3e-4, "world model learning rate")
@@ -72,6 +75,9 @@ class Config(RunConfig):
     mlp_layers: int = opt(4, "hidden layers of those MLPs")
     cnn_channels_multiplier: int = opt(48, "channels of the first conv layer (doubling per layer)")
     layer_norm: bool = opt(True, "layer norm in the GRU")
+    # -- speed
+    cuda_graphs: bool = opt(False, "record the gradient step as a CUDA graph after 3 eager steps and replay it "
+                            "(CUDA only; same computation, far fewer kernel launches)")
 
     def validate(self) -> None:
         super().validate()
@@ -92,6 +98,13 @@ class Config(RunConfig):
             raise HeronError(f"--weight-decay must be in [0, 1), got {self.weight_decay}")
         if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
             raise HeronError(f"--objective-mix must be in [0, 1] (or -1 for auto), got {self.objective_mix}")
+        if self.cuda_graphs:
+            if self.compile:
+                raise HeronError("--cuda-graphs and --compile are alternatives: choose one")
+            import torch
+
+            if self.device == "cpu" or not torch.cuda.is_available():
+                raise HeronError("--cuda-graphs needs a CUDA device (--device cuda)")
         if self.buffer_size < self.sequence_length:
             raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
 

@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from heron.core.returns import lambda_return
+
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -95,3 +97,45 @@ def critic_loss(values: torch.Tensor, lambda_values: torch.Tensor, weights: torc
     """Critic loss (paper eq. 5, seed 003): -E[weights * log N(sg(V^lambda); v, 1)] over [H, B]."""
     assert values.shape == lambda_values.shape == weights.shape
     return (weights * gaussian_nll(values, lambda_values.detach(), 0)).mean()
+
+
+def imagination_targets(rewards: torch.Tensor, continues: torch.Tensor | None, values: torch.Tensor,
+                        alive: torch.Tensor, gamma: float, lam: float,
+                        current: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lambda-return targets and step weights of an imagined trajectory s_0 .. s_H.
+
+    Inputs are predictions at every imagined state, [H + 1, M]: ``rewards`` (reward head),
+    ``continues`` (continue probability; None without a continue model: gamma alone) and ``values``
+    (target critic). ``alive`` [M] is 1 - is_terminal of the real start states. Returns
+    (V^lambda, weights), each [H, M], for steps t = 0 .. H-1.
+
+    ``current`` (DreamerV2: paper eq. 4, and the official code that sheeprl follows): the reward
+    and discount of step t are predicted at s_t. With a continue model the first discount is the
+    real one, gamma * alive. Then v(s) estimates the return including the reward of arriving at s::
+
+        V_t = r(s_t) + d_t ((1 - lambda) v(s_{t+1}) + lambda V_{t+1}),   V_H = v(s_H)
+        d_0 = gamma alive,   d_t = gamma c(s_t)
+
+    ``current=False`` (DreamerV3's correction): the reward and discount of the move s_t -> s_{t+1}
+    are predicted at s_{t+1}, where the data trains the heads, so that
+    V_t = r(s_{t+1}) + d_t (...) with d_t = gamma c(s_{t+1}).
+
+    Weights carry no gradient. The weight of step t is the predicted chance of reaching s_t,
+    prod_{k<t} d_k. With ``current=False`` every step from a terminal start also gets weight 0:
+    its imagined future is not part of the episode."""
+    assert rewards.shape == values.shape and (continues is None or continues.shape == rewards.shape)
+    assert alive.shape == rewards.shape[1:]
+    heads = slice(0, -1) if current else slice(1, None)
+    r = rewards[heads]  # [H, M]
+    if continues is None:
+        d = torch.full_like(r, gamma)
+    else:
+        d = gamma * continues[heads]
+        if current:
+            d = torch.cat([gamma * alive[None].to(d.dtype), d[1:]])
+    targets = lambda_return(r, values[:-1], d, values[-1], lam)
+    with torch.no_grad():
+        weights = torch.cumprod(torch.cat([torch.ones_like(d[:1]), d[:-1]]), 0)
+        if not current:
+            weights = weights * alive
+    return targets, weights

@@ -15,8 +15,10 @@ One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (n
    entropy bonus eta), the critic regresses them. The target critic is a copy every
    ``--critic-target-update-freq`` gradient steps.
 
-Imagined time line: s_0 (a posterior state) -a_0-> s_1 -a_1-> ... s_H; the reward and continue of
-the move s_t -> s_{t+1} are the heads' predictions at s_{t+1} (what the data trains them on).
+Imagined time line: s_0 (a posterior state) -a_0-> s_1 -a_1-> ... s_H. The lambda-return of step t
+takes the reward and continue predicted at s_t, as the paper's eq. 4 and its code do
+(``--lambda-rewards current``), or at s_{t+1} (``next``, DreamerV3's correction): see
+``losses.imagination_targets``.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from heron.config import HeronError
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
+from heron.core.graphs import GraphedStep, make_capturable
 from heron.core.memory import keep_freed_memory
 from heron.core.policy import Policy
-from heron.core.returns import lambda_return
 from heron.core.run import Run
 
 
@@ -155,10 +157,14 @@ def replay(cfg: Config, run: Run, spaces: dict) -> EpisodeBuffer:
 def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimizer]:
     """Adam for the world model, the actor and the critic (checkpoint keys ``world_opt``, ``actor_opt``,
     ``critic_opt``). DreamerV2's weight decay scales every weight by ``1 - wd`` before each step; decoupled
-    decay scales by ``1 - lr * weight_decay``, so it gets ``wd / lr``."""
+    decay scales by ``1 - lr * weight_decay``, so it gets ``wd / lr``. On CUDA the fused kernel (one launch
+    per optimizer); with ``--cuda-graphs`` device-side step counters."""
+    cuda = next(agent.parameters()).is_cuda
+
     def adam(module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(module.parameters(), lr=lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay / lr,
-                                decoupled_weight_decay=True)
+                                decoupled_weight_decay=True, fused=True if cuda else None,
+                                capturable=cfg.cuda_graphs)
     return {"world_opt": adam(agent.world, cfg.world_lr), "actor_opt": adam(agent.actor, cfg.actor_lr),
             "critic_opt": adam(agent.critic, cfg.critic_lr)}
 
@@ -210,17 +216,15 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
             # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
             h_t, z_t = rssm.imagine_step(h_t, z_t, action if rho < 1 else action.detach())
             feats.append(torch.cat([z_t, h_t], -1))
-        feat_im = torch.stack(feats)  # [H + 1, M, F]
-        reward_im = world.reward(feat_im[1:]).squeeze(-1)  # [H, M]
+        feat_im = torch.stack(feats)  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
+        rewards_im = world.reward(feat_im).squeeze(-1)  # [H + 1, M]
+        continues_im = None
         if world.continue_model is not None:
-            discount = cfg.gamma * torch.sigmoid(world.continue_model(feat_im[1:]).squeeze(-1))
-        else:
-            discount = torch.full_like(reward_im, cfg.gamma)
+            continues_im = torch.sigmoid(world.continue_model(feat_im).squeeze(-1))
         values = target_critic(feat_im).squeeze(-1)  # [H + 1, M]
-        lam = lambda_return(reward_im, values[:-1], discount, values[-1], cfg.lmbda)
-        with torch.no_grad():  # weight of s_t: the predicted chance of getting there (0 after a real terminal)
-            alive = (1.0 - batch["is_terminal"].float()).flatten()
-            weights = alive * torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]]), 0)
+        alive = 1.0 - batch["is_terminal"].float().flatten()  # [M]
+        lam, weights = losses.imagination_targets(rewards_im, continues_im, values, alive, cfg.gamma, cfg.lmbda,
+                                                  current=cfg.lambda_rewards == "current")  # [H, M] each
         actor_loss = losses.actor_loss(torch.stack(log_probs), torch.stack(entropies), lam, values[:-1].detach(),
                                        weights, rho, cfg.actor_ent_coef)
         actor_opt.zero_grad(set_to_none=True)
@@ -244,6 +248,15 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     return update
 
 
+def wrap_update(cfg: Config, update):
+    """``--compile`` or ``--cuda-graphs`` around the gradient step (both keep its semantics)."""
+    if cfg.compile:
+        return torch.compile(update)
+    if cfg.cuda_graphs:
+        return GraphedStep(update)
+    return update
+
+
 # -- training -----------------------------------------------------------------------------------------
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
@@ -260,9 +273,7 @@ def train(cfg: Config, run: Run) -> dict:
     critic, target_critic = agent.critic, agent.target_critic
     player = Player(agent)
     optimizers = make_optimizers(cfg, agent)
-    update = make_update(cfg, agent, spaces, *optimizers.values())
-    if cfg.compile:
-        update = torch.compile(update)
+    update = wrap_update(cfg, make_update(cfg, agent, spaces, *optimizers.values()))
 
     def sample_batch() -> dict[str, torch.Tensor]:
         """[T, B, ...] tensors on the device; images stay uint8 until there."""
@@ -292,6 +303,8 @@ def train(cfg: Config, run: Run) -> dict:
         agent.load_state_dict(s["agent"])
         for k, o in optimizers.items():
             o.load_state_dict(s[k])
+        if cfg.cuda_graphs:  # the checkpoint may come from a run without graphs
+            make_capturable(optimizers.values())
         if run.resume_buffer is None:
             raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
         rb.load_state_dict(run.resume_buffer)
