@@ -15,9 +15,11 @@ interaction and the sampling of the batches (sheeprl's own ``training_timer`` ex
 The configuration is sheeprl's, composed with Hydra from the package's configs exactly as its CLI does
 (``exp=dreamer_v2`` for the Atari sizes, ``exp=dreamer_v2_benchmarks`` for the tiny ones), then resolved to a
 ``dotdict`` as ``sheeprl.cli.run`` does. The agent is built with sheeprl's ``build_agent`` and optimizers with its
-``build_optimizer`` on a ``lightning.fabric.Fabric`` (cpu, 1 device, 32-true). The batches come from sheeprl's own
+``build_optimizer`` on a ``lightning.fabric.Fabric`` (``--accelerator`` cpu or cuda, 1 device, 32-true). The batches come from sheeprl's own
 replay buffer (``build_buffer`` + ``sample_batches``: float32 tensors shaped [sequence, batch, ...]) filled with
-random uint8 64x64 RGB frames under key ``rgb`` and one-hot Discrete(6) actions (Pong's action space).
+random uint8 64x64 RGB frames under key ``rgb`` and one-hot Discrete(6) actions (Pong's action space), or
+with ``--continuous`` 6-dimensional actions in [-1, 1] (walker's). ``--sizes dmc``: the seed's DMC block
+(``exp=dreamer_v2`` with RSSM 200/200).
 
 Prints one JSON line: {"impl": "sheeprl", "sizes": ..., "sec_per_grad_step": <mean>, "steps": M, ...}.
 """
@@ -37,7 +39,10 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-EXPS = {"tiny": "dreamer_v2_benchmarks", "atari": "dreamer_v2"}
+EXPS = {"tiny": "dreamer_v2_benchmarks", "atari": "dreamer_v2", "dmc": "dreamer_v2"}
+SIZE_OVERRIDES = {"dmc": ["algo.world_model.recurrent_model.recurrent_state_size=200",  # the seed's DMC block
+                          "algo.world_model.transition_model.hidden_size=200",
+                          "algo.world_model.representation_model.hidden_size=200"]}
 
 
 def parse_args(argv=None):
@@ -46,6 +51,8 @@ def parse_args(argv=None):
                    help="tiny: sheeprl's exp=dreamer_v2_benchmarks sizes; atari: exp=dreamer_v2 (default DreamerV2)")
     p.add_argument("--obs", choices=["pixels"], default="pixels", help="3x64x64 uint8 RGB under key 'rgb'")
     p.add_argument("--actions", type=int, default=6, help="Discrete(n) action space (Pong: 6)")
+    p.add_argument("--continuous", action="store_true", help="Box(-1, 1, (actions,)) instead (walker: 6)")
+    p.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu", help="fabric.accelerator")
     p.add_argument("--warmup", type=int, default=3, help="untimed gradient steps first")
     p.add_argument("--steps", type=int, default=10, help="timed gradient steps")
     p.add_argument("--batch-size", type=int, default=None, help="override algo.per_rank_batch_size (sheeprl: 16)")
@@ -74,7 +81,7 @@ def compose_cfg(args, log_dir):
         "env.id=PongNoFrameskip-v4",
         "env.num_envs=1",
         "env.capture_video=False",
-        "fabric.accelerator=cpu",
+        f"fabric.accelerator={args.accelerator}",
         "fabric.devices=1",
         "fabric.precision=32-true",
         "~fabric.callbacks",
@@ -91,6 +98,7 @@ def compose_cfg(args, log_dir):
         f"metric.log_level={1 if args.metrics else 0}",
         f"log_root={log_dir}",
     ]
+    overrides += SIZE_OVERRIDES.get(args.sizes, [])
     if args.batch_size is not None:
         overrides.append(f"algo.per_rank_batch_size={args.batch_size}")
     if args.sequence_length is not None:
@@ -147,14 +155,20 @@ def main(argv=None):
     fabric.launch()
     fabric.seed_everything(cfg.seed)
     torch.use_deterministic_algorithms(cfg.torch_use_deterministic_algorithms)
+    torch.backends.cudnn.benchmark = cfg.torch_backends_cudnn_benchmark  # as sheeprl.cli does
+    torch.backends.cudnn.deterministic = cfg.torch_backends_cudnn_deterministic
 
     # Pong-like spaces: a Dict observation with one 3x64x64 uint8 image, Discrete(6) actions
     observation_space = gym.spaces.Dict(
         {"rgb": gym.spaces.Box(0, 255, (3, cfg.env.screen_size, cfg.env.screen_size), np.uint8)}
     )
-    action_space = gym.spaces.Discrete(args.actions)
-    is_continuous = False
-    actions_dim = (int(action_space.n),)
+    if args.continuous:
+        action_space = gym.spaces.Box(-1.0, 1.0, (args.actions,), np.float32)
+        actions_dim = tuple(action_space.shape)
+    else:
+        action_space = gym.spaces.Discrete(args.actions)
+        actions_dim = (int(action_space.n),)
+    is_continuous = args.continuous
     assert list(cfg.algo.cnn_keys.encoder) == ["rgb"] and not cfg.algo.mlp_keys.encoder
 
     world_model, actor, critic, target_critic, _player = build_agent(
@@ -180,7 +194,9 @@ def main(argv=None):
             "rgb": rng.integers(0, 256, (n_fill, n_envs, 3, 64, 64), dtype=np.uint8),
             "terminated": np.zeros((n_fill, n_envs, 1)),
             "truncated": np.zeros((n_fill, n_envs, 1)),
-            "actions": np.eye(actions_dim[0])[rng.integers(0, actions_dim[0], (n_fill, n_envs))],
+            "actions": rng.uniform(-1, 1, (n_fill, n_envs, actions_dim[0]))
+            if is_continuous
+            else np.eye(actions_dim[0])[rng.integers(0, actions_dim[0], (n_fill, n_envs))],
             "rewards": rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], (n_fill, n_envs, 1)),
             "is_first": np.zeros((n_fill, n_envs, 1)),
         },
@@ -201,7 +217,10 @@ def main(argv=None):
 
     times = []
     freq = cfg.algo.critic.per_rank_target_network_update_freq
+    cuda = fabric.device.type == "cuda"
     for step, batch in enumerate(batches):
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         # As sheeprl's main loop, right before `train`
         if step % freq == 0:
@@ -221,6 +240,8 @@ def main(argv=None):
             cfg,
             actions_dim,
         )
+        if cuda:
+            torch.cuda.synchronize()  # its step ends in optimizer steps queued on the device
         dt = time.perf_counter() - t0
         if step >= args.warmup:
             times.append(dt)
@@ -241,6 +262,8 @@ def main(argv=None):
         "dtypes": dtypes,
         "params": n_params,
         "use_continues": bool(cfg.algo.world_model.use_continues),
+        "continuous": is_continuous,
+        "device": str(fabric.device),
         "metrics": aggregator is not None,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
