@@ -19,9 +19,10 @@ The returned metrics are the graph's static outputs. Each replay overwrites them
 the latest step's values. The logger reads them every ``log_every`` steps, which is what it needs.
 
 What ``fn`` must obey (PyTorch's whole-network capture rules):
-- Optimizers use device-side step counters (``capturable=True``); see ``make_capturable``.
-- Parameters are updated in place: the target-network copies (``load_state_dict``) and
-  checkpoint loads that happen between steps are seen by the next replay.
+- Optimizers use device-side step counters (``capturable=True``, set where they are built; a
+  resumed run keeps its config, and its checkpoint restores the same setting).
+- Parameters are updated in place: target-network copies (``load_state_dict``) made between
+  steps are seen by the next replay.
 - Learning rates stay Python floats fixed for the run; the graph has baked them in.
 - Random numbers (Gumbel noise, reparameterized samples) come from the CUDA generator, whose
   graph-safe Philox offsets advance at every replay, so each step draws fresh noise.
@@ -71,15 +72,3 @@ class GraphedStep:
         self.graph.replay()
         return self.static_out
 
-
-def make_capturable(optimizers) -> None:
-    """Give optimizers device-side step counters, so that a CUDA graph can replay ``step()``. Also
-    applies after ``load_state_dict``, which restores whatever ``capturable`` the checkpoint was
-    saved with."""
-    for opt in optimizers:
-        for group in opt.param_groups:
-            group["capturable"] = True
-            for p in group["params"]:
-                state = opt.state.get(p)
-                if state and "step" in state and torch.is_tensor(state["step"]):
-                    state["step"] = state["step"].to(device=p.device, dtype=torch.float32)

@@ -37,7 +37,7 @@ from heron.config import HeronError
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
-from heron.core.graphs import GraphedStep, make_capturable
+from heron.core.graphs import GraphedStep
 from heron.core.memory import keep_freed_memory
 from heron.core.policy import Policy
 from heron.core.run import Run
@@ -303,8 +303,6 @@ def train(cfg: Config, run: Run) -> dict:
         agent.load_state_dict(s["agent"])
         for k, o in optimizers.items():
             o.load_state_dict(s[k])
-        if cfg.cuda_graphs:  # the checkpoint may come from a run without graphs
-            make_capturable(optimizers.values())
         if run.resume_buffer is None:
             raise HeronError(f"{run.run_dir}: the latest checkpoint has no replay buffer file")
         rb.load_state_dict(run.resume_buffer)
