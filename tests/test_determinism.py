@@ -139,7 +139,7 @@ DREAMER_ARGS = ["--preset", "debug", "--env-id", "Pendulum-v1", "--total-steps",
                 "--critic-target-update-freq", "3", "--progress", "none"]
 
 
-@pytest.mark.parametrize("extra", [[], ["--buffer-type", "sequential", "--prioritize-ends"]])
+@pytest.mark.parametrize("extra", [["--buffer-type", "episode"], ["--buffer-type", "sequential", "--prioritize-ends"]])
 def test_dreamer_resume_after_kill_equals_uninterrupted(extra, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     done = _heron("train", "dreamer_v2", *DREAMER_ARGS, *extra, "--run-dir", str(full))

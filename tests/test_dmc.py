@@ -125,7 +125,7 @@ def test_pixels():
         env.close()
 
 
-def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_frames():
+def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_agent_steps():
     from heron.algos.dreamer_v2.envs import make
 
     one, two = dmc.DMCEnv("cartpole", "swingup"), dmc.DMCEnv("cartpole", "swingup", frame_skip=2)
@@ -142,7 +142,9 @@ def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_frames():
     finally:
         one.close()
         two.close()
-    for repeat, cap, steps in ((2, 0, 500), (3, 0, 334), (2, 300, 150)):
+    # dm_control's own limit (1000 frames) in agent steps, or --max-episode-steps (agent steps) if
+    # that comes first; a larger cap never lifts the env's own limit
+    for repeat, cap, steps in ((2, 0, 500), (3, 0, 334), (2, 300, 300), (2, 800, 500)):
         env = make("dmc_cartpole_swingup", action_repeat=repeat, observation="state", max_episode_steps=cap)
         env.reset(seed=0)
         n, done = 0, False

@@ -136,13 +136,14 @@ def test_critic_loss_hand_numbers():
 
 
 def test_imagination_targets_index_conventions_on_hand_numbers():
-    """States s_0 s_1 s_2 (H = 2) with rewards 1 2 3, values 10 20 30, continues 0.9 0.5 0.2,
-    gamma 0.5, lambda 1 (Monte Carlo to the bootstrap v(s_2) = 30). Column 0 starts from a live
-    state, column 1 from a real terminal one."""
+    """States s_0 s_1 s_2 (H = 2) with rewards 1 2 3, values 10 20 30, continue probabilities 0.9 0.5
+    0.2, gamma 0.5, lambda 1 (Monte Carlo to the bootstrap v(s_2) = 30). Column 0 starts from a live
+    state, column 1 from a real terminal one. The continue model learns gamma * (1 - terminal), as
+    the references' does, so its prediction is the discount itself: gamma * probability."""
     from heron.algos.dreamer_v2.losses import imagination_targets
 
     col = lambda *v: torch.tensor(v).unsqueeze(1).repeat(1, 2)  # noqa: E731  [3, 2]
-    rewards, values, continues = col(1.0, 2.0, 3.0), col(10.0, 20.0, 30.0), col(0.9, 0.5, 0.2)
+    rewards, values, continues = col(1.0, 2.0, 3.0), col(10.0, 20.0, 30.0), 0.5 * col(0.9, 0.5, 0.2)
     alive = torch.tensor([1.0, 0.0])
     # no continue model: discount gamma everywhere
     v, w = imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=True)
@@ -159,3 +160,23 @@ def test_imagination_targets_index_conventions_on_hand_numbers():
     v, w = imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=False)
     assert torch.allclose(v, torch.tensor([[2 + 0.25 * (3 + 0.1 * 30)] * 2, [3 + 0.1 * 30] * 2]))  # 3.5, 6
     assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.25, 0.0]]))
+
+
+def test_actor_scores_each_action_against_the_target_that_starts_with_its_reward():
+    """H = 3, one trajectory. With the paper's alignment (current) the official code and sheeprl score
+    a_t at s_t by V_{t+1} - v(s_t), weight w_t, for t = 0 .. H-2; with DreamerV3's (next) by V_t - v(s_t)
+    for t = 0 .. H-1."""
+    logp = torch.tensor([[-1.0], [-2.0], [-3.0]])
+    ent = torch.tensor([[0.1], [0.2], [0.3]])
+    targets = torch.tensor([[5.0], [6.0], [7.0]])
+    values = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    weights = torch.tensor([[1.0], [0.9], [0.8]])
+    lp, en, tg, base, w = losses.actor_steps(logp, ent, targets, values, weights, current=True)
+    assert lp.flatten().tolist() == [-1.0, -2.0] and en.flatten().tolist() == pytest.approx([0.1, 0.2])
+    assert tg.flatten().tolist() == [6.0, 7.0] and base.flatten().tolist() == [1.0, 2.0]
+    assert w.flatten().tolist() == pytest.approx([1.0, 0.9])
+    # REINFORCE only: -(1 * (-1) * (6 - 1) + 0.9 * (-2) * (7 - 2)) / 2 = 7.0
+    assert losses.actor_loss(lp, en, tg, base, w, 1.0, 0.0).item() == pytest.approx(7.0)
+    lp, en, tg, base, w = losses.actor_steps(logp, ent, targets, values, weights, current=False)
+    assert tg.flatten().tolist() == [5.0, 6.0, 7.0] and base.flatten().tolist() == [1.0, 2.0, 3.0]
+    assert lp.shape == en.shape == w.shape == (3, 1)

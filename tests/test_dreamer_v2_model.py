@@ -36,6 +36,11 @@ def test_straight_through_sample_is_one_hot_and_passes_gradients():
     # d/dlogits of sum(w * p): the softmax Jacobian applied to w
     expected = probs * (weights - (probs * weights).sum(-1, keepdim=True))
     assert torch.allclose(logits.grad, expected, atol=1e-6)
+    # the samples follow the categorical distribution of the logits
+    probs = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.05, 0.05, 0.3, 0.6]])
+    many = st_sample(probs.log().expand(40_000, 2, 4)).detach()
+    torch.testing.assert_close(many.mean(0), probs, atol=0.01, rtol=0)
+    assert many[:, 0, 3].sum() == 0  # a class of probability 0 is never drawn
 
 
 def test_gradients_reach_encoder_through_the_sampled_latents():
@@ -73,6 +78,71 @@ def test_observe_and_imagine_shapes_and_episode_resets():
     assert h_t.shape == (T * B, 7) and z_t.shape == (T * B, 15)
 
 
+def test_init_is_xavier_uniform_with_zero_biases():
+    """The references' init (Keras's default; sheeprl's init_weights): every Linear, Conv and
+    ConvTranspose (the GRU's projection too) has zero biases and U(-b, b) weights with
+    b = sqrt(6 / (fan_in + fan_out)); the RSSM's split layers get the bound of the whole layer."""
+    import math
+
+    torch.manual_seed(0)
+    cfg = small_cfg(cnn_channels_multiplier=4, dense_units=32, hidden_size=24, recurrent_state_size=20,
+                    use_continues=True)
+    agent = Agent({"rgb": (3, 64, 64), "state": (5,)}, ("rgb",), ("state",), 3, True, cfg)
+    rssm = agent.world.rssm
+    split = {id(rssm.in_z.weight), id(rssm.in_a.weight), id(rssm.post_h.weight), id(rssm.post_e.weight)}
+    layers = [m for m in agent.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d, torch.nn.ConvTranspose2d))]
+    assert len(layers) > 20
+    for m in layers:
+        if m.bias is not None:
+            assert torch.count_nonzero(m.bias) == 0, m
+        if id(m.weight) in split:
+            continue
+        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(m.weight)
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        w = m.weight.abs().max().item()
+        assert w <= bound and (m.weight.numel() < 200 or w > 0.95 * bound), (m, w, bound)
+    whole_in = rssm.z_dim + 3
+    assert rssm.in_z.weight.abs().max() <= math.sqrt(6.0 / (whole_in + 24)) < math.sqrt(6.0 / (rssm.z_dim + 24))
+    assert rssm.in_a.weight.abs().max() <= math.sqrt(6.0 / (whole_in + 24))
+    assert rssm.post_e.weight.abs().max() <= math.sqrt(6.0 / (20 + agent.world.encoder.out_dim + 24))
+    assert torch.count_nonzero(rssm.gru.linear.bias) == 0
+    assert torch.equal(agent.target_critic[0].weight, agent.critic[0].weight)  # the target starts as the critic
+
+
+def test_sampled_windows_start_like_episodes():
+    """The references mark the first step of every sampled window as an episode start: zero state and
+    zero previous action, whatever the replay holds there."""
+    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, spaces_of
+
+    cfg = small_cfg(sequence_length=6, per_rank_batch_size=3)
+    env = denvs.make("CartPole-v1")
+    spaces = spaces_of(cfg, env.observation_space, env.action_space)
+    env.close()
+
+    def world_loss(batch):
+        torch.manual_seed(0)
+        agent = build(cfg, spaces)
+        update = make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values())
+        torch.manual_seed(1)
+        return update({k: v.clone() for k, v in batch.items()})["losses/world_model_loss"].item()
+
+    g = torch.Generator().manual_seed(3)
+    T, B = 6, 3
+    batch = {"state": torch.randn(T, B, 4, generator=g), "reward": torch.ones(T, B),
+             "action": torch.nn.functional.one_hot(torch.randint(0, 2, (T, B), generator=g), 2).float(),
+             "is_first": torch.zeros(T, B, dtype=torch.bool), "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
+    as_start = {**batch, "action": batch["action"].clone(), "is_first": batch["is_first"].clone()}
+    as_start["action"][0] = 0.0
+    as_start["is_first"][0] = True
+    other_first = {**batch, "action": batch["action"].clone()}  # another action before the window
+    other_first["action"][0] = 1.0 - other_first["action"][0]
+    base = world_loss(batch)
+    assert base == world_loss(as_start) == world_loss(other_first)  # a_0 before the window is never seen
+    later = {**batch, "action": batch["action"].clone()}
+    later["action"][2] = 1.0 - later["action"][2]
+    assert world_loss(later) != base  # the actions inside the window do matter
+
+
 def test_decoder_first_deconvolution_as_a_matrix_product_matches_the_layer():
     """The decoder computes its 1x1-input transposed convolution as one GEMM; it must equal the layer."""
     torch.manual_seed(0)
@@ -105,7 +175,7 @@ def test_truncated_normal_density_entropy_and_bounds():
     assert m.grad.abs().sum() > 0
 
 
-def test_action_repeat_rule_and_frame_caps():
+def test_action_repeat_rule_and_episode_caps_in_agent_steps():
     with pytest.raises(HeronError, match="use --action-repeat 1, or PongNoFrameskip-v4"):
         denvs.check("ALE/Pong-v5", 4)
     env = denvs.make("heron-test/Counter-v0", action_repeat=3)  # terminates after 3 frames
@@ -119,7 +189,31 @@ def test_action_repeat_rule_and_frame_caps():
         _, _, terminated, truncated, _ = cp.step(steps % 2)
         steps += 1
         done = terminated or truncated
-    assert truncated and steps == 5  # 10 frames = 5 agent steps
+    assert truncated and steps == 10  # agent steps (20 frames), as sheeprl's env.max_episode_steps
+
+
+def test_dmc_preset_keeps_dm_controls_own_limit():
+    """--preset dmc says max_episode_steps 27000 (the seed's block): dm_control's own 1000 frames still end a
+    walker episode, 500 agent steps at action repeat 2 (a cap in frames used to replace it: 13,500 steps)."""
+    pytest.importorskip("dm_control")
+    from heron.algos.dreamer_v2.train import eval_env
+
+    cfg = Config(**{**PRESETS["dmc"], "observation": "state"})  # vectors: the cap is the same, no rendering
+    assert cfg.max_episode_steps == 27000 and cfg.action_repeat == 2
+    env = eval_env(cfg)()
+    try:
+        env.reset(seed=0)
+        steps, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(np.zeros(6, np.float32))
+            steps += 1
+            done = terminated or truncated
+        assert truncated and not terminated and steps == 500
+    finally:
+        env.close()
+    short = denvs.make("dmc_walker_walk", 2, "state", max_episode_steps=7)  # a cap below the task's own
+    short.reset(seed=0)
+    assert [short.step(np.zeros(6, np.float32))[3] for _ in range(7)] == [False] * 6 + [True]
 
 
 def test_weight_decay_scales_weights_by_one_minus_wd_whatever_the_learning_rate():
@@ -242,14 +336,15 @@ def test_atari_episodes_are_reported_through_dreamers_own_env_stack():
     from heron.core.envs import VecEnv
 
     pytest.importorskip("ale_py")
-    fn = functools.partial(denvs.make, "PongNoFrameskip-v4", 4, max_episode_steps=200)  # 50 agent steps
+    fn = functools.partial(denvs.make, "PongNoFrameskip-v4", 4, max_episode_steps=50)  # agent steps
     envs = VecEnv("PongNoFrameskip-v4", 1, 0, "sync", env_fn=fn)
     try:
         envs.reset()
         ended = []
-        for _ in range(50):
+        for _ in range(60):
             ended += envs.step(np.zeros(1, np.int64)).episodes
-        # one game, cut at 200 frames, of which the reset's up-to-30 no-ops take some
-        assert len(ended) == 1 and ended[0][0] == 0 and 42 <= ended[0][2] <= 50, ended
+        # one game, cut at 50 agent steps (200 frames; the reset's no-ops are not steps): the cap counts agent
+        # steps, so the atari preset's 27,000 is the paper's 108,000 frames
+        assert len(ended) == 1 and ended[0][0] == 0 and ended[0][2] == 50, ended
     finally:
         envs.close()

@@ -112,11 +112,20 @@ def test_wraparound_invariants_with_two_envs():
         assert set(batch["ep"][:, 0].tolist()) <= set(survivors)
 
 
-def test_episode_sampled_proportional_to_length():
+def test_episodes_sampled_uniformly_whatever_their_length():
+    """danijar/dreamerv2 and sheeprl draw the episode uniformly, then a window inside it."""
     buf = EpisodeBuffer(100, 1, FIELDS, 5, seed=7)
     drive(buf, [[10, 40]])
     ep = buf.sample(20_000)["ep"][:, 0]
-    assert abs((ep == 0).mean() - 10 / 50) < 0.015 and abs((ep == 1).mean() - 40 / 50) < 0.015
+    assert abs((ep == 0).mean() - 0.5) < 0.015 and abs((ep == 1).mean() - 0.5) < 0.015
+
+
+def test_sequential_windows_sampled_uniformly_over_all_windows():
+    """cross_episodes: episodes 10 and 40 long, adjacent, form one run of 50 steps with 46 windows of 5."""
+    buf = EpisodeBuffer(100, 1, FIELDS, 5, seed=7, cross_episodes=True)
+    drive(buf, [[10, 40]])
+    start = buf.sample(46_000)["step"][:, 0]  # the env's step counter runs on across its episodes
+    np.testing.assert_allclose(np.bincount(start, minlength=46) / 46_000, np.full(46, 1 / 46), atol=0.006)
 
 
 @pytest.mark.parametrize("prioritize", [False, True])
@@ -126,8 +135,8 @@ def test_start_offset_distribution(prioritize):
     drive(buf, [[n]])
     offset = buf.sample(draws)["step"][:, 0]
     freq = np.bincount(offset, minlength=n) / draws
-    if prioritize:  # min(U[0, n), n - L): 1/n for each early start, L/n for the last window
-        expected = np.r_[np.full(n - L, 1 / n), L / n, np.zeros(L - 1)]
+    if prioritize:  # danijar's replay: min(U[0, n + 1), n - L): each early start 1/(n+1), the last window L+1 of them
+        expected = np.r_[np.full(n - L, 1 / (n + 1)), (L + 1) / (n + 1), np.zeros(L - 1)]
     else:
         expected = np.r_[np.full(n - L + 1, 1 / (n - L + 1)), np.zeros(L - 1)]
     np.testing.assert_allclose(freq, expected, atol=0.01)

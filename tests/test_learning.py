@@ -50,3 +50,22 @@ def test_dreamer_v2_two_goals(tmp_path):
                          eval_every=0, eval_episodes=10, progress="none", run_dir=str(tmp_path / "d"))
     assert result["step"] == 1200
     assert result["mean_return"] >= 0.8, result
+
+
+@pytest.mark.learning
+def test_dreamer_v2_cartpole(tmp_path):
+    """DreamerV2 from CartPole-v1's vectors, the model of the sheeprl comparison (docs/benchmarks.md:
+    dense 64 x 2, 16 x 16 latents, GRU 128, continue model) with shorter windows (8 x 32) and one
+    gradient step per env step: 800 random steps, 100 pretraining steps, 1,500 steps in all (about
+    90 s on one core). Deterministic evaluation over 10 episodes, seeds 0-4: 372, 353, 286, 425, 277.
+    The code before issue 13's alignment with the references scored 129, 209, 184, 336, 215 with the
+    same settings and its sequential buffer (its default episode buffer did far worse: CartPole's
+    first episodes are shorter than a window), so the check asks for >= 250 on seed 1 (353 against
+    209). It runs on heron's default replay (sequential)."""
+    result = heron.train("dreamer_v2", env_id="CartPole-v1", total_steps=1500, learning_starts=800, pretrain_steps=100,
+                         train_every=1, per_rank_batch_size=8, sequence_length=32, hidden_size=128,
+                         recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16,
+                         use_continues=True, eval_every=0, eval_episodes=10, torch_threads=1, progress="none",
+                         seed=1, run_dir=str(tmp_path / "d"))
+    assert result["step"] == 1500
+    assert result["mean_return"] >= 250, result

@@ -169,16 +169,16 @@ class EpisodeBuffer:
     per-key storage of ``capacity`` steps (numpy arrays, or ``np.memmap`` files under
     ``memmap_dir`` so that the data lives on disk and the resident set stays small). An episode that
     does not fit before the end of the storage starts again at 0; episodes it overwrites are
-    evicted whole. Sequences of ``length`` steps are drawn inside single episodes: an episode with
-    probability proportional to its length, then a start uniform over its windows, or, with
-    ``prioritize_ends``, a start uniform over [0, len) clamped to len - length (the last window
-    gets the extra mass, so episode ends are not undersampled). Episodes shorter than ``length``
-    are stored but never sampled (``short_episodes`` counts them).
+    evicted whole. Sequences of ``length`` steps are drawn inside single episodes, as in
+    danijar/dreamerv2 and sheeprl: an episode uniformly, then a start uniform over its windows, or,
+    with ``prioritize_ends``, a start uniform over [0, len - length + 1 + length) clamped to
+    len - length (the last window gets the extra mass, so episode ends are not undersampled).
+    Episodes shorter than ``length`` are stored but never sampled (``short_episodes`` counts them).
 
     ``cross_episodes`` (sheeprl's "sequential" buffer) lets a sequence run on into the episodes
-    stored right after it: windows are drawn uniformly over runs of adjacent episodes, and the
-    model resets its state at each ``is_first`` inside. Tasks with episodes shorter than a sequence
-    need it.
+    stored right after it: windows are drawn uniformly over all windows of the runs of adjacent
+    episodes, and the model resets its state at each ``is_first`` inside. Tasks with episodes
+    shorter than a sequence need it.
 
     ``fields``: key -> (shape, numpy dtype); uint8 images stay uint8 until the batch is on the
     training device.
@@ -256,11 +256,14 @@ class EpisodeBuffer:
         starts, lens = self._segments()
         if not len(starts):
             raise HeronError(f"no stored episode is as long as the sequence length {self.length} yet")
-        ep = self.rng.choice(len(starts), size=batch_size, p=lens / lens.sum())
-        if self.prioritize_ends:
-            offset = np.minimum(self.rng.integers(0, lens[ep]), lens[ep] - self.length)
-        else:
-            offset = self.rng.integers(0, lens[ep] - self.length + 1)
+        if self.cross_episodes:  # every window of the stored runs equally likely
+            ep = self.rng.choice(len(starts), size=batch_size, p=(lens - self.length + 1) / (lens - self.length + 1).sum())
+        else:  # an episode uniformly, as danijar/dreamerv2 and sheeprl do
+            ep = self.rng.integers(0, len(starts), size=batch_size)
+        upper = lens[ep] - self.length + 1
+        if self.prioritize_ends:  # starts past the last window count as the last one (danijar's replay)
+            upper = upper + self.length
+        offset = np.minimum(self.rng.integers(0, upper), lens[ep] - self.length)
         idx = (starts[ep] + offset)[:, None] + np.arange(self.length)  # [B, L]
         return {k: v[idx] for k, v in self.data.items()}
 

@@ -1,7 +1,8 @@
 """DreamerV2 hyperparameters. Every option of the seed's two command blocks (sheeprl's DreamerV2,
 seed 003) is a flag of the same name in kebab-case; the defaults are the DMC block's, with a
-model-size default that fits a CPU, and the presets ``atari`` and ``dmc`` carry the blocks as
-written. Steps count agent (policy) steps, summed over envs, as in sheeprl: with ``--action-repeat
+model-size default that fits a CPU and sheeprl's sequential replay (any episode length), and the
+presets ``atari`` and ``dmc`` carry the blocks as written (docs/dreamer_v2.md has each default's
+source). Steps count agent (policy) steps, summed over envs, as in sheeprl: with ``--action-repeat
 k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class Config(RunConfig):
     cnn_keys: tuple[str, ...] = opt((), "observation keys for the CNN encoder/decoder (empty: every image key)")
     mlp_keys: tuple[str, ...] = opt((), "observation keys for the MLP encoder/decoder (empty: every vector key "
                                     "when there is no image, else none)")
-    max_episode_steps: int = opt(0, "cap episodes at this many env frames (0 = the env's own limit)")
+    max_episode_steps: int = opt(0, "cap episodes at this many agent steps (sheeprl's env.max_episode_steps; "
+                                 "the env's own limit still holds; 0 = only that)")
     # -- schedule
     learning_starts: int = opt(2000, "agent steps of random actions before training")
     pretrain_steps: int = opt(200, "gradient steps done at once when training starts")
@@ -36,9 +38,10 @@ class Config(RunConfig):
     sequence_length: int = opt(50, "steps per training sequence")
     # -- replay
     buffer_size: int = opt(1_000_000, "replay capacity in agent steps")
-    buffer_type: str = opt("episode", "episode: sequences inside single episodes; sequential: sequences may run "
-                           "on into the next stored episodes (the state resets at episode starts), for tasks "
-                           "with episodes shorter than --sequence-length", ("episode", "sequential"))
+    buffer_type: str = opt("sequential", "sequential: sequences may run on into the next stored episodes (the state "
+                           "resets at episode starts); episode: sequences inside single episodes, which never "
+                           "samples episodes shorter than --sequence-length (the seed's blocks, the presets)",
+                           ("sequential", "episode"))
     memmap_buffer: bool = opt(False, "keep the replay in memory-mapped files in the run directory")
     prioritize_ends: bool = opt(False, "sample sequence starts so that episode ends are not undersampled")
     # -- objective
@@ -105,6 +108,9 @@ class Config(RunConfig):
 
             if self.device == "cpu" or not torch.cuda.is_available():
                 raise HeronError("--cuda-graphs needs a CUDA device (--device cuda)")
+        if self.horizon < 2:
+            raise HeronError(f"--horizon must be at least 2 (the actor scores the imagined steps before the last), "
+                             f"got {self.horizon}")
         if self.buffer_size < self.sequence_length:
             raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
 

@@ -10,8 +10,10 @@
 * Any other Gymnasium env: its own observation (images resized to 64x64 channels-first, vectors as
   float32, Dict entries kept), or ``--observation pixels``: ``env.render()`` resized to 64x64.
 
-``--max-episode-steps`` counts env frames (as the seed's 27000 = 30 minutes of Atari at 15 Hz
-agent steps x 4): the cap in agent steps is that divided by the frames per agent step.
+``--max-episode-steps`` counts agent steps, as every other DreamerV2 count here and as sheeprl's
+``env.max_episode_steps`` (a TimeLimit outside the action repeat): the seed's 27000 on Atari is the
+paper's 108,000 frames, 30 minutes of play at action repeat 4. It only ever shortens episodes: the
+env's own limit still holds (dm_control's 1000 frames, 500 agent steps at action repeat 2).
 """
 
 from __future__ import annotations
@@ -132,34 +134,33 @@ def make(env_id: str, action_repeat: int = 1, observation: str = "auto", graysca
     if atari.is_atari(env_id):
         if observation == "state":
             raise HeronError(f"{env_id}: Atari gives pixels only; drop --observation state")
-        kwargs: dict[str, Any] = {}
-        frames_per_step = 4 if _V5.match(env_id) else 1
-        if max_episode_steps:
-            kwargs["max_episode_steps"] = max(1, max_episode_steps // frames_per_step)
-        base = atari.make_base(env_id, render_mode, **kwargs) if not _V5.match(env_id) else \
-            gym.make(env_id, render_mode=render_mode, **kwargs)
+        base = atari.make_base(env_id, render_mode) if not _V5.match(env_id) else \
+            gym.make(env_id, render_mode=render_mode)
         env = gym.wrappers.AtariPreprocessing(base, noop_max=30, frame_skip=action_repeat, screen_size=SIZE,
                                               terminal_on_life_loss=False, grayscale_obs=grayscale,
                                               grayscale_newaxis=True, scale_obs=False)
-        return DictObservation(env)
+        return _cap(DictObservation(env), max_episode_steps)
     pixels = observation == "pixels" or (observation == "auto" and env_id.startswith("dmc_"))
     if env_id.startswith("dmc_"):
-        # DMC repeats the action inside the env, so pixels are rendered once per agent step; the
-        # episode cap (the task's own, or --max-episode-steps) counts frames, as everywhere here
-        frames = max_episode_steps or gym.spec(env_id).max_episode_steps
+        # DMC repeats the action inside the env, so pixels are rendered once per agent step. The task's
+        # own limit (in frames) becomes agent steps; --max-episode-steps can only shorten it.
+        own = -(-gym.spec(env_id).max_episode_steps // action_repeat)
         env = make_env(env_id, render_mode=render_mode, flatten_dict=False, from_pixels=pixels, height=SIZE,
-                       width=SIZE, frame_skip=action_repeat, max_episode_steps=-(-frames // action_repeat))
+                       width=SIZE, frame_skip=action_repeat,
+                       max_episode_steps=min(own, max_episode_steps) if max_episode_steps else own)
         env = DictObservation(env)
         if observation == "state" and "state" not in env.observation_space.spaces:
             raise HeronError(f"{env_id} has no vector observation for --observation state")
         return env
-    kwargs: dict[str, Any] = {}
-    pixels_by_render = pixels
-    mode = "rgb_array" if (pixels_by_render or render_mode) else None
-    env = make_env(env_id, render_mode=mode, flatten_dict=False, **kwargs)
-    if max_episode_steps:
-        env = gym.wrappers.TimeLimit(env, max_episode_steps)  # frames; the env's own limit still holds
-    env = DictObservation(env, pixels=pixels_by_render)
+    mode = "rgb_array" if (pixels or render_mode) else None
+    env = make_env(env_id, render_mode=mode, flatten_dict=False)
+    env = DictObservation(env, pixels=pixels)
     if observation == "state" and "state" not in env.observation_space.spaces:
         raise HeronError(f"{env_id} has no vector observation for --observation state")
-    return ActionRepeat(env, action_repeat) if action_repeat > 1 else env
+    return _cap(ActionRepeat(env, action_repeat) if action_repeat > 1 else env, max_episode_steps)
+
+
+def _cap(env: gym.Env, max_episode_steps: int) -> gym.Env:
+    """--max-episode-steps: a TimeLimit in agent steps, outside the action repeat (the env's own
+    limit, inside, still holds)."""
+    return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env

@@ -7,12 +7,15 @@ entry, so the continue model never learns that truncation ends the world.
 
 One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (no ``.item()``):
 
-1. World model on a batch of sequences [T, B]: encode, filter through the RSSM (posterior states),
-   decode; reconstruction loss = KL (balanced, free nats) + observation, reward and continue NLLs.
+1. World model on a batch of sequences [T, B]: encode, filter through the RSSM (posterior states;
+   each window starts as an episode does, from a zero state and a zero previous action), decode;
+   reconstruction loss = KL (balanced, free nats) + observation, reward and continue NLLs (the
+   continue model learns the discount gamma * (1 - is_terminal), as the references' does).
 2. Behaviour: from every posterior state (detached), imagine ``--horizon`` steps with the actor
-   through the prior; rewards, continues and target-critic values on the imagined states give
+   through the prior; rewards, discounts and target-critic values on the imagined states give
    lambda-returns; the actor maximizes them (REINFORCE share rho, dynamics backpropagation 1 - rho,
-   entropy bonus eta), the critic regresses them. The target critic is a copy every
+   entropy bonus eta; each action against the first return that holds its reward,
+   ``losses.actor_steps``), the critic regresses them. The target critic is a copy every
    ``--critic-target-update-freq`` gradient steps.
 
 Imagined time line: s_0 (a posterior state) -a_0-> s_1 -a_1-> ... s_H. The lambda-return of step t
@@ -177,6 +180,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     rssm = world.rssm
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
+    current = cfg.lambda_rewards == "current"
 
     def clip(params) -> torch.Tensor:
         return torch.nn.utils.clip_grad_norm_(params, cfg.clip_gradients if cfg.clip_gradients > 0 else float("inf"))
@@ -186,7 +190,9 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         # 1. world model
         obs = {k: batch[k] for k in keys}
         embed = world.encoder(obs)
-        h, z, post, prior = rssm.observe(embed, batch["action"], batch["is_first"])
+        # a sampled window starts as an episode does (the references): zero state, zero previous action
+        is_first = torch.cat([torch.ones_like(batch["is_first"][:1]), batch["is_first"][1:]])
+        h, z, post, prior = rssm.observe(embed, batch["action"], is_first)
         feat = torch.cat([z, h], -1)
         recon = world.decoder(feat)
         obs_nll = sum(losses.gaussian_nll(recon[k], image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + \
@@ -194,9 +200,9 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         rewards = torch.tanh(batch["reward"]) if cfg.clip_rewards else batch["reward"]
         reward_nll = losses.gaussian_nll(world.reward(feat).squeeze(-1), rewards, 0)
         continue_nll = None
-        if world.continue_model is not None:
+        if world.continue_model is not None:  # the discount: gamma * (1 - terminal), as the references learn it
             continue_nll = losses.bernoulli_nll(world.continue_model(feat).squeeze(-1),
-                                                1.0 - batch["is_terminal"].float())
+                                                cfg.gamma * (1.0 - batch["is_terminal"].float()))
         wm = losses.reconstruction_loss(obs_nll, reward_nll, post, prior, cfg.kl_balancing_alpha, cfg.kl_free_nats,
                                         cfg.kl_free_avg, cfg.kl_regularizer, continue_nll, cfg.continue_scale_factor)
         world_opt.zero_grad(set_to_none=True)
@@ -218,15 +224,16 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
             feats.append(torch.cat([z_t, h_t], -1))
         feat_im = torch.stack(feats)  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
         rewards_im = world.reward(feat_im).squeeze(-1)  # [H + 1, M]
-        continues_im = None
+        discounts_im = None
         if world.continue_model is not None:
-            continues_im = torch.sigmoid(world.continue_model(feat_im).squeeze(-1))
+            discounts_im = torch.sigmoid(world.continue_model(feat_im).squeeze(-1))
         values = target_critic(feat_im).squeeze(-1)  # [H + 1, M]
         alive = 1.0 - batch["is_terminal"].float().flatten()  # [M]
-        lam, weights = losses.imagination_targets(rewards_im, continues_im, values, alive, cfg.gamma, cfg.lmbda,
-                                                  current=cfg.lambda_rewards == "current")  # [H, M] each
-        actor_loss = losses.actor_loss(torch.stack(log_probs), torch.stack(entropies), lam, values[:-1].detach(),
-                                       weights, rho, cfg.actor_ent_coef)
+        lam, weights = losses.imagination_targets(rewards_im, discounts_im, values, alive, cfg.gamma, cfg.lmbda,
+                                                  current=current)  # [H, M] each
+        steps = losses.actor_steps(torch.stack(log_probs), torch.stack(entropies), lam, values.detach(), weights,
+                                   current)  # [H - 1, M] each (current) or [H, M]
+        actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         actor_grad = clip(actor.parameters())
@@ -320,7 +327,7 @@ def train(cfg: Config, run: Run) -> dict:
     p_state = torch.zeros(N, player.state_size, device=device)
     policy = DreamerPolicy(player, spaces, device)
     metrics: dict[str, torch.Tensor] = {}
-    warned_terminal = cfg.use_continues
+    warned_terminal, warned_short = cfg.use_continues, cfg.buffer_type == "sequential"
 
     # -- the loop -------------------------------------------------------------------------------------
     while global_step < cfg.total_steps:
@@ -348,6 +355,10 @@ def train(cfg: Config, run: Run) -> dict:
             warned_terminal = True
             run.logger.warn(f"{cfg.env_id} ends episodes by termination but --use-continues is off: imagined "
                             "returns will not see those ends (pass --use-continues)")
+        if not warned_short and rb.short_episodes:
+            warned_short = True
+            run.logger.warn(f"{cfg.env_id} ended an episode shorter than --sequence-length {cfg.sequence_length}: "
+                            "the episode buffer never samples such episodes (--buffer-type sequential does)")
         obs = step.obs
         prev_step, global_step = global_step, global_step + N
         for _, ret, length in step.episodes:
