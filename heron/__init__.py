@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from heron.api import load, resume, train  # noqa: E402
+from heron.api import evaluate, load, resume, train  # noqa: E402
 from heron.config import HeronError  # noqa: E402
 
-__all__ = ["train", "resume", "load", "HeronError", "__version__"]
+__all__ = ["train", "resume", "load", "evaluate", "HeronError", "__version__"]

@@ -1,17 +1,19 @@
-"""The Python API: ``heron.train(...)`` and ``heron.load(run_dir)``."""
+"""The Python API: ``heron.train(...)``, ``heron.resume(run_dir)``, ``heron.load(run_dir)`` and
+``heron.evaluate(run_dir)``."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from heron import registry
 from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
-from heron.core.envs import check_env_id
+from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
 from heron.core.policy import Policy
-from heron.core.run import Run, read_config, read_yaml, resolve_device
+from heron.core.run import EVAL_SEED_OFFSET, Run, read_config, read_yaml, resolve_device
 
 
 def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
@@ -34,11 +36,24 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
 
 
 def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
-          **hyperparameters: Any) -> dict:
-    """Train ``algo`` ("sac", "td3") and return a summary dict: run_dir, step, env_id,
-    mean_return, std_return, episodes (of the final deterministic evaluation), best_eval.
+          env: Callable[..., Any] | None = None, **hyperparameters: Any) -> dict:
+    """Train ``algo`` ("sac", "td3", "ppo", "dreamer_v2") and return a summary dict: run_dir, step,
+    env_id, mean_return, std_return, episodes (of the final deterministic evaluation), best_eval.
+
+    ``env``: instead of ``env_id``, a callable (an env class or a function) that returns a Gymnasium
+    env. The run records its import path (``module:name``); one that a new process cannot import
+    (a lambda, a closure, a function of ``__main__``) must be given again to ``resume`` and
+    ``evaluate``.
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``."""
+    if env is not None:
+        if "env_id" in hyperparameters:
+            raise HeronError("give env or env_id, not both")
+        hyperparameters["env_id"] = callable_env_id(env)
+        if is_callable_id(hyperparameters["env_id"]):
+            print(f"heron: note: env {hyperparameters['env_id']} cannot be imported by another process: "
+                  "`heron eval` and `heron train --resume` of this run will ask for it; in Python pass it again "
+                  "(heron.evaluate(run_dir, env=...), heron.resume(run_dir, env=...))", file=sys.stderr)
     cfg = make_config(algo, presets, config_file, **hyperparameters)
     module = registry.get(algo)
     check_env_id(cfg.env_id)
@@ -46,11 +61,14 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     return _run(module, Run.start(algo, cfg))
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None) -> dict:
-    """Continue an interrupted run from its latest checkpoint (optionally to a new step target)."""
+def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None) -> dict:
+    """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
+    ``env``: the callable the run was trained on, when it was given as one (``train``)."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
+    if env is not None:
+        use_callable(cfg.env_id, env)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if total_steps is not None:
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
@@ -93,6 +111,33 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
     policy = registry.get(algo).load_policy(cfg, state, resolve_device(device))
     policy.step, policy.env_id, policy.algo = int(state["step"]), cfg.env_id, algo
     return policy
+
+
+def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest", seed: int | None = None,
+             video: bool = False, device: str = "auto", env: Callable[..., Any] | None = None) -> dict:
+    """Run a saved policy deterministically for ``episodes`` episodes (``heron eval``). Episode k
+    starts from ``reset(seed=seed + k)``, by default the run's own evaluation seeds. Returns
+    mean_return, std_return, episodes, returns, env_id, algo, steps (and video: its path).
+    ``env``: the callable the run was trained on, when it was given as one (``train``)."""
+    if episodes <= 0:
+        raise HeronError(f"--episodes must be positive, got {episodes}")
+    algo, cfg, state = load_checkpoint(run_dir, checkpoint)
+    if env is not None:
+        use_callable(cfg.env_id, env)
+    module = registry.get(algo)
+    policy = module.load_policy(cfg, state, resolve_device(device))
+    video_path = None
+    if video:
+        video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
+        Path(video_path).parent.mkdir(parents=True, exist_ok=True)
+    seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
+    returns = run_episodes(policy, cfg.env_id, episodes, seed, video_path=video_path,
+                           env_fn=eval_env_fn(module, cfg))
+    out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
+           "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
+    if video_path:
+        out["video"] = video_path
+    return out
 
 
 def eval_env_fn(module: Any, cfg: Any) -> Any:

@@ -1,4 +1,4 @@
-"""``heron train|eval|list|plot``. No per-algorithm branches: flags come from each algorithm's
+"""``heron train|eval|check-env|list|plot``. No per-algorithm branches: flags come from each algorithm's
 Config dataclass (kebab-case field names, help from field metadata).
 
 Every user error is one line on stderr and exit code 2.
@@ -25,6 +25,7 @@ commands:
   train ALGO [flags]                      train an algorithm (heron train ALGO --help lists its flags)
   train --resume RUN_DIR [--total-steps N]  continue a run from its latest checkpoint
   eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best]
+  check-env ENV_ID [--steps N] [--json]   will this env train with heron, and with which algorithms?
   list                                    algorithms and their presets
   plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs
 """
@@ -134,8 +135,6 @@ def cmd_train(argv: list[str]) -> int:
 
 def cmd_eval(argv: list[str]) -> int:
     from heron import api
-    from heron.core.envs import evaluate
-    from heron.core.run import EVAL_SEED_OFFSET
 
     p = _Parser(prog="heron eval", description="Run a saved policy deterministically.")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -147,27 +146,31 @@ def cmd_eval(argv: list[str]) -> int:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, ["--episodes", "--video", "--json", "--checkpoint", "--seed", "--device"])
-    if args.episodes <= 0:
-        raise HeronError(f"--episodes must be positive, got {args.episodes}")
-    algo, cfg, state = api.load_checkpoint(args.run_dir, args.checkpoint)
-    policy = registry.get(algo).load_policy(cfg, state, resolve_device(args.device))
-    video = None
-    if args.video:
-        video = str(Path(args.run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
-        Path(video).parent.mkdir(parents=True, exist_ok=True)
-    seed = args.seed if args.seed is not None else cfg.seed + EVAL_SEED_OFFSET
-    returns = evaluate(policy, cfg.env_id, args.episodes, seed, video_path=video,
-                       env_fn=api.eval_env_fn(registry.get(algo), cfg))
-    out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
-           "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
-    if video:
-        out["video"] = video
+    out = api.evaluate(args.run_dir, args.episodes, args.checkpoint, args.seed, args.video, args.device)
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{algo} on {cfg.env_id} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
+        video = out.get("video")
+        print(f"{out['algo']} on {out['env_id']} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
               f"{out['std_return']:.2f} over {out['episodes']} episodes" + (f"; video {video}" if video else ""))
     return 0
+
+
+def cmd_check_env(argv: list[str]) -> int:
+    from heron.checkenv import check
+
+    p = _Parser(prog="heron check-env", description="Check that an environment trains with heron, and with "
+                "which algorithms: Gymnasium's env checker, a rollout of random actions checked against the "
+                "spaces, each algorithm's own requirements. Exit 0 when nothing failed, 1 otherwise.")
+    p.add_argument("env_id", metavar="ENV_ID", help="a Gymnasium id, module:EnvId, or module:factory")
+    p.add_argument("--steps", type=int, default=500, help="random steps of the rollout (default: 500)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the rollout (default: 0)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args, unknown = p.parse_known_args(argv)
+    _reject_unknown(unknown, ["--steps", "--seed", "--json"])
+    report = check(args.env_id, args.steps, args.seed)
+    print(json.dumps(report.to_dict()) if args.json else report.text())
+    return 1 if report.problems else 0
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -201,7 +204,7 @@ def cmd_plot(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "plot": cmd_plot}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,8 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 class RunConfig:
     """Fields shared by every algorithm: environment, seed, budget, devices, cadences, logging."""
 
-    env_id: str = opt("Pendulum-v1", "Gymnasium environment id (e.g. Hopper-v5, HopperBulletEnv-v0)")
+    env_id: str = opt("Pendulum-v1", "Gymnasium environment id (e.g. Hopper-v5, HopperBulletEnv-v0), or your own: "
+                      "module:EnvId imports module first; module:name may name an env class or factory")
     seed: int = opt(1, "seed of python, numpy, torch and the environments")
     total_steps: int = opt(1_000_000, "total environment steps to train for (summed over envs)")
     num_envs: int = opt(1, "number of parallel environments")

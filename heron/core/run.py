@@ -11,6 +11,7 @@ import csv
 import math
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -67,7 +68,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def default_run_dir(algo: str, cfg: Any) -> Path:
-    env = cfg.env_id.replace("/", "_")
+    env = re.sub(r"[^\w.-]+", "_", cfg.env_id).strip("_")  # module:name, <callable ...>: a plain file name
     return Path("runs") / f"{env}__{algo}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
