@@ -154,3 +154,14 @@ def test_dreamer_resume_after_kill_equals_uninterrupted(extra, tmp_path):
     _assert_same(a, b, ["agent", "actor"])  # world model, actor, critic and target critic
     assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
     assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")
+
+
+def test_evaluations_do_not_perturb_training(tmp_path):
+    """DreamerV2's greedy policy still samples its latents; evaluating every 100 steps must leave
+    the run's weights as they are without evaluations (the eval runs on a forked torch RNG)."""
+    for name, every in (("with", 100), ("without", 0)):
+        heron.train("dreamer_v2", presets=["debug"], env_id="CartPole-v1", eval_every=every, eval_episodes=1,
+                    torch_threads=1, progress="none", run_dir=str(tmp_path / name))
+    a, b = _state(tmp_path / "with"), _state(tmp_path / "without")
+    assert (tmp_path / "with" / "eval.csv").read_text().count("\n") >= 4  # header, 100, 200, 300
+    _assert_same(a, b, ["agent"])

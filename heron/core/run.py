@@ -218,8 +218,11 @@ class Run:
         video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video else None
         if video_path:
             Path(video_path).parent.mkdir(parents=True, exist_ok=True)
-        returns = run_episodes(policy, self.cfg.env_id, self.cfg.eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
-                               video_path=video_path, env_fn=self.eval_env_fn)
+        # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            returns = run_episodes(policy, self.cfg.env_id, self.cfg.eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
+                                   video_path=video_path, env_fn=self.eval_env_fn)
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
         self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
