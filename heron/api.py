@@ -69,6 +69,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
     if env is not None:
         use_callable(cfg.env_id, env)
+    check_env_id(cfg.env_id)  # before the run reopens: a missing module or callable changes nothing there
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if total_steps is not None:
         cfg = dataclasses.replace(cfg, total_steps=total_steps)

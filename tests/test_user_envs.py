@@ -97,6 +97,10 @@ def test_callable_without_import_path_must_be_given_again(tmp_path):
     p = _heron(["eval", str(run)], TESTS)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "heron.evaluate(run_dir, env=...)" in p.stderr
+    before = sorted(f.name for f in run.rglob("*"))
+    p = _heron(["train", "--resume", str(run), "--total-steps", "400"], TESTS)
+    assert p.returncode == 2 and "heron.resume(run_dir, env=...)" in p.stderr, p.stderr
+    assert sorted(f.name for f in run.rglob("*")) == before
     envs.forget_callable(env_id)  # as in a new process
     with pytest.raises(heron.HeronError, match="cannot be imported"):
         heron.evaluate(run, episodes=1)
