@@ -256,11 +256,12 @@ class EpisodeBuffer:
         starts, lens = self._segments()
         if not len(starts):
             raise HeronError(f"no stored episode is as long as the sequence length {self.length} yet")
+        windows = lens - self.length + 1  # window starts per run
         if self.cross_episodes:  # every window of the stored runs equally likely
-            ep = self.rng.choice(len(starts), size=batch_size, p=(lens - self.length + 1) / (lens - self.length + 1).sum())
+            ep = self.rng.choice(len(starts), size=batch_size, p=windows / windows.sum())
         else:  # an episode uniformly, as danijar/dreamerv2 and sheeprl do
             ep = self.rng.integers(0, len(starts), size=batch_size)
-        upper = lens[ep] - self.length + 1
+        upper = windows[ep]
         if self.prioritize_ends:  # starts past the last window count as the last one (danijar's replay)
             upper = upper + self.length
         offset = np.minimum(self.rng.integers(0, upper), lens[ep] - self.length)

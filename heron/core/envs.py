@@ -346,9 +346,10 @@ def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = T
     else:
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
-        user = env_id != gym_env_id(env_id)  # a user's module or callable: their constructor may raise anything
+        gym_id = gym_env_id(env_id)
+        user = gym_id != env_id  # a user's module or callable: their constructor may raise anything
         try:
-            env = gym.make(gym_env_id(env_id), max_episode_steps=max_episode_steps, **kwargs)
+            env = gym.make(gym_id, max_episode_steps=max_episode_steps, **kwargs)
         except HeronError:
             raise
         except (ImportError, gym.error.Error) as exc:  # e.g. Box2D or mujoco missing, bad version
