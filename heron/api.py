@@ -12,8 +12,9 @@ from heron import registry
 from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
+from heron.core.faults import EnvCrashed, WriteFailed
 from heron.core.policy import Policy
-from heron.core.run import EVAL_SEED_OFFSET, Run, read_config, read_yaml, resolve_device
+from heron.core.run import EVAL_SEED_OFFSET, Run, check_state, read_config, read_yaml, resolve_device
 
 
 def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
@@ -74,19 +75,27 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     if total_steps is not None:
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
     cfg.validate()
-    return _run(module, Run.resume(algo, cfg))
+    return _run(module, Run.resume(algo, cfg, spaces=module.check(cfg)))
 
 
 def _run(module: Any, run: Run) -> dict:
     run.eval_env_fn = eval_env_fn(module, run.cfg)
     try:
         return module.train(run.cfg, run)
+    except EnvCrashed as exc:
+        raise EnvCrashed(f"{exc}; {run.save_after_crash()}") from exc
+    except WriteFailed as exc:
+        raise WriteFailed(f"{exc}; {run.kept()}; make room, then continue with: heron train --resume "
+                          f"{run.run_dir}") from exc
     finally:
         run.close()
 
 
-def load_checkpoint(run_dir: str | Path, which: str = "latest") -> tuple[str, Any, dict]:
-    """(algo, config, state) of a run's ``latest`` or ``best`` checkpoint, or of a checkpoint file."""
+def load_checkpoint(run_dir: str | Path, which: str = "latest", env: Callable[..., Any] | None = None,
+                    check_env: bool = False) -> tuple[str, Any, dict]:
+    """(algo, config, state) of a run's ``latest`` or ``best`` checkpoint, or of a checkpoint file.
+    ``check_env``: also that the env (``env``: the callable the run was trained on, when it was
+    given as one) has the spaces the checkpoint was saved for."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
@@ -100,8 +109,9 @@ def load_checkpoint(run_dir: str | Path, which: str = "latest") -> tuple[str, An
     else:
         path = Path(which)
     state = ckpt.load(path)
-    if not isinstance(state, dict) or "actor" not in state or "step" not in state:
-        raise HeronError(f"corrupt or unreadable checkpoint {path}: not a heron checkpoint")
+    if env is not None:
+        use_callable(cfg.env_id, env)
+    check_state(state, path, algo, module.check(cfg) if check_env else None)
     return algo, cfg, state
 
 
@@ -122,9 +132,7 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
     ``env``: the callable the run was trained on, when it was given as one (``train``)."""
     if episodes <= 0:
         raise HeronError(f"--episodes must be positive, got {episodes}")
-    algo, cfg, state = load_checkpoint(run_dir, checkpoint)
-    if env is not None:
-        use_callable(cfg.env_id, env)
+    algo, cfg, state = load_checkpoint(run_dir, checkpoint, env, check_env=True)
     module = registry.get(algo)
     policy = module.load_policy(cfg, state, resolve_device(device))
     video_path = None

@@ -1,7 +1,8 @@
 """``heron train|eval|check-env|list|plot``. No per-algorithm branches: flags come from each algorithm's
 Config dataclass (kebab-case field names, help from field metadata).
 
-Every user error is one line on stderr and exit code 2.
+Every user error is one line on stderr and exit code 2; a run ended by a fault (heron.core.faults)
+is one line too: 3 when it diverged, 1 when an env crashed or a write failed; a stop request 130.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from heron import registry
 from heron.config import HeronError, field_types, flag, type_name
+from heron.core.faults import Fault
 from heron.core.run import Interrupted, resolve_device
 
 USAGE = """usage: heron <command> ...
@@ -222,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     except HeronError as exc:
         print(f"heron: error: {exc}", file=sys.stderr)
         return 2
+    except Fault as exc:
+        print(f"heron: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Interrupted as exc:
         print(f"heron: {exc}", file=sys.stderr)
         return 130

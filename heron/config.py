@@ -41,7 +41,9 @@ class RunConfig:
     run_dir: str = opt("", "run directory; empty means runs/<env>__<algo>__<seed>__<time>")
     eval_every: int = opt(10_000, "deterministic evaluation every N env steps (0 = off)")
     eval_episodes: int = opt(10, "episodes per evaluation")
-    checkpoint_every: int = opt(0, "checkpoint every N env steps (0 = only at the end)")
+    checkpoint_every: int = opt(100_000, "checkpoint every N env steps (0 = off; a checkpoint is always written at the end)")
+    checkpoint_minutes: float = opt(10.0, "also checkpoint by wall time: first after 1 minute, then every 2, 4, 8, ... "
+                                    "minutes up to this many (0 = off)")
     keep_checkpoints: int = opt(3, "step-numbered checkpoints kept on disk (latest and best are always kept)")
     log_every: int = opt(1000, "write losses every N env steps (the only host syncs of training)")
     progress: str = opt("auto", "progress display: auto, bar, log (plain lines) or none", ("auto", "bar", "log", "none"))
@@ -58,7 +60,7 @@ class RunConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
-        for name in ["eval_every", "checkpoint_every", "torch_threads"]:
+        for name in ["eval_every", "checkpoint_every", "checkpoint_minutes", "torch_threads"]:
             if getattr(self, name) < 0:
                 raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
         check_device(self.device, "device")

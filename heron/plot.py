@@ -2,33 +2,70 @@
 
 from __future__ import annotations
 
-import csv
+import difflib
+import os
 from pathlib import Path
 
 from heron.config import HeronError
+from heron.core.logger import complete_rows
+
+Curve = tuple[list[int], list[float]]  # steps, values
+EvalCurve = tuple[list[int], list[float], list[float]]  # steps, mean returns, std returns
 
 
-def read_metric(run_dir: str | Path, metric: str) -> tuple[list[int], list[float]]:
-    path = Path(run_dir) / "metrics.csv"
-    if not path.is_file():
-        raise HeronError(f"{run_dir} has no metrics.csv")
-    steps, values = [], []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["metric"] == metric:
-                steps.append(int(row["step"]))
-                values.append(float(row["value"]))
-    return steps, values
+def read_metrics(run_dir: str | Path) -> dict[str, Curve]:
+    """Every metric of a run's metrics.csv (``step,wall_time,metric,value``) as name -> (steps, values)."""
+    metrics: dict[str, Curve] = {}
+    for step, _, name, value in complete_rows(Path(run_dir) / "metrics.csv", 4):
+        try:
+            point = int(step), float(value)
+        except ValueError:
+            continue
+        steps, values = metrics.setdefault(name, ([], []))
+        steps.append(point[0])
+        values.append(point[1])
+    return metrics
 
 
-def read_eval(run_dir: str | Path) -> tuple[list[int], list[float], list[float]]:
-    path = Path(run_dir) / "eval.csv"
-    if not path.is_file():
-        return [], [], []
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return ([int(r["step"]) for r in rows], [float(r["mean_return"]) for r in rows],
-            [float(r["std_return"]) for r in rows])
+def read_metric(run_dir: str | Path, metric: str) -> Curve:
+    return read_metrics(run_dir).get(metric, ([], []))
+
+
+def read_eval(run_dir: str | Path) -> EvalCurve:
+    """Steps, mean and std returns of a run's eval.csv (``step,mean_return,std_return,episodes,wall_time``)."""
+    steps, means, stds = [], [], []
+    for row in complete_rows(Path(run_dir) / "eval.csv", 5):
+        try:
+            step, mean, std = int(row[0]), float(row[1]), float(row[2])
+        except ValueError:
+            continue
+        steps.append(step)
+        means.append(mean)
+        stds.append(std)
+    return steps, means, stds
+
+
+def _load(run_dirs: list[str], metric: str) -> list[tuple[str, Curve, EvalCurve]]:
+    """(label, metric curve, eval curve) per run, after the checks that keep a typo or an empty run from
+    producing a blank figure (which would silently replace a good one)."""
+    data = []
+    names: set[str] = set()
+    for run_dir in run_dirs:
+        if not Path(run_dir).is_dir():
+            raise HeronError(f"{run_dir} is not a run directory")
+        metrics, evals = read_metrics(run_dir), read_eval(run_dir)
+        if not metrics and not evals[0]:
+            raise HeronError(f"{run_dir} has no logged data yet")
+        names |= metrics.keys()
+        data.append((Path(run_dir).name, metrics.get(metric, ([], [])), evals))
+    if names and metric not in names:
+        close = difflib.get_close_matches(metric, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        where = f"{run_dirs[0]} has" if len(run_dirs) == 1 else "these runs have"
+        raise HeronError(f"unknown metric {metric!r}{hint}; {where}: {', '.join(sorted(names))}")
+    if not any(curve[0] or evals[0] for _, curve, evals in data):
+        raise HeronError(f"nothing to plot: no {metric!r} points and no evaluations in {', '.join(run_dirs)}")
+    return data
 
 
 def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts/episodic_return") -> str:
@@ -39,13 +76,11 @@ def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts
         import matplotlib.pyplot as plt
     except ImportError:
         raise HeronError("heron plot needs matplotlib: pip install 'heron[plot]'") from None
+    data = _load(run_dirs, metric)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for run_dir in run_dirs:
-        label = Path(run_dir).name
-        steps, values = read_metric(run_dir, metric)
+    for label, (steps, values), (es, em, sd) in data:
         if steps:
             ax1.plot(steps, values, alpha=0.8, label=label)
-        es, em, sd = read_eval(run_dir)
         if es:
             ax2.errorbar(es, em, yerr=sd, capsize=3, label=label)
     ax1.set(title=metric, xlabel="env steps")
@@ -56,6 +91,16 @@ def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts
             ax.legend(fontsize=8)
     fig.tight_layout()
     out = out or str(Path(run_dirs[0]) / "returns.png")
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    # Written beside the target and renamed: a kill or a full disk mid-write leaves the old image whole. The
+    # temporary name keeps the suffix so that matplotlib picks the same format.
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix or '.png'}")
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    except (OSError, ValueError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise HeronError(f"cannot write {out}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        plt.close(fig)
     return out

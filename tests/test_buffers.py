@@ -81,3 +81,38 @@ def test_mark_truncated_flags_the_newest_step_of_chosen_envs():
     buf.mark_truncated(np.array([False, True]))
     assert buf.data["truncated"][0].tolist() == [False, True]
     assert not buf.data["truncated"][1:].any()
+
+
+def test_rollout_ring_checkpointed_mid_rollout_keeps_the_whole_rollouts_oldest_first():
+    """An env crash mid-rollout checkpoints the ring without the half-overwritten slot, oldest first,
+    so that after resume the next rollout is written after the newest and evicts the oldest."""
+    import torch
+    from heron.core.buffers import RolloutBuffer
+
+    buf = RolloutBuffer(3, 2, 1, {"x": ((), torch.float32)}, {})
+    for k in (1.0, 2.0, 3.0, 4.0):  # rollout 4 overwrote rollout 1 in slot 0
+        buf.writing()["x"].fill_(k)
+        buf.commit()
+    assert buf.state_dict()["count"] == 3
+    buf.writing()["x"][0] = 5.0  # rollout 5 half-written into slot 1, over rollout 2
+    state = buf.state_dict()
+    assert state["count"] == 2 and state["slot"] == 2
+    assert state["data"]["x"][:, 0, 0].tolist() == [3.0, 4.0]  # oldest first; rollout 2 is gone
+    resumed = RolloutBuffer(3, 2, 1, {"x": ((), torch.float32)}, {})
+    resumed.load_state_dict(state)
+    for k in (5.0, 6.0):
+        resumed.writing()["x"].fill_(k)
+        resumed.commit()
+    assert sorted(resumed.stored()["x"][:, 0, 0].tolist()) == [4.0, 5.0, 6.0]  # rollout 3, the oldest, evicted
+
+
+def test_checkpointed_replay_holds_the_filled_rows_only():
+    """torch.save writes a view's whole storage: the state must copy the filled part out."""
+    import io
+
+    buf = ReplayBuffer(capacity=100_000, num_envs=1, obs_shape=(11,), obs_dtype=np.float32, action_shape=(3,))
+    for t in range(10):
+        buf.add(**_row(buf, t, n_envs=1, obs_shape=(11,)))
+    out = io.BytesIO()
+    torch.save(buf.state_dict(), out)
+    assert len(out.getvalue()) < 20_000  # 10 rows, not the 100,000 preallocated (about 10 MB)

@@ -11,19 +11,10 @@ import yaml
 
 import heron
 from heron.cli import main
+from cli_helpers import cli_error as _error
 
 TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000",
               "--hidden-sizes", "32", "32", "--eval-every", "0", "--eval-episodes", "1", "--progress", "none"]
-
-
-def _error(capsys, argv):
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("heron: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -103,8 +103,8 @@ class ReplayBuffer:
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         filled = self.rows if self.full else self.pos
-        return {
-            "data": {k: v[:filled].cpu() for k, v in self.data.items()},
+        return {  # clone: torch.save writes a view's whole storage, the empty rows included
+            "data": {k: v[:filled].to("cpu", copy=True) for k, v in self.data.items()},
             "pos": self.pos, "full": self.full, "rows": self.rows, "num_envs": self.num_envs,
             "generator": self.generator.get_state(),
         }
@@ -134,15 +134,18 @@ class RolloutBuffer:
         self.data.update({name: torch.zeros((rollouts, num_envs, *shape), dtype=dt, device=device)
                           for name, (shape, dt) in per_env.items()})
         self.slot, self.count = 0, 0  # the slot being written; rollouts stored
+        self.in_progress = False  # the slot is being written (its old rollout is no longer whole)
 
     def writing(self) -> dict[str, torch.Tensor]:
         """Views of the slot being written: [T, N, ...] and [N, ...]."""
+        self.in_progress = True
         return {name: t[self.slot] for name, t in self.data.items()}
 
     def commit(self) -> None:
         """The written slot is complete: count it, and move on to the oldest."""
         self.count = min(self.count + 1, self.rollouts)
         self.slot = (self.slot + 1) % self.rollouts
+        self.in_progress = False
 
     def stored(self) -> dict[str, torch.Tensor]:
         """The complete rollouts, [k, T, N, ...] / [k, N, ...] with k = min(count, K)."""
@@ -151,7 +154,13 @@ class RolloutBuffer:
     def state_dict(self) -> dict | None:
         if self.rollouts == 1:
             return None  # on-policy: consumed by the update that preceded the checkpoint
-        return {"data": {k: v[:self.count].cpu() for k, v in self.data.items()}, "slot": self.slot,
+        if self.in_progress and self.slot < self.count:
+            # mid-rollout (an env crashed): the slot's old rollout is half overwritten; keep the
+            # others, oldest first, so that the next write goes after the newest
+            order = [(self.slot + i) % self.rollouts for i in range(1, self.count)]
+            return {"data": {k: v[order].cpu() for k, v in self.data.items()}, "slot": len(order),
+                    "count": len(order)}
+        return {"data": {k: v[:self.count].to("cpu", copy=True) for k, v in self.data.items()}, "slot": self.slot,
                 "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:

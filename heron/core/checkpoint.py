@@ -26,24 +26,33 @@ import numpy as np
 import torch
 
 from heron.config import HeronError
+from heron.core.faults import WriteFailed, inject
 
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 
 
-def save_atomic(obj: Any, path: str | Path) -> None:
+def save_atomic(obj: Any, path: str | Path, fault_point: str = "save") -> None:
+    """Write ``obj`` to ``path`` or leave ``path`` as it was (raises WriteFailed: disk full, I/O)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             torch.save(obj, f)
             f.flush()
+            inject(fault_point)  # tests: killed or out of space with the file half-way
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         if tmp.exists():
             tmp.unlink()
-    fd = os.open(path.parent, os.O_RDONLY)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -79,8 +88,12 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: 
     ckpt_dir = Path(ckpt_dir)
     path = ckpt_dir / f"step_{step:09d}.pt"
     if buffer_state is not None:
-        save_atomic(buffer_state, buffer_path(path))
-    save_atomic(state, path)
+        save_atomic(buffer_state, buffer_path(path), "checkpoint-buffer")
+    try:
+        save_atomic(state, path, "checkpoint-state")
+    except WriteFailed:
+        buffer_path(path).unlink(missing_ok=True)  # its state never landed: give the space back
+        raise
     # Prune: keep the newest `keep` states, and the replay data of the newest one only.
     existing = step_checkpoints(ckpt_dir)
     for s, p in existing[:-keep] if keep > 0 else []:
@@ -90,9 +103,46 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: 
     return path
 
 
+def remove_leftovers(ckpt_dir: str | Path) -> None:
+    """After a crash: temporary files of interrupted writes, and replay files whose state file
+    never landed (the buffer is written first; the state file commits a checkpoint)."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return
+    states = {p.name for _, p in step_checkpoints(ckpt_dir)}
+    for p in ckpt_dir.iterdir():
+        orphan = p.name.endswith(".buffer.pt") and p.name.replace(".buffer.pt", ".pt") not in states
+        if orphan or (p.name.startswith(".") and ".tmp" in p.name):
+            p.unlink(missing_ok=True)
+
+
 def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     found = step_checkpoints(ckpt_dir)
     return found[-1][1] if found else None
+
+
+def spaces_mismatch(saved: Any, current: Any, path: str = "") -> str | None:
+    """Where a checkpoint's saved spaces and the env's differ ("obs_shape: [3] saved, [4] now"), or None."""
+    def show(x: Any) -> str:
+        return str(x.tolist() if isinstance(x, torch.Tensor) else x)[:80]
+
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in sorted(set(saved) | set(current), key=str):
+            found = spaces_mismatch(saved.get(key), current.get(key), f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)) and len(saved) == len(current):
+        for i, (a, b) in enumerate(zip(saved, current)):
+            if spaces_mismatch(a, b, path):
+                return f"{path}: {show(saved)} saved, {show(current)} now"
+        return None
+    if isinstance(saved, torch.Tensor) or isinstance(current, torch.Tensor):
+        same = isinstance(saved, torch.Tensor) and isinstance(current, torch.Tensor) and \
+            saved.shape == current.shape and torch.equal(saved.cpu(), current.cpu())
+    else:
+        same = saved == current
+    return None if same else f"{path}: {show(saved)} saved, {show(current)} now"
 
 
 # -- RNG ------------------------------------------------------------------------------------------

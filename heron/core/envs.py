@@ -26,6 +26,7 @@ import importlib
 import inspect
 import os
 import re
+from pathlib import Path
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,6 +38,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from heron.config import HeronError
 from heron.core import atari
 from heron.core.checkpoint import generator_state
+from heron.core.faults import EnvCrashed, close_bounded, first_line, inject
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
 # without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
@@ -179,11 +181,6 @@ def _import_user_module(module: str, env_id: str) -> Any:
         raise
     except Exception as exc:  # the module raised while importing
         raise HeronError(f"importing {module} for --env-id {env_id} failed: {first_line(exc)}") from None
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def gym_env_id(env_id: str) -> str:
@@ -428,6 +425,7 @@ class VecEnv:
         self.episode_lengths = np.zeros(num_envs, np.int64)
         self._pre_reset_rng: list[dict] = []
         self.obs: np.ndarray | None = None
+        self.crashed = False
 
     def _rng_states(self) -> list[dict]:
         return [generator_state(g) for g in self.envs.get_attr("np_random")]
@@ -436,14 +434,26 @@ class VecEnv:
         """Seed sub-env i with ``seed + i`` and return the first observations [N, ...]."""
         self._pre_reset_rng = [generator_state(np.random.default_rng(self.seed + i))
                                for i in range(self.num_envs)]  # what reset(seed=...) will install
-        obs, _ = self.envs.reset(seed=[self.seed + i for i in range(self.num_envs)])
+        obs, _ = self._call("reset", self.envs.reset, seed=[self.seed + i for i in range(self.num_envs)])
         self.obs = self._obs(obs)
         self.episode_returns[:] = 0
         self.episode_lengths[:] = 0
         return self.obs
 
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """An env call whose failure (the env raised, its worker died) ends training as EnvCrashed."""
+        try:
+            return fn(*args, **kwargs)
+        except (HeronError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            self.crashed = True
+            died = isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError))
+            reason = "its worker process died" if died else first_line(exc)
+            raise EnvCrashed(f"env {self.env_id} crashed in {what}: {reason}") from exc
+
     def step(self, actions: np.ndarray) -> Step:
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        next_obs, rewards, terminated, truncated, infos = self._call("step", self.envs.step, actions)
         next_obs = self._obs(next_obs)
         rewards = np.asarray(rewards, np.float32)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
@@ -463,7 +473,7 @@ class VecEnv:
             states = self._rng_states()
             for i in idx:
                 self._pre_reset_rng[i] = states[i]
-            reset_obs = self._obs(self.envs.reset(options={"reset_mask": done})[0])
+            reset_obs = self._obs(self._call("reset", self.envs.reset, options={"reset_mask": done})[0])
             if isinstance(next_obs, dict):
                 obs = {k: v.copy() for k, v in next_obs.items()}
                 for k, v in obs.items():
@@ -477,7 +487,11 @@ class VecEnv:
     # -- resume -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """What resume needs: per sub-env, the RNG state to replay its latest reset with (when the
-        episode just started) or to continue from (when an episode is in flight)."""
+        episode just started) or to continue from (when an episode is in flight). After a crash the
+        envs cannot be asked: every env starts a new episode on resume, from fresh seeds."""
+        if self.crashed:
+            return {"rng": [generator_state(np.random.default_rng([self.seed, i, int(self.episode_lengths.sum())]))
+                            for i in range(self.num_envs)], "fresh": [False] * self.num_envs}
         current = self._rng_states()
         fresh = self.episode_lengths == 0
         return {
@@ -502,13 +516,23 @@ class VecEnv:
             gens.append(g)
         self.envs.set_attr("np_random", gens)
         self._pre_reset_rng = [generator_state(g) for g in gens]
-        obs, _ = self.envs.reset(options={"reset_mask": np.ones(self.num_envs, bool)})
+        obs, _ = self._call("reset", self.envs.reset, options={"reset_mask": np.ones(self.num_envs, bool)})
         self.obs = self._obs(obs)
         self.episode_returns[:] = 0
         self.episode_lengths[:] = 0
         return self.obs
 
     def close(self) -> None:
+        if self.crashed and isinstance(self.envs, AsyncVectorEnv):
+            # a dead worker cannot answer gymnasium's close protocol: end the workers directly
+            for process in self.envs.processes:
+                if process.is_alive():
+                    process.terminate()
+                process.join(timeout=5)
+            for pipe in self.envs.parent_pipes:
+                pipe.close()
+            self.envs.closed = True
+            return
         self.envs.close()
 
 
@@ -535,33 +559,46 @@ def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
 
 def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str | None = None,
              flatten_dict: bool = True, max_episode_steps: int | None = None,
-             env_fn: Callable[[str | None], gym.Env] | None = None) -> np.ndarray:
+             env_fn: Callable[[str | None], gym.Env] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
     """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` (``policy.reset()``
     at each episode start) and return their returns. Episode k starts from ``reset(seed=seed + k)``:
     the same start states at every evaluation, independent of training's random state, so that
     evaluating never perturbs a run. ``env_fn(render_mode)`` replaces ``make_env`` (an algorithm's
-    own wrapper stack); Dict observations reach the policy as dicts of arrays."""
+    own wrapper stack); Dict observations reach the policy as dicts of arrays. When ``should_stop()``
+    turns true (a stop request) the evaluation ends at once and returns None, writing no video."""
     render_mode = "rgb_array" if video_path else None
     env = (env_fn(render_mode) if env_fn is not None else
            make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps))
     convert = obs_converter(env.observation_space)
     returns, frames = [], []
+
+    def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (HeronError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise EnvCrashed(f"env {env_id} crashed in {what} (evaluation): {first_line(exc)}") from exc
+
     try:
         for k in range(episodes):
-            obs, _ = env.reset(seed=seed + k)
+            obs, _ = call("reset", env.reset, seed=seed + k)
             policy.reset()
             total, done = 0.0, False
             while not done:
+                if should_stop is not None and should_stop():
+                    return None
                 if video_path:
                     frames.append(_render(env, env_id))
                 action = policy.predict(convert(obs), deterministic=True)
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = call("step", env.step, action)
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
         fps = env.metadata.get("render_fps", 30)
     finally:
-        env.close()
+        close_bounded(env.close, f"the {env_id} evaluation env")
     if video_path:
         write_video(video_path, frames, fps=fps)
     return np.asarray(returns, np.float64)
@@ -577,8 +614,19 @@ def _render(env: gym.Env, env_id: str) -> np.ndarray:
 
 
 def write_video(path: str, frames: list[np.ndarray], fps: int) -> None:
+    """Into a temporary file renamed into place when complete: an interrupted write (Ctrl-C, a
+    kill) never leaves a half-written mp4 under the final name."""
     import imageio.v2 as imageio
 
-    with imageio.get_writer(path, fps=fps, macro_block_size=1) as writer:
-        for frame in frames:
-            writer.append_data(frame)
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.stem}.partial{os.getpid()}{final.suffix}")
+    try:
+        with imageio.get_writer(str(tmp), fps=fps, macro_block_size=1) as writer:
+            for i, frame in enumerate(frames):
+                writer.append_data(frame)
+                if i == len(frames) // 2:
+                    inject("video")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)

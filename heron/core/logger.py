@@ -18,6 +18,10 @@ from typing import Any
 
 import torch
 
+from heron.core.faults import WriteFailed, armed, inject
+
+FLUSH_SECONDS = 2.0  # logged rows reach the disk this soon: a SIGKILL loses at most this much of the logs
+
 
 def _scalar(v: Any) -> float:
     if isinstance(v, torch.Tensor):
@@ -28,14 +32,24 @@ def _scalar(v: Any) -> float:
 METRICS_HEADER = ["step", "wall_time", "metric", "value"]
 
 
+def complete_rows(path: Path, width: int) -> list[list[str]]:
+    """The data rows of a step-indexed CSV that were written whole. A kill mid-write leaves a last
+    line without its newline (dropped: even ``...,-12`` may be a cut ``-12.5``); rows of another
+    width or without a step are dropped too. The header is not returned."""
+    if not path.is_file():
+        return []
+    with open(path, newline="", errors="replace") as f:
+        lines = [line for line in f if line.endswith("\n")]
+    return [r for r in csv.reader(lines) if len(r) == width and r[0].isdigit()]
+
+
 def truncate_csv(path: Path, last_step: int, header: list[str]) -> None:
-    """Keep the rows of a step-indexed CSV up to ``last_step`` (those after it were logged past the
-    checkpoint a run resumes from, and will be logged again), under ``header`` (written again if a
-    crash lost it). Rewritten atomically."""
+    """Keep the complete rows of a step-indexed CSV up to ``last_step`` (those after it were logged
+    past the checkpoint a run resumes from, and will be logged again; a row torn by a kill is
+    dropped), under ``header`` (written again if a crash lost it). Rewritten atomically."""
     if not path.exists():
         return
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r and r[0].isdigit() and int(r[0]) <= last_step]
+    rows = [r for r in complete_rows(path, len(header)) if int(r[0]) <= last_step]
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
@@ -61,7 +75,8 @@ class Logger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.run_dir), purge_step=start_step or None)
+            self._tb = SummaryWriter(str(self.run_dir), purge_step=start_step or None, flush_secs=FLUSH_SECONDS)
+        self._flushed = time.monotonic()
         self._wandb = wandb_run
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.t0, self.step0 = time.time(), start_step
@@ -83,10 +98,18 @@ class Logger:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         now = time.time()
         values = {k: _scalar(v) for k, v in metrics.items()}
-        for k, v in values.items():
-            self._csv.writerow([step, f"{now:.3f}", k, repr(v)])
-            if self._tb is not None:
-                self._tb.add_scalar(k, v, step)
+        try:
+            for k, v in values.items():
+                self._csv.writerow([step, f"{now:.3f}", k, repr(v)])
+                if self._tb is not None:
+                    self._tb.add_scalar(k, v, step)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
+        action = armed("csv")
+        if action:  # tests: killed with a row half-written
+            self._csv_file.write(f"{step},{now:.3f},torn")
+            self._csv_file.flush()
+            inject("csv", action)
         if self._wandb is not None:
             self._wandb.log(values, step=step)
         if "charts/episodic_return" in values:
@@ -98,13 +121,28 @@ class Logger:
     def sps(self, step: int) -> float:
         return (step - self.step0) / max(time.time() - self.t0, 1e-9)
 
-    def flush(self) -> None:
-        self._csv_file.flush()
+    def flush(self, fault_point: str = "") -> None:
+        try:
+            if fault_point:
+                inject(fault_point)  # tests: the disk fills up here
+            self._csv_file.flush()
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         if self._tb is not None:
             self._tb.flush()
+        self._flushed = time.monotonic()
+
+    def flush_if_due(self) -> None:
+        """Called every env step: logs reach the disk within FLUSH_SECONDS of being written."""
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self.flush("log-flush")
+
+    def _write_failed(self, exc: OSError) -> WriteFailed:
+        return WriteFailed(f"cannot write {self.run_dir / 'metrics.csv'}: {exc.strerror or exc}")
 
     # -- progress -------------------------------------------------------------------------------
     def progress(self, step: int, extra: str = "") -> None:
+        self.flush_if_due()
         sps = self.sps(step)
         ret = f"return {sum(self.recent_returns) / len(self.recent_returns):.1f}" if self.recent_returns else ""
         info = "  ".join(x for x in (f"{sps:.0f} SPS", ret, extra) if x)
@@ -127,12 +165,13 @@ class Logger:
         print(f"heron: warning: {text}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        """Best effort: on the way out after a fault (a full disk) the first error is the one reported."""
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        self.flush()
-        self._csv_file.close()
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
+        for close in (self._csv_file.close, *((self._tb.close,) if self._tb is not None else ()),
+                      *((self._wandb.finish,) if self._wandb is not None else ())):
+            try:
+                close()
+            except Exception:
+                pass

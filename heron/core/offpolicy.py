@@ -1,10 +1,11 @@
 """What SAC and TD3 share around their update steps: spaces, the replay buffer, snapshots for
-checkpoints, resume, and the per-step bookkeeping (logging, evaluation, checkpoint cadence)."""
+checkpoints and resume (the per-step cadences are ``Run.after_step``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -15,12 +16,11 @@ from heron.core.envs import VecEnv
 from heron.core.run import Run
 
 
-def spaces_of(envs: VecEnv) -> dict:
+def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its networks without making an env."""
-    act = envs.single_action_space
-    return {"obs_shape": list(envs.single_observation_space.shape),
-            "action_low": torch.as_tensor(act.low, dtype=torch.float32),
-            "action_high": torch.as_tensor(act.high, dtype=torch.float32)}
+    return {"obs_shape": list(obs_space.shape),
+            "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
+            "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
 
 
 def replay_buffer(cfg: Any, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
@@ -56,18 +56,3 @@ def restore(run: Run, modules: dict[str, Any], rb: ReplayBuffer, envs: VecEnv,
     ckpt.set_rng_state(s["rng"], np_rng)
     obs = envs.load_state_dict(s["envs"])
     return obs, int(s["step"]), int(s["n_updates"])
-
-
-def bookkeeping(run: Run, global_step: int, prev_step: int, metrics: dict, lr: float, policy: Any,
-                policy_state: Callable[[], dict], full_state: Callable[[], dict], rb: ReplayBuffer) -> None:
-    """After each vector step: losses every --log-every, evaluation every --eval-every, checkpoint
-    every --checkpoint-every (multiples crossed by this step), and the progress display."""
-    cfg = run.cfg
-    if run.due(global_step, prev_step, cfg.log_every) and metrics:
-        run.logger.log(global_step, {**metrics, "charts/SPS": run.logger.sps(global_step), "charts/learning_rate": lr})
-    if run.due(global_step, prev_step, cfg.eval_every):
-        run.evaluate(global_step, policy, policy_state)
-    if run.due(global_step, prev_step, cfg.checkpoint_every):
-        run.checkpoint(global_step, full_state(), rb.state_dict())
-    run.stop_if_requested(global_step, lambda: (full_state(), rb.state_dict()))
-    run.logger.progress(global_step)

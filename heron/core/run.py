@@ -8,11 +8,14 @@ checkpoint. Algorithms receive the Run and call ``run.checkpoint``, ``run.evalua
 from __future__ import annotations
 
 import csv
+import fcntl
 import math
 import os
 import random
 import re
 import signal
+import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,10 +29,14 @@ import yaml
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
 from heron.core.envs import evaluate as run_episodes
-from heron.core.logger import Logger, truncate_csv
+from heron.core.faults import Diverged, DivergenceGuard, WriteFailed, close_bounded, first_line, inject, \
+    nonfinite_tensor
+from heron.core.logger import METRICS_HEADER, Logger, complete_rows, truncate_csv
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
+FIRST_TIMED_CHECKPOINT = 60.0  # seconds; timed checkpoints then come at 2, 4, 8 min up to --checkpoint-minutes
+CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of the wall time
 
 
 class Interrupted(Exception):
@@ -73,10 +80,19 @@ def default_run_dir(algo: str, cfg: Any) -> Path:
 
 
 def write_config(run_dir: Path, algo: str, cfg: Any) -> None:
+    """Atomically: a kill mid-write leaves the previous config.yaml (a resume reads it)."""
     text = yaml.safe_dump({"algo": algo, **to_dict(cfg)}, sort_keys=False)
     tmp = run_dir / ".config.yaml.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, run_dir / "config.yaml")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            inject("config")
+            os.fsync(f.fileno())
+        os.replace(tmp, run_dir / "config.yaml")
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {run_dir / 'config.yaml'}: {exc.strerror or exc}") from None
 
 
 def read_config(run_dir: str | Path) -> tuple[str, dict]:
@@ -110,6 +126,36 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+class RunLock:
+    """One live process per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``. The kernel
+    releases it when its holder dies, even by kill -9, so a stale lock never blocks a resume; the
+    file keeps the holder's pid, host and command for the refusal message."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise HeronError(f"{self.path.parent} is in use by {holder}; wait for it to end or stop it first") from None
+        os.ftruncate(fd, 0)
+        command = " ".join(["heron", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith(("heron", "__main__.py")) \
+            else "a heron process"
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} ({command[:200]})\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
 @dataclass
 class Run:
     algo: str
@@ -125,6 +171,14 @@ class Run:
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
     eval_env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
+    lock: RunLock | None = None
+    guard: DivergenceGuard | None = None
+    step: int = 0  # the last env step whose work is complete (after_step)
+    state_fn: Callable[[], tuple[dict, dict | None]] | None = None  # (state, buffer state) at that step
+    owned: list = field(default_factory=list)  # envs closed (bounded) when the run closes
+    last_checkpoint_time: float = field(default_factory=time.monotonic)
+    checkpoint_cost: float = 0.0  # seconds the latest checkpoint took
+    checkpoints_written: int = 0
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -135,37 +189,59 @@ class Run:
     @classmethod
     def start(cls, algo: str, cfg: Any) -> "Run":
         run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg)
-        if ckpt.step_checkpoints(run_dir / "checkpoints"):
-            raise HeronError(f"{run_dir} already holds checkpoints; continue it with --resume {run_dir} "
-                             "or choose another --run-dir")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg = type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)})
-        write_config(run_dir, algo, cfg)
-        return cls._open(algo, cfg, run_dir, start_step=0)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HeronError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
+        lock = RunLock(run_dir)
+        lock.acquire()
+        try:
+            if ckpt.step_checkpoints(run_dir / "checkpoints"):
+                raise HeronError(f"{run_dir} already holds checkpoints; continue it with --resume {run_dir} "
+                                 "or choose another --run-dir")
+            for name, header in (("metrics.csv", METRICS_HEADER), ("eval.csv", EVAL_HEADER)):
+                truncate_csv(run_dir / name, -1, header)  # rows of an earlier start that never checkpointed
+            cfg = type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)})
+            write_config(run_dir, algo, cfg)
+            return cls._open(algo, cfg, run_dir, start_step=0, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
 
     @classmethod
-    def resume(cls, algo: str, cfg: Any) -> "Run":
+    def resume(cls, algo: str, cfg: Any, spaces: dict | None = None) -> "Run":
+        """Reopen a run at its latest checkpoint. Everything is checked (the lock, the checkpoint's
+        algorithm, step and, given the env's ``spaces``, that they match the saved ones) before
+        anything in the run directory changes."""
         run_dir = Path(cfg.run_dir)
-        latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
-        if latest is None:
-            raise HeronError(f"{run_dir} has no checkpoint to resume from")
-        state = ckpt.load(latest)
-        if not isinstance(state, dict) or "step" not in state:
-            raise HeronError(f"corrupt or unreadable checkpoint {latest}: not a heron checkpoint")
-        if int(state["step"]) >= cfg.total_steps:
-            raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
-                             "to train on")
-        buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) if ckpt.buffer_path(latest).exists() else None
-        truncate_csv(run_dir / "eval.csv", int(state["step"]), EVAL_HEADER)
-        write_config(run_dir, algo, cfg)  # records a new --total-steps target
-        run = cls._open(algo, cfg, run_dir, start_step=int(state["step"]))
+        lock = RunLock(run_dir)
+        lock.acquire()
+        try:
+            latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
+            if latest is None:
+                raise HeronError(f"{run_dir} has no checkpoint to resume from")
+            state = ckpt.load(latest)
+            check_state(state, latest, algo, spaces)
+            if int(state["step"]) >= cfg.total_steps:
+                raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
+                                 "to train on")
+            buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) if ckpt.buffer_path(latest).exists() else None
+            step = int(state["step"])
+            ckpt.remove_leftovers(run_dir / "checkpoints")
+            truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
+            write_config(run_dir, algo, cfg)  # records a new --total-steps target
+            run = cls._open(algo, cfg, run_dir, start_step=step, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
         run.resume_state, run.resume_buffer = state, buffer_state
-        run.best_eval = float(state.get("best_eval", -math.inf))
-        run.last_checkpoint_step = int(state["step"])
+        # the final evaluation comes after the final checkpoint: its score is in eval.csv only
+        run.best_eval = max(float(state.get("best_eval", -math.inf)), best_logged_eval(run_dir / "eval.csv"))
+        run.last_checkpoint_step = run.step = step
         return run
 
     @classmethod
-    def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int) -> "Run":
+    def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock) -> "Run":
         device = resolve_device(cfg.device)
         torch.set_num_threads(choose_threads(cfg.torch_threads, cfg.num_envs, cfg.vector_mode))
         seed_everything(cfg.seed, cfg.torch_deterministic)
@@ -180,7 +256,7 @@ class Run:
                                    resume="allow", id=run_dir.name.replace("/", "_"))
         logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}")
-        run = cls(algo, cfg, run_dir, device, logger)
+        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device))
         run._catch_signals()
         return run
 
@@ -203,52 +279,133 @@ class Run:
         """True when a multiple of ``every`` lies in (prev_step, step]."""
         return every > 0 and step // every > prev_step // every
 
+    def own(self, envs: Any) -> Any:
+        """Envs the run closes when it ends, however it ends, with a bounded wait."""
+        self.owned.append(envs)
+        return envs
+
+    def watch(self, metrics: dict, step: int) -> dict:
+        """An update's metrics, watched for NaN/inf on the device (no host sync); returns them."""
+        return self.guard.watch(metrics, step)
+
+    def check_finite(self) -> None:
+        """Raise Diverged if an update since the start went non-finite (one host sync: called where
+        the run syncs anyway, at logging, evaluations and checkpoints)."""
+        if self.guard.tripped():
+            raise Diverged(f"{self.algo} diverged: {self.guard.describe()}; stopped before writing anything "
+                           f"non-finite; {self.kept()}")
+
+    def kept(self) -> str:
+        found = ckpt.step_checkpoints(self.ckpt_dir)
+        if not found:
+            return "no checkpoint was written"
+        step, latest = found[-1]
+        return f"the latest checkpoint is step {step} ({latest})"
+
+    def after_step(self, step: int, prev_step: int, metrics: dict, extra: dict, policy: Any,
+                   policy_state: Callable[[], dict], full_state: Callable[[], tuple[dict, dict | None]]) -> None:
+        """After each vector step (PPO: each iteration): losses and ``extra`` every --log-every,
+        evaluation every --eval-every, a checkpoint every --checkpoint-every env steps or when the
+        timed cadence is due (``timed_checkpoint_due``), a stop request, the progress display.
+        ``full_state() -> (state, buffer state)`` is what a checkpoint of this step holds."""
+        self.step, self.state_fn = step, full_state  # an env crash checkpoints here (save_after_crash)
+        cfg = self.cfg
+        if self.due(step, prev_step, cfg.log_every) and metrics:
+            self.check_finite()
+            self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
+        if self.due(step, prev_step, cfg.eval_every):
+            self.evaluate(step, policy, policy_state)
+        if self.due(step, prev_step, cfg.checkpoint_every) or self.timed_checkpoint_due():
+            self.checkpoint(step, *full_state())
+        self.stop_if_requested(step, full_state)
+        self.logger.progress(step)
+
+    def timed_checkpoint_due(self) -> bool:
+        """--checkpoint-minutes M: the first timed checkpoint after a minute, then 2, 4, 8, ... minutes
+        up to M between checkpoints (a kill early in a run loses little; later, writing a large
+        replay buffer costs little), and never more than CHECKPOINT_SHARE of the time."""
+        if self.cfg.checkpoint_minutes <= 0:
+            return False
+        interval = min(self.cfg.checkpoint_minutes * 60.0, FIRST_TIMED_CHECKPOINT * 2 ** self.checkpoints_written)
+        interval = max(interval, self.checkpoint_cost / CHECKPOINT_SHARE)
+        return time.monotonic() - self.last_checkpoint_time >= interval
+
     def checkpoint(self, step: int, state: dict, buffer_state: dict | None = None) -> None:
+        self.check_finite()
+        bad = nonfinite_tensor(state)
+        if bad:
+            raise Diverged(f"{self.algo} diverged: {bad} is not finite at env step {step}; not written; {self.kept()}")
+        t0 = time.monotonic()
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
         self.last_checkpoint_step = step
+        self.last_checkpoint_time = time.monotonic()
+        self.checkpoint_cost = self.last_checkpoint_time - t0
+        self.checkpoints_written += 1
         if os.environ.get("HERON_CRASH_AFTER_CHECKPOINT") == str(step):  # fault injection for resume tests
             os._exit(17)
 
+    def save_after_crash(self) -> str:
+        """An env crashed: checkpoint the last complete step if nothing has yet (the learner's state
+        is that step's: the crash came before the next step changed it). Returns what was kept."""
+        if self.state_fn is None or self.step <= self.last_checkpoint_step:
+            return self.kept() + (f"; continue with: heron train --resume {self.run_dir}"
+                                  if self.last_checkpoint_step >= 0 else "")
+        try:
+            self.checkpoint(self.step, *self.state_fn())
+        except Exception as exc:
+            return f"could not write a checkpoint ({first_line(exc)}); {self.kept()}"
+        return f"checkpoint saved at step {self.step}; continue with: heron train --resume {self.run_dir}"
+
     def evaluate(self, step: int, policy: Any,
-                 state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict:
+                 state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
         """Deterministic evaluation: logs ``eval/mean_return``, appends to eval.csv and saves
-        ``best.pt`` when the mean improves."""
+        ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None."""
+        self.check_finite()
+        inject("eval")
         video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video else None
-        if video_path:
-            Path(video_path).parent.mkdir(parents=True, exist_ok=True)
         # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             returns = run_episodes(policy, self.cfg.env_id, self.cfg.eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
-                                   video_path=video_path, env_fn=self.eval_env_fn)
+                                   video_path=video_path, env_fn=self.eval_env_fn,
+                                   should_stop=lambda: self.stop_requested)
+        if returns is None:
+            self.logger.print(f"evaluation at step {step} cut short by the stop request")
+            return None
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
         self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
         path = self.run_dir / "eval.csv"
         new = not path.exists()
-        with open(path, "a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(EVAL_HEADER)
-            w.writerow([step, result["mean_return"], result["std_return"], len(returns), f"{time.time():.3f}"])
+        try:
+            with open(path, "a", newline="") as f:
+                w = csv.writer(f)
+                if new:
+                    w.writerow(EVAL_HEADER)
+                w.writerow([step, result["mean_return"], result["std_return"], len(returns), f"{time.time():.3f}"])
+        except OSError as exc:
+            raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
         if result["mean_return"] > self.best_eval:
             self.best_eval = result["mean_return"]
             if state_fn is not None:
                 ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
-                                 self.ckpt_dir / "best.pt")
+                                 self.ckpt_dir / "best.pt", "best")
         self.last_eval = result
         self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
                           f"over {len(returns)} episodes")
         return result
 
     def finish(self, step: int, policy: Any, state_fn: Callable[[], dict],
-               full_state_fn: Callable[[], tuple[dict, dict | None]]) -> dict:
-        """End of training: a final deterministic evaluation (with video when --capture-video) unless
-        one just ran at this step, then the final checkpoint. Returns the run's summary."""
+               full_state: Callable[[], tuple[dict, dict | None]]) -> dict:
+        """End of training: the final checkpoint, then a final deterministic evaluation (with video
+        when --capture-video) unless one just ran at this step. Returns the run's summary."""
+        self.step, self.state_fn = step, full_state
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
+        if self.last_checkpoint_step != step:  # first: a stop request during the evaluation loses nothing
+            self.checkpoint(step, *full_state())
         result = self.last_eval
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
@@ -256,10 +413,10 @@ class Run:
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
             path.parent.mkdir(parents=True, exist_ok=True)
             run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
-                         env_fn=self.eval_env_fn)
-        if self.last_checkpoint_step != step:
-            state, buffer_state = full_state_fn()
-            self.checkpoint(step, state, buffer_state)
+                         env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
+        if result is None:
+            raise Interrupted(f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
+                              f"evaluate it with: heron eval {self.run_dir}")
         self.logger.print(f"done: {step} steps in {(time.time() - self.wall_start) / 60:.1f} min; final "
                           f"evaluation {result['mean_return']:.1f} +- {result['std_return']:.1f} "
                           f"({result['episodes']} episodes); run directory {self.run_dir}")
@@ -267,16 +424,51 @@ class Run:
                 "mean_return": result["mean_return"], "std_return": result["std_return"],
                 "episodes": result["episodes"], "best_eval": self.best_eval}
 
-    def stop_if_requested(self, step: int, full_state_fn: Callable[[], tuple[dict, dict | None]]) -> None:
+    def stop_if_requested(self, step: int, full_state: Callable[[], tuple[dict, dict | None]]) -> None:
         if not self.stop_requested:
             return
         if self.last_checkpoint_step != step:
-            state, buffer_state = full_state_fn()
-            self.checkpoint(step, state, buffer_state)
+            self.checkpoint(step, *full_state())
         raise Interrupted(f"stopped at step {step}; checkpoint saved; continue with: heron train --resume {self.run_dir}")
 
     def close(self) -> None:
+        """However the run ended: logs closed, the lock released, then the envs closed with a bounded
+        wait (a hung worker or renderer cannot keep the process alive); signals restored last, so a
+        second Ctrl-C still interrupts a slow close."""
+        self.logger.close()
+        if self.lock is not None:
+            self.lock.release()
+        for envs in reversed(self.owned):
+            try:
+                close_bounded(envs.close, f"the {self.cfg.env_id} envs")
+            except Exception:
+                pass  # a crashed worker's pipe: nothing left to close
+        self.owned.clear()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()
-        self.logger.close()
+
+
+def check_state(state: Any, path: Path, algo: str, spaces: dict | None) -> None:
+    """A checkpoint fit for this run: heron's, this algorithm's, and (given the env's ``spaces``)
+    saved for spaces equal to the env's."""
+    if not isinstance(state, dict) or "step" not in state or "actor" not in state:
+        raise HeronError(f"corrupt or unreadable checkpoint {path}: not a heron checkpoint")
+    saved_algo = state.get("algo", algo)
+    if saved_algo != algo:
+        raise HeronError(f"{path} is a {saved_algo} checkpoint, not {algo}'s")
+    if spaces is not None and "spaces" in state:
+        diff = ckpt.spaces_mismatch(state["spaces"], spaces)
+        if diff:
+            raise HeronError(f"{path} was trained on other spaces than the env gives now ({diff}); "
+                             "use the env it was trained on")
+
+
+def best_logged_eval(path: Path) -> float:
+    scores = []
+    for row in complete_rows(path, len(EVAL_HEADER)):
+        try:
+            scores.append(float(row[1]))
+        except ValueError:
+            pass
+    return max(scores, default=-math.inf)

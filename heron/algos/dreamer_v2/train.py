@@ -89,11 +89,12 @@ def spaces_of(cfg: Config, obs_space: gym.spaces.Dict, act_space: gym.Space) -> 
     return {"obs_spec": spec, "cnn_keys": cnn, "mlp_keys": mlp, **out}
 
 
-def check(cfg: Config) -> None:
-    """Reject an env or option DreamerV2 cannot handle, before a run directory exists."""
+def check(cfg: Config) -> dict:
+    """Reject an env or option DreamerV2 cannot handle, before a run directory exists; returns the
+    spaces a checkpoint saves (resume and eval compare them)."""
     env = _env_fn(cfg)
     try:
-        spaces_of(cfg, env.observation_space, env.action_space)
+        return spaces_of(cfg, env.observation_space, env.action_space)
     finally:
         env.close()
 
@@ -269,7 +270,7 @@ def train(cfg: Config, run: Run) -> dict:
     device = run.device
     keep_freed_memory()  # large per-step activations: reuse their pages instead of faulting them in again
     N = cfg.num_envs
-    envs = VecEnv(cfg.env_id, N, cfg.seed, cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg))
+    envs = run.own(VecEnv(cfg.env_id, N, cfg.seed, cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     A, discrete = spaces["action_dim"], spaces["discrete"]
@@ -301,6 +302,9 @@ def train(cfg: Config, run: Run) -> dict:
         fresh = envs.episode_lengths == 0
         state["staging"] = [None if fresh[i] else s for i, s in enumerate(state["staging"])]
         return state
+
+    def checkpoint_state() -> tuple[dict, dict]:
+        return full_state(), buffer_state()
 
     # -- start or resume ------------------------------------------------------------------------------
     global_step, n_updates = 0, 0
@@ -371,21 +375,13 @@ def train(cfg: Config, run: Run) -> dict:
             else:
                 rounds = cfg.gradient_steps if run.due(global_step, prev_step, cfg.train_every) else 0
             for _ in range(rounds):
-                metrics = update(sample_batch())
+                metrics = run.watch(update(sample_batch()), global_step)
                 n_updates += 1
                 if n_updates % cfg.critic_target_update_freq == 0:
                     target_critic.load_state_dict(critic.state_dict())
 
-        if run.due(global_step, prev_step, cfg.log_every) and metrics:
-            run.logger.log(global_step, {**metrics, "charts/SPS": run.logger.sps(global_step),
-                                         "charts/gradient_steps": n_updates, "charts/buffer_steps": len(rb)})
-        if run.due(global_step, prev_step, cfg.eval_every):
-            run.evaluate(global_step, policy, policy_state)
-        if run.due(global_step, prev_step, cfg.checkpoint_every):
-            run.checkpoint(global_step, full_state(), buffer_state())
-        run.stop_if_requested(global_step, lambda: (full_state(), buffer_state()))
-        run.logger.progress(global_step)
+        run.after_step(global_step, prev_step, metrics, {"charts/gradient_steps": n_updates,
+                                                         "charts/buffer_steps": len(rb)},
+                       policy, policy_state, checkpoint_state)
 
-    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), buffer_state()))
-    envs.close()
-    return result
+    return run.finish(global_step, policy, policy_state, checkpoint_state)

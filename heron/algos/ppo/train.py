@@ -80,8 +80,15 @@ def _use_envpool(cfg: Config) -> bool:
     return atari.is_atari(cfg.env_id) and atari.envpool_available()
 
 
-def check(cfg: Config) -> None:
-    """Reject spaces PPO cannot handle, before a run directory exists."""
+def spaces_of(cfg: Config, obs_space: gym.Space, act_space: gym.Space) -> dict:
+    """What a saved policy needs to rebuild its network without making an env."""
+    return {"obs_shape": list(obs_space.shape), "obs_dtype": str(np.dtype(obs_space.dtype)),
+            "action": action_info(act_space, cfg.env_id), "obs_parts": obs_parts(cfg.env_id)}
+
+
+def check(cfg: Config) -> dict:
+    """Reject spaces PPO cannot handle, before a run directory exists; returns the spaces a
+    checkpoint saves (resume and eval compare them)."""
     obs_space, act_space = probe_spaces(cfg.env_id)
     action_info(act_space, cfg.env_id)
     image = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == np.uint8
@@ -89,6 +96,7 @@ def check(cfg: Config) -> None:
     if not (image or vector):
         raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
     _use_envpool(cfg)
+    return spaces_of(cfg, obs_space, act_space)
 
 
 def _make_envs(cfg: Config):
@@ -160,9 +168,8 @@ def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: tor
 
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = _make_envs(cfg)
-    spaces = {"obs_shape": list(envs.single_observation_space.shape), "obs_dtype": str(np.dtype(envs.obs_dtype)),
-              "action": action_info(envs.single_action_space, cfg.env_id), "obs_parts": obs_parts(cfg.env_id)}
+    envs = run.own(_make_envs(cfg))
+    spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     model = _build(cfg, spaces).to(device)
     head = model.pi_head
     opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
@@ -215,8 +222,11 @@ def train(cfg: Config, run: Run) -> dict:
         return {"actor": model.state_dict(), "spaces": spaces}
 
     def full_state() -> dict:
-        return {**policy_state(), **offpolicy.snapshot({"opt": opt}, iteration, None, envs),
-                "scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
+        """The state at the end of the latest iteration (an env crash mid-rollout checkpoints that)."""
+        return {**policy_state(), **offpolicy.snapshot({"opt": opt}, iteration, None, envs), **boundary}
+
+    def checkpoint_state() -> tuple[dict, dict | None]:
+        return full_state(), buf.state_dict()
 
     global_step, iteration = 0, 0
     obs = envs.reset()
@@ -238,10 +248,10 @@ def train(cfg: Config, run: Run) -> dict:
         state = s["rnn_state"].to(device)
     policy = Policy(model, obs_shape, S, device, obs_dt)
     metrics: dict[str, torch.Tensor] = {}
+    boundary = {"scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
 
     while global_step < cfg.total_steps:
-        iteration += 1
-        lr = cfg.learning_rate * ((1.0 - (iteration - 1) / iterations) if cfg.anneal_lr else 1.0)
+        lr = cfg.learning_rate * ((1.0 - iteration / iterations) if cfg.anneal_lr else 1.0)
         set_lr(opt, lr)
         prev_step = global_step
 
@@ -284,17 +294,18 @@ def train(cfg: Config, run: Run) -> dict:
                                   "values_n": model.value_norm(seq["values"])})
             order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
             for idx in order.split(mb_units):
-                out = update({k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp", "adv",
-                                                         "returns_n", "values_n")})
+                out = run.watch(update({k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp",
+                                                                   "adv", "returns_n", "values_n")}), global_step)
                 sums = {k: sums.get(k, 0) + v for k, v in out.items()}
                 n_mb += 1
             if cfg.target_kl and bool(out["losses/approx_kl"] > cfg.target_kl):  # one sync per epoch
                 break
         model.update_norm(w["obs"])  # after learning: the rollout was collected and trained with one scale
         metrics = {**{k: v / n_mb for k, v in sums.items()}, "losses/explained_variance": explained}
+        iteration += 1
+        boundary = {"scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
 
-        offpolicy.bookkeeping(run, global_step, prev_step, metrics, lr, policy, policy_state, full_state, buf)
+        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,
+                       checkpoint_state)
 
-    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), buf.state_dict()))
-    envs.close()
-    return result
+    return run.finish(global_step, policy, policy_state, checkpoint_state)

@@ -26,11 +26,13 @@ from heron.core.run import Run
 from heron.core.schedules import lr_lambda, set_lr
 
 
-def check(cfg: Config) -> None:
-    """Reject an env whose spaces SAC cannot handle, before a run directory exists."""
+def check(cfg: Config) -> dict:
+    """Reject an env whose spaces SAC cannot handle, before a run directory exists; returns the
+    spaces a checkpoint saves (resume and eval compare them)."""
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
+    return offpolicy.spaces_of(obs_space, act_space)
 
 
 def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
@@ -46,10 +48,10 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+    envs = run.own(VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode))
     N = cfg.num_envs
     act_space = envs.single_action_space
-    spaces = offpolicy.spaces_of(envs)
+    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = act_space.shape[0]
 
     # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
@@ -153,6 +155,9 @@ def train(cfg: Config, run: Run) -> dict:
     def full_state() -> dict:
         return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
 
+    def checkpoint_state() -> tuple[dict, dict]:
+        return full_state(), rb.state_dict()
+
     # -- start or resume ----------------------------------------------------------------------------
     global_step, n_updates = 0, 0
     obs = envs.reset()
@@ -197,13 +202,11 @@ def train(cfg: Config, run: Run) -> dict:
                 set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
                 set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
                 n_updates += 1
-                metrics.update(update(sample_batch(), n_updates % cfg.policy_frequency == 0))
+                metrics.update(run.watch(update(sample_batch(), n_updates % cfg.policy_frequency == 0), global_step))
                 if n_updates % cfg.target_network_frequency == 0:
                     polyak_(critic_target, critic, cfg.tau)
 
-        offpolicy.bookkeeping(run, global_step, prev_step, metrics, actor_opt.param_groups[0]["lr"], policy,
-                              policy_state, full_state, rb)
+        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
+                       policy, policy_state, checkpoint_state)
 
-    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), rb.state_dict()))
-    envs.close()
-    return result
+    return run.finish(global_step, policy, policy_state, checkpoint_state)

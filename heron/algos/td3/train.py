@@ -24,10 +24,13 @@ from heron.core.policy import Policy
 from heron.core.run import Run
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config) -> dict:
+    """Reject an env whose spaces TD3 cannot handle, before a run directory exists; returns the
+    spaces a checkpoint saves (resume and eval compare them)."""
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "td3", cfg.env_id)
     require_vector_obs(obs_space, "td3", cfg.env_id)
+    return offpolicy.spaces_of(obs_space, act_space)
 
 
 def _build(cfg: Config, spaces: dict):
@@ -43,9 +46,9 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+    envs = run.own(VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode))
     N = cfg.num_envs
-    spaces = offpolicy.spaces_of(envs)
+    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = len(spaces["action_low"])
 
     # -- steps 1-3: buffer, actor and twin critics with their targets ---------------------------------
@@ -103,6 +106,9 @@ def train(cfg: Config, run: Run) -> dict:
     def full_state() -> dict:
         return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
 
+    def checkpoint_state() -> tuple[dict, dict]:
+        return full_state(), rb.state_dict()
+
     global_step, n_updates = 0, 0
     obs = envs.reset()
     if run.resume_state is not None:
@@ -133,14 +139,12 @@ def train(cfg: Config, run: Run) -> dict:
             for _ in range(cfg.gradient_steps):
                 n_updates += 1
                 delayed = n_updates % cfg.policy_frequency == 0
-                metrics.update(update(rb.sample(cfg.batch_size), delayed))
+                metrics.update(run.watch(update(rb.sample(cfg.batch_size), delayed), global_step))
                 if delayed:  # steps 14-15
                     polyak_(actor_target, actor, cfg.tau)
                     polyak_(critic_target, critic, cfg.tau)
 
-        offpolicy.bookkeeping(run, global_step, prev_step, metrics, actor_opt.param_groups[0]["lr"], policy,
-                              policy_state, full_state, rb)
+        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
+                       policy, policy_state, checkpoint_state)
 
-    result = run.finish(global_step, policy, policy_state, lambda: (full_state(), rb.state_dict()))
-    envs.close()
-    return result
+    return run.finish(global_step, policy, policy_state, checkpoint_state)

@@ -1,0 +1,165 @@
+"""Faults a run survives, and how they end it (docs/usage.md, "Faults and what heron does").
+
+* ``Fault``: a run ended by something other than bad input, after keeping what can be kept. The
+  CLI prints the message on one line and exits with ``exit_code``: ``Diverged`` 3, ``EnvCrashed``
+  and ``WriteFailed`` 1 (bad input stays ``HeronError``, exit 2; a stop request 130).
+* ``DivergenceGuard``: watches every update's metrics for non-finite values with device-side
+  tensor ops only; the one host sync that reads its flag happens where the run syncs anyway
+  (logging, evaluation, checkpoints).
+* ``close_bounded``: closing envs on the way out may hang (a dead worker, an OpenGL context
+  interrupted mid-render); a watchdog ends the process instead.
+* ``inject``: fault-injection points for the tests (``HERON_FAULT``), inert otherwise.
+"""
+
+from __future__ import annotations
+
+import errno
+import faulthandler
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+
+class Fault(Exception):
+    """A run ended by a fault (not bad input); the message is one line."""
+
+    exit_code = 1
+
+
+class Diverged(Fault):
+    """A loss, gradient norm or parameter became NaN or infinite."""
+
+    exit_code = 3
+
+
+class EnvCrashed(Fault):
+    """An environment raised, or its worker process died."""
+
+
+class WriteFailed(Fault):
+    """A checkpoint or log could not be written (disk full, I/O error)."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
+
+
+# -- divergence -------------------------------------------------------------------------------------
+class DivergenceGuard:
+    """Non-finite metrics of the update steps, recorded without a host sync.
+
+    Per update: ``ok &= all(isfinite(values))``, and while ``ok`` was still true, the values and the
+    env step are recorded; so after the first bad update the record holds that update's values and
+    step (one slot per set of metric names: SAC's actor metrics come every other update)."""
+
+    def __init__(self, device: torch.device):
+        self.ok = torch.ones((), dtype=torch.bool, device=device)
+        self.step = torch.zeros((), dtype=torch.int64, device=device)
+        self.slots: dict[tuple[str, ...], torch.Tensor] = {}
+
+    def watch(self, metrics: dict[str, Any], step: int) -> dict[str, Any]:
+        names = tuple(k for k, v in metrics.items() if isinstance(v, torch.Tensor))
+        if not names:
+            return metrics
+        values = torch.stack([metrics[k].float().reshape(()) if metrics[k].dim() == 0 else metrics[k].float().sum()
+                              for k in names])
+        ok = self.ok
+        self.step = torch.where(ok, step, self.step)
+        slot = self.slots.get(names)
+        self.slots[names] = torch.where(ok, values, values if slot is None else slot)
+        self.ok = ok & values.isfinite().all()
+        return metrics
+
+    def tripped(self) -> bool:
+        return not bool(self.ok)  # the host sync: only where the run syncs anyway
+
+    def describe(self) -> str:
+        """'losses/qf1_loss = inf at env step 1234 (also ...)': the first update that went bad."""
+        bad = []
+        for names, values in self.slots.items():
+            for name, v in zip(names, values.tolist()):
+                if not math.isfinite(v):
+                    bad.append(f"{name} = {v}")
+        more = bad[1:4] + ([f"{len(bad) - 4} more"] if len(bad) > 4 else [])
+        also = f" (also {', '.join(more)})" if more else ""
+        return f"{bad[0] if bad else 'a metric'} at env step {int(self.step)}{also}"
+
+
+def nonfinite_tensor(state: Any, prefix: str = "") -> str | None:
+    """The name of the first floating-point tensor in a (nested) state that holds a NaN or inf."""
+    if isinstance(state, torch.Tensor):
+        if state.is_floating_point() and not bool(torch.isfinite(state).all()):
+            return prefix or "tensor"
+        return None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        found = nonfinite_tensor(value, f"{prefix}.{key}" if prefix else str(key))
+        if found:
+            return found
+    return None
+
+
+# -- closing without hanging ------------------------------------------------------------------------
+def close_bounded(close: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
+    """Call ``close()``; if it has not returned within ``timeout`` seconds, print one line and end
+    the process (exit 1). A Python timer does it when the interpreter is responsive; faulthandler's
+    C watchdog (no GIL needed) two seconds later when it is not."""
+    def give_up() -> None:
+        print(f"heron: error: closing {what} did not finish within {timeout:.0f} s; exiting without waiting",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(timeout, give_up)
+    timer.daemon = True
+    timer.start()
+    devnull = open(os.devnull, "w")
+    faulthandler.dump_traceback_later(timeout + 2.0, exit=True, file=devnull)
+    try:
+        close()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        timer.cancel()
+        devnull.close()
+
+
+# -- fault injection (tests) ------------------------------------------------------------------------
+_counts: dict[str, int] = {}
+
+
+def armed(point: str) -> str | None:
+    """The action ``HERON_FAULT=point[@n][:action]`` asks for now: at the n-th (default first) time
+    ``point`` is reached. Inert (one dict lookup) when HERON_FAULT is unset."""
+    spec = os.environ.get("HERON_FAULT")
+    if not spec:
+        return None
+    where, _, action = spec.partition(":")
+    name, _, nth = where.partition("@")
+    if name != point:
+        return None
+    _counts[point] = _counts.get(point, 0) + 1
+    return (action or "pause") if _counts[point] == int(nth or 1) else None
+
+
+def inject(point: str, action: str | None = None) -> None:
+    """Act on an armed fault point: ``pause`` (write ``HERON_FAULT_MARKER`` and sleep until killed),
+    ``mark`` (write the marker and go on), ``enospc`` (raise a disk-full OSError), ``exit`` (die at
+    once, status 17)."""
+    action = action or armed(point)
+    if action is None:
+        return
+    if action in ("pause", "mark") and os.environ.get("HERON_FAULT_MARKER"):
+        Path(os.environ["HERON_FAULT_MARKER"]).write_text(f"{point} {os.getpid()}\n")
+    if action == "pause":
+        while True:
+            time.sleep(3600)
+    if action == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if action == "exit":
+        os._exit(17)
