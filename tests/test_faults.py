@@ -295,3 +295,22 @@ def test_closing_envs_that_hang_ends_the_process_within_the_bound():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert time.time() - t0 < 10 and p.returncode == 1 and "not reached" not in p.stdout
     assert "closing the stuck envs did not finish within 1 s" in p.stderr
+
+
+def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch, capsys):
+    import numpy as np
+
+    from heron.core import envs
+    from toy_envs import ConstantReward  # reward 1 forever, never terminates
+
+    class Zero:
+        def reset(self):
+            pass
+
+        def predict(self, obs, deterministic=True):
+            return np.zeros(1, np.float32)
+
+    monkeypatch.setattr(envs, "EVAL_EPISODE_CAP", 300)
+    returns = envs.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: ConstantReward())
+    assert returns.tolist() == [300.0, 300.0]
+    assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err

@@ -557,6 +557,9 @@ def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
         raise HeronError(f"{algo} uses MLPs and needs vector (or Dict) observations; {env_id} has {space}")
 
 
+EVAL_EPISODE_CAP = 100_000  # agent steps; longer than any standard env's time limit (Atari: 27,000)
+
+
 def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str | None = None,
              flatten_dict: bool = True, max_episode_steps: int | None = None,
              env_fn: Callable[[str | None], gym.Env] | None = None,
@@ -566,7 +569,9 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
     the same start states at every evaluation, independent of training's random state, so that
     evaluating never perturbs a run. ``env_fn(render_mode)`` replaces ``make_env`` (an algorithm's
     own wrapper stack); Dict observations reach the policy as dicts of arrays. When ``should_stop()``
-    turns true (a stop request) the evaluation ends at once and returns None, writing no video."""
+    turns true (a stop request) the evaluation ends at once and returns None, writing no video. An
+    episode that has not ended after EVAL_EPISODE_CAP steps (an env without a time limit) is cut
+    there, with a warning, instead of hanging the run."""
     render_mode = "rgb_array" if video_path else None
     env = (env_fn(render_mode) if env_fn is not None else
            make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps))
@@ -585,10 +590,15 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
         for k in range(episodes):
             obs, _ = call("reset", env.reset, seed=seed + k)
             policy.reset()
-            total, done = 0.0, False
+            total, done, t = 0.0, False, 0
             while not done:
                 if should_stop is not None and should_stop():
                     return None
+                if t == EVAL_EPISODE_CAP:
+                    print(f"heron: warning: an evaluation episode of {env_id} ran {t} steps without ending: cut "
+                          "there (give the env a time limit; heron check-env shows it)", file=sys.stderr, flush=True)
+                    break
+                t += 1
                 if video_path:
                     frames.append(_render(env, env_id))
                 action = policy.predict(convert(obs), deterministic=True)
