@@ -12,7 +12,7 @@ import heron
 from heron.core.checkpoint import latest_checkpoint
 
 # Pendulum-v1 episodes last 200 steps; checkpoints every 1000 fall on episode boundaries.
-ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "3000", "--learning-starts", "500", "--checkpoint-every", "1000",
+ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "2000", "--learning-starts", "500", "--checkpoint-every", "1000",
         "--eval-every", "1500", "--eval-episodes", "1", "--batch-size", "64", "--hidden-sizes", "32", "32",
         "--progress", "none", "--log-every", "500"]
 
@@ -37,13 +37,13 @@ def _heron(*args, env=None):
 def test_resume_after_kill_equals_uninterrupted(algo, extra, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert _heron("train", algo, *ARGS, *extra, "--run-dir", str(full)).returncode == 0
-    crashed = _heron("train", algo, *ARGS, *extra, "--run-dir", str(killed), env={"HERON_CRASH_AFTER_CHECKPOINT": "2000"})
-    assert crashed.returncode == 17  # the process died right after writing the step-2000 checkpoint
-    assert _state(killed)["step"] == 2000
+    crashed = _heron("train", algo, *ARGS, *extra, "--run-dir", str(killed), env={"HERON_CRASH_AFTER_CHECKPOINT": "1000"})
+    assert crashed.returncode == 17  # the process died right after writing the step-1000 checkpoint
+    assert _state(killed)["step"] == 1000
     resumed = _heron("train", "--resume", str(killed))
     assert resumed.returncode == 0, resumed.stderr
     a, b = _state(full), _state(killed)
-    assert a["step"] == b["step"] == 3000
+    assert a["step"] == b["step"] == 2000
     keys = ["actor", "critic", "critic_target", "actor_opt", "q_opt"]
     _assert_same(a, b, [k for k in keys if not k.endswith("_opt")])
     assert a["n_updates"] == b["n_updates"]

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from heron.config import HeronError
+from heron.core.faults import env_call
 
 _V4 = re.compile(r"^[A-Za-z]+NoFrameskip-v4$")
 _V5 = re.compile(r"^ALE/[A-Za-z]+-v5$")
@@ -169,7 +170,8 @@ class EnvPoolVecEnv:
         return self.obs
 
     def step(self, actions: np.ndarray):
-        next_obs, rewards, terminated, truncated, info = self.envs.step(np.asarray(actions))
+        next_obs, rewards, terminated, truncated, info = env_call(self.env_id, "step", self.envs.step,
+                                                                  np.asarray(actions))
         self.steps += 1
         order = np.asarray(info["env_id"])
         if not np.array_equal(order, np.arange(self.num_envs)):  # sync mode returns env order; be sure
@@ -188,7 +190,8 @@ class EnvPoolVecEnv:
         obs = next_obs
         if done.any():
             idx = np.flatnonzero(done).astype(np.int32)
-            reset_obs, _, _, _, rinfo = self.envs.step(np.zeros(len(idx), dtype=np.int64), env_id=idx)
+            reset_obs, _, _, _, rinfo = env_call(self.env_id, "reset", self.envs.step,
+                                                 np.zeros(len(idx), dtype=np.int64), env_id=idx)
             obs = next_obs.copy()
             obs[np.asarray(rinfo["env_id"])] = reset_obs
             self.episode_lengths[idx] = 0

@@ -38,7 +38,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from heron.config import HeronError
 from heron.core import atari
 from heron.core.checkpoint import generator_state
-from heron.core.faults import EnvCrashed, close_bounded, first_line, inject
+from heron.core.faults import EnvCrashed, close_bounded, env_call, first_line, inject
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
 # without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
@@ -443,14 +443,10 @@ class VecEnv:
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An env call whose failure (the env raised, its worker died) ends training as EnvCrashed."""
         try:
-            return fn(*args, **kwargs)
-        except (HeronError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
+            return env_call(self.env_id, what, fn, *args, **kwargs)
+        except EnvCrashed:
             self.crashed = True
-            died = isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError))
-            reason = "its worker process died" if died else first_line(exc)
-            raise EnvCrashed(f"env {self.env_id} crashed in {what}: {reason}") from exc
+            raise
 
     def step(self, actions: np.ndarray) -> Step:
         next_obs, rewards, terminated, truncated, infos = self._call("step", self.envs.step, actions)
@@ -579,12 +575,7 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
     returns, frames = [], []
 
     def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (HeronError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            raise EnvCrashed(f"env {env_id} crashed in {what} (evaluation): {first_line(exc)}") from exc
+        return env_call(env_id, f"{what} (evaluation)", fn, *args, **kwargs)
 
     try:
         for k in range(episodes):

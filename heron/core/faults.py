@@ -46,6 +46,21 @@ class WriteFailed(Fault):
     """A checkpoint or log could not be written (disk full, I/O error)."""
 
 
+def env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, an env's step or reset: an exception from it (the env raised, its
+    worker process died) becomes EnvCrashed naming the env; heron's own errors pass through."""
+    from heron.config import HeronError
+
+    try:
+        return fn(*args, **kwargs)
+    except (HeronError, Fault, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        died = isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError))
+        reason = "its worker process died" if died else first_line(exc)
+        raise EnvCrashed(f"env {env_id} crashed in {what}: {reason}") from exc
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
