@@ -314,3 +314,11 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
     returns = envs.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: ConstantReward())
     assert returns.tolist() == [300.0, 300.0]
     assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err
+
+
+def test_divergence_guard_names_the_first_bad_update_and_only_its_metrics():
+    guard = faults.DivergenceGuard(torch.device("cpu"))
+    guard.watch({"losses/q": torch.tensor(1.0)}, 10)
+    guard.watch({"losses/q": torch.tensor(float("inf"))}, 11)
+    guard.watch({"losses/q": torch.tensor(float("nan")), "losses/actor": torch.tensor(float("nan"))}, 12)
+    assert guard.tripped() and guard.describe() == "losses/q = inf at env step 11"

@@ -88,7 +88,8 @@ class DivergenceGuard:
         ok = self.ok
         self.step = torch.where(ok, step, self.step)
         slot = self.slots.get(names)
-        self.slots[names] = torch.where(ok, values, values if slot is None else slot)
+        # a set of names first seen after the divergence must not be blamed for it: zeros until recorded
+        self.slots[names] = torch.where(ok, values, torch.zeros_like(values) if slot is None else slot)
         self.ok = ok & values.isfinite().all()
         return metrics
 
