@@ -128,7 +128,16 @@ class RunningNorm(nn.Module):
         if not self.enabled:
             return
         x = x.to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
-        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        self.update_moments(x.mean(0), x.var(0, unbiased=False), x.shape[0])
+
+    @torch.no_grad()
+    def update_moments(self, b_mean: torch.Tensor, b_var: torch.Tensor, b_count: int) -> None:
+        """Fold a batch given by its moments (a data-parallel run passes those of all ranks' batches,
+        ``heron.core.dist.global_moments``, so every rank's statistics stay identical)."""
+        if not self.enabled:
+            return
+        b_mean = b_mean.to(self.mean.device, torch.float64).reshape(self.mean.shape)
+        b_var = b_var.to(self.mean.device, torch.float64).reshape(self.mean.shape)
         delta = b_mean - self.mean
         total = self.count + b_count
         self.mean += delta * b_count / total

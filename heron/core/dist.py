@@ -1,0 +1,187 @@
+"""Data-parallel training on torch.distributed: the collectives heron needs, and nothing else.
+
+Launch is torchrun's (``torchrun --nproc-per-node N -m heron train ...``): ``from_env`` reads RANK,
+LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE; a plain process is world size 1, where every function
+here returns at once without touching torch.distributed (no process group, no overhead).
+
+Why hand-written collectives rather than DistributedDataParallel: SAC's and TD3's actor losses run
+the critic (whose gradients must not be reduced there), SAC and DreamerV2 step three optimizers per
+update, and DreamerV2's step is captured as a CUDA graph; DDP's bucketed hooks fit none of these.
+One flattened all-reduce per optimizer step, called explicitly between ``backward`` and clipping,
+does, and it is the same on every backend.
+
+What must stay identical across ranks, and how (see the scale-out issue):
+* gradients: ``all_reduce_grads`` (mean; a missing gradient counts as zeros, so every rank sends
+  the same layout);
+* running statistics: ``global_moments`` merges the batch moments of all ranks (count, mean, M2 in
+  float64, combined in rank order), so every rank folds the very same numbers;
+* decisions (early stops, stop requests, aborts): ``any_rank``;
+* parameters at the start: ``broadcast_state``; checked at checkpoints: ``check_in_sync``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+import torch.distributed as tdist
+
+from heron.config import HeronError
+from heron.core.faults import Fault
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    local_rank: int = 0
+    size: int = 1
+    local_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def from_env(environ: dict[str, str] | None = None) -> World:
+    """The world torchrun describes in the environment (world size 1 when it describes none)."""
+    env = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in env:
+        return World()
+    try:
+        size, rank = int(env["WORLD_SIZE"]), int(env.get("RANK", "0"))
+        local_rank = int(env.get("LOCAL_RANK", str(rank)))
+        local_size = int(env.get("LOCAL_WORLD_SIZE", str(size)))
+    except ValueError:
+        raise HeronError("RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE must be integers "
+                         "(set by torchrun)") from None
+    if size < 1 or not 0 <= rank < size or not 0 <= local_rank < local_size:
+        raise HeronError(f"inconsistent torchrun environment: RANK {rank}, LOCAL_RANK {local_rank}, "
+                         f"WORLD_SIZE {size}, LOCAL_WORLD_SIZE {local_size}")
+    return World(rank, local_rank, size, local_size)
+
+
+def choose_backend(requested: str, device: torch.device, world: World) -> str:
+    """``auto``: NCCL when each local rank has a GPU of its own, else gloo."""
+    if requested not in ("auto", "nccl", "gloo"):
+        raise HeronError(f"--dist-backend must be auto, nccl or gloo, got {requested!r}")
+    if requested == "nccl" and device.type != "cuda":
+        raise HeronError("--dist-backend nccl needs --device cuda")
+    if requested != "auto":
+        return requested
+    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= world.local_size
+    return "nccl" if own_gpu else "gloo"
+
+
+def init(world: World, backend: str) -> None:
+    """Join the process group (torchrun's rendezvous variables: MASTER_ADDR, MASTER_PORT)."""
+    if world.distributed and not tdist.is_initialized():
+        tdist.init_process_group(backend, rank=world.rank, world_size=world.size)
+
+
+def close() -> None:
+    if tdist.is_available() and tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def _active() -> bool:
+    return tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1
+
+
+# -- gradients --------------------------------------------------------------------------------------
+def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
+    """Average the gradients of ``params`` over all ranks with one flattened all-reduce. Call it after
+    ``backward`` and before clipping and ``optimizer.step``. A parameter without a gradient on this
+    rank sends zeros and receives the mean (set as its gradient when the mean is not all zeros
+    elsewhere: the same optimizer step on every rank)."""
+    if not _active():
+        return
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        return
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    tdist.all_reduce(flat)
+    flat /= tdist.get_world_size()
+    offset = 0
+    for p in params:
+        n = p.numel()
+        mean = flat[offset:offset + n].view_as(p)
+        if p.grad is None:
+            p.grad = mean.clone()
+        else:
+            p.grad.copy_(mean)
+        offset += n
+
+
+# -- running statistics -----------------------------------------------------------------------------
+def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(mean, population variance, count) over the first dimension of ``x`` as concatenated across
+    all ranks, in float64, bitwise identical on every rank: each rank's (count, mean, M2) are
+    gathered and combined in rank order (Chan et al.'s pairwise update). World size 1: those of x."""
+    x = x.to(torch.float64).reshape(x.shape[0], -1) if x.dim() > 1 else x.to(torch.float64).reshape(-1, 1)
+    count = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+    mean = x.mean(0)
+    m2 = ((x - mean) ** 2).sum(0)
+    if _active():
+        packed = torch.cat([count, mean, m2])
+        parts = [torch.empty_like(packed) for _ in range(tdist.get_world_size())]
+        tdist.all_gather(parts, packed)
+        d = mean.numel()
+        count, mean, m2 = parts[0][:1], parts[0][1:1 + d], parts[0][1 + d:]
+        for part in parts[1:]:
+            n_b, mean_b, m2_b = part[:1], part[1:1 + d], part[1 + d:]
+            total = count + n_b
+            delta = mean_b - mean
+            mean = mean + delta * n_b / total
+            m2 = m2 + m2_b + delta * delta * count * n_b / total
+            count = total
+    n = int(count.item())
+    return mean, m2 / max(n, 1), n
+
+
+# -- decisions, parameters --------------------------------------------------------------------------
+def any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
+    """True on every rank when ``flag`` is true on any: one rank's stop or abort is everyone's."""
+    if not _active():
+        return bool(flag)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def broadcast_state(module: torch.nn.Module) -> None:
+    """Rank 0's parameters and buffers (normalizer statistics included) on every rank."""
+    if not _active():
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            tdist.broadcast(t.data, src=0)
+
+
+def checksum(module: torch.nn.Module) -> torch.Tensor:
+    """float64 sums of every parameter and buffer (with a position weight, so swapped values differ)."""
+    parts = []
+    for t in list(module.parameters()) + list(module.buffers()):
+        flat = t.detach().reshape(-1).to(torch.float64)
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
+        parts.append(torch.stack([flat.sum(), (flat * weights).sum()]))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def check_in_sync(modules: dict[str, torch.nn.Module]) -> None:
+    """Raise if any module's parameters or buffers differ between ranks (called at checkpoints:
+    a silent divergence between ranks would train N different agents)."""
+    if not _active():
+        return
+    for name, module in modules.items():
+        mine = checksum(module)
+        parts = [torch.empty_like(mine) for _ in range(tdist.get_world_size())]
+        tdist.all_gather(parts, mine)
+        for rank, other in enumerate(parts):
+            if not torch.equal(other, parts[0]):
+                raise Fault(f"{name} differs between rank 0 and rank {rank}: the ranks are out of sync")
