@@ -11,6 +11,7 @@ from typing import Any, Callable
 from heron import registry
 from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
+from heron.core import dist
 from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
 from heron.core.faults import EnvCrashed, WriteFailed
 from heron.core.policy import Policy
@@ -47,6 +48,7 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     ``evaluate``.
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``."""
+    single_process_only()
     if env is not None:
         if "env_id" in hyperparameters:
             raise HeronError("give env or env_id, not both")
@@ -65,6 +67,7 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
 def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None) -> dict:
     """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
     ``env``: the callable the run was trained on, when it was given as one (``train``)."""
+    single_process_only()
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
@@ -76,6 +79,17 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
     cfg.validate()
     return _run(module, Run.resume(algo, cfg, spaces=module.check(cfg)))
+
+
+def single_process_only() -> None:
+    """Under torchrun with several processes every rank would train alone into the same run
+    directory; until data-parallel training is wired into the algorithms (heron.core.dist holds
+    its collectives), each rank refuses at once, so no rank waits on another."""
+    world = dist.from_env()
+    if world.distributed:
+        raise HeronError(f"data-parallel training is not available yet (this is rank {world.rank} of "
+                         f"{world.size} under torchrun): run one process; raise --num-envs and --batch-size "
+                         "to use more of the machine")
 
 
 def _run(module: Any, run: Run) -> dict:

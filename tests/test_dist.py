@@ -150,3 +150,17 @@ def test_a_normalizer_fed_global_moments_equals_one_fed_the_whole_batch():
     merged.update_moments(*dist.global_moments(batch))
     for name in ("mean", "var", "count"):
         torch.testing.assert_close(getattr(merged, name), getattr(whole, name), rtol=1e-12, atol=1e-12)
+
+
+def test_training_under_torchrun_with_several_processes_is_refused_on_every_rank(tmp_path, capsys, monkeypatch):
+    """Until the algorithms are data-parallel: one line, exit 2, nothing written, no rank waiting."""
+    from heron.cli import main
+
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert main(["train", "td3", "--run-dir", str(tmp_path / "run")]) == 2
+        assert f"data-parallel training is not available yet (this is rank {rank} of 2" in capsys.readouterr().err
+        assert main(["train", "--resume", str(tmp_path / "run")]) == 2
+        capsys.readouterr()
+    assert not (tmp_path / "run").exists()
