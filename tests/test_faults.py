@@ -176,11 +176,20 @@ def test_disk_full_is_one_line_and_keeps_the_previous_checkpoint(point, tmp_path
 
 
 # -- 5. a crashing env ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,mode", [("raise", "sync"), ("exit", "async")])
-def test_env_crash_checkpoints_the_last_complete_step_and_resume_continues(kind, mode, tmp_path, monkeypatch):
+@pytest.mark.parametrize("algo,kind,mode,last,end", [
+    ("td3", "raise", "sync", 536, 1200),
+    ("td3", "exit", "async", 536, 1200),
+    # mid-rollout: the end of the last iteration (512), with the half-overwritten replay slot left out
+    ("ppo", "raise", "sync", 512, 1216),
+])
+def test_env_crash_checkpoints_the_last_complete_step_and_resume_continues(algo, kind, mode, last, end, tmp_path,
+                                                                           monkeypatch):
     run = tmp_path / "run"
     env = {"HERON_TEST_FAULT": f"{kind}@537", "HERON_TEST_FAULT_ONCE": str(tmp_path / "crashed")}
-    args = ["train", "td3", "--env-id", "fault_envs:Faulty", *TINY, "--vector-mode", mode, "--run-dir", str(run)]
+    flags = TINY if algo == "td3" else [*TINY[:2], "--num-envs", "1", "--num-steps", "64", "--mode", "off-policy",
+                                        "--replay-rollouts", "3", "--hidden-sizes", "16", "--progress", "none",
+                                        "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0"]
+    args = ["train", algo, "--env-id", "fault_envs:Faulty", *flags, "--vector-mode", mode, "--run-dir", str(run)]
     proc = _popen(args, env=env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
@@ -188,12 +197,15 @@ def test_env_crash_checkpoints_the_last_complete_step_and_resume_continues(kind,
     assert line.startswith("heron: error: env fault_envs:Faulty crashed in step") and "Traceback" not in err
     if kind == "raise":
         assert "RuntimeError: simulator exploded at step 537" in line
-    assert "checkpoint saved at step 536" in line and f"heron train --resume {run}" in line
-    assert torch.load(latest_checkpoint(run / "checkpoints"), weights_only=True)["step"] == 536
+    assert f"checkpoint saved at step {last}" in line and f"heron train --resume {run}" in line
+    saved = torch.load(latest_checkpoint(run / "checkpoints"), weights_only=True)
+    assert saved["step"] == last
+    if algo == "ppo":  # the iteration count, scaler and replay of the end of iteration 8, not mid-rollout
+        assert saved["n_updates"] == 8
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert main(["train", "--resume", str(run)]) == 0
-    assert torch.load(latest_checkpoint(run / "checkpoints"), weights_only=True)["step"] == 1200
+    assert torch.load(latest_checkpoint(run / "checkpoints"), weights_only=True)["step"] == end
 
 
 # -- 6. foreign and mismatched checkpoints ----------------------------------------------------------
