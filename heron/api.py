@@ -152,7 +152,6 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
     video_path = None
     if video:
         video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
-        Path(video_path).parent.mkdir(parents=True, exist_ok=True)
     seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
     returns = run_episodes(policy, cfg.env_id, episodes, seed, video_path=video_path,
                            env_fn=eval_env_fn(module, cfg))

@@ -13,13 +13,12 @@ import difflib
 import json
 import sys
 import typing
-from pathlib import Path
 from typing import Any
 
 from heron import registry
 from heron.config import HeronError, field_types, flag, type_name
 from heron.core.faults import Fault
-from heron.core.run import Interrupted, resolve_device
+from heron.core.run import Interrupted
 
 USAGE = """usage: heron <command> ...
 

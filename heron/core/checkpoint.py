@@ -133,10 +133,8 @@ def spaces_mismatch(saved: Any, current: Any, path: str = "") -> str | None:
                 return found
         return None
     if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)) and len(saved) == len(current):
-        for i, (a, b) in enumerate(zip(saved, current)):
-            if spaces_mismatch(a, b, path):
-                return f"{path}: {show(saved)} saved, {show(current)} now"
-        return None
+        differ = any(spaces_mismatch(a, b, path) for a, b in zip(saved, current))
+        return f"{path}: {show(saved)} saved, {show(current)} now" if differ else None
     if isinstance(saved, torch.Tensor) or isinstance(current, torch.Tensor):
         same = isinstance(saved, torch.Tensor) and isinstance(current, torch.Tensor) and \
             saved.shape == current.shape and torch.equal(saved.cpu(), current.cpu())

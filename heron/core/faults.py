@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from heron.config import HeronError
+
 
 class Fault(Exception):
     """A run ended by a fault (not bad input); the message is one line."""
@@ -49,8 +51,6 @@ class WriteFailed(Fault):
 def env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, an env's step or reset: an exception from it (the env raised, its
     worker process died) becomes EnvCrashed naming the env; heron's own errors pass through."""
-    from heron.config import HeronError
-
     try:
         return fn(*args, **kwargs)
     except (HeronError, Fault, KeyboardInterrupt):

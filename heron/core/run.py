@@ -411,7 +411,6 @@ class Run:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
         elif self.cfg.capture_video:  # evaluated at this step already: just film one episode
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
-            path.parent.mkdir(parents=True, exist_ok=True)
             run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
                          env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
         if result is None:

@@ -248,8 +248,12 @@ def train(cfg: Config, run: Run) -> dict:
         state = s["rnn_state"].to(device)
     policy = Policy(model, obs_shape, S, device, obs_dt)
     metrics: dict[str, torch.Tensor] = {}
-    boundary = {"scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
 
+    def at_boundary() -> dict:
+        """What changes during a rollout, as it stands between iterations (``full_state`` saves it)."""
+        return {"scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
+
+    boundary = at_boundary()
     while global_step < cfg.total_steps:
         lr = cfg.learning_rate * ((1.0 - iteration / iterations) if cfg.anneal_lr else 1.0)
         set_lr(opt, lr)
@@ -303,7 +307,7 @@ def train(cfg: Config, run: Run) -> dict:
         model.update_norm(w["obs"])  # after learning: the rollout was collected and trained with one scale
         metrics = {**{k: v / n_mb for k, v in sums.items()}, "losses/explained_variance": explained}
         iteration += 1
-        boundary = {"scaler": scaler.state_dict() if scaler else None, "rnn_state": state.cpu()}
+        boundary = at_boundary()
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,
                        checkpoint_state)
