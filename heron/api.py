@@ -13,7 +13,7 @@ from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core import dist
 from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
-from heron.core.faults import EnvCrashed, WriteFailed
+from heron.core.faults import EnvCrashed, Fault, WriteFailed, first_line
 from heron.core.policy import Policy
 from heron.core.run import EVAL_SEED_OFFSET, Run, check_state, read_config, read_yaml, resolve_device
 
@@ -47,8 +47,10 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     (a lambda, a closure, a function of ``__main__``) must be given again to ``resume`` and
     ``evaluate``.
 
-    Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``."""
-    single_process_only()
+    Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
+
+    Under torchrun (several processes) every rank calls this with the same arguments: data-parallel
+    training, docs/usage.md "Several processes (torchrun)"."""
     if env is not None:
         if "env_id" in hyperparameters:
             raise HeronError("give env or env_id, not both")
@@ -61,13 +63,13 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     module = registry.get(algo)
     check_env_id(cfg.env_id)
     module.check(cfg)
+    check_world(cfg)
     return _run(module, Run.start(algo, cfg))
 
 
 def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None) -> dict:
     """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
     ``env``: the callable the run was trained on, when it was given as one (``train``)."""
-    single_process_only()
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
@@ -78,18 +80,19 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     if total_steps is not None:
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
     cfg.validate()
-    return _run(module, Run.resume(algo, cfg, spaces=module.check(cfg)))
+    spaces = module.check(cfg)
+    check_world(cfg)
+    return _run(module, Run.resume(algo, cfg, spaces=spaces))
 
 
-def single_process_only() -> None:
-    """Under torchrun with several processes every rank would train alone into the same run
-    directory; until data-parallel training is wired into the algorithms (heron.core.dist holds
-    its collectives), each rank refuses at once, so no rank waits on another."""
+def check_world(cfg: Any) -> None:
+    """Under torchrun: the global sizes split over the ranks (``dist.check_split``), and nothing
+    asked of a rank that data-parallel training does not do. Checked on every rank alike, before
+    any rank opens the run, so bad input ends them all with exit 2."""
     world = dist.from_env()
-    if world.distributed:
-        raise HeronError(f"data-parallel training is not available yet (this is rank {world.rank} of "
-                         f"{world.size} under torchrun): run one process; raise --num-envs and --batch-size "
-                         "to use more of the machine")
+    dist.check_split(cfg, world)
+    if world.distributed and getattr(cfg, "cuda_graphs", False):
+        raise HeronError("--cuda-graphs is for one process; under torchrun use --compile or neither")
 
 
 def _run(module: Any, run: Run) -> dict:
@@ -101,6 +104,13 @@ def _run(module: Any, run: Run) -> dict:
     except WriteFailed as exc:
         raise WriteFailed(f"{exc}; {run.kept()}; make room, then continue with: heron train --resume "
                           f"{run.run_dir}") from exc
+    except RuntimeError as exc:
+        if not run.world.distributed:
+            raise
+        # a collective failed: another rank died (its own message, if any, is its last words)
+        raise Fault(f"rank {run.world.rank}: another process of this torchrun job failed or left it "
+                    f"({first_line(exc)[:160]}); {run.kept()}; continue with: heron train --resume {run.run_dir}") \
+            from exc
     finally:
         run.close()
 

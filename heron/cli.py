@@ -17,7 +17,8 @@ from typing import Any
 
 from heron import registry
 from heron.config import HeronError, field_types, flag, type_name
-from heron.core.faults import Fault
+from heron.core import dist
+from heron.core.faults import Fault, first_line
 from heron.core.run import Interrupted
 
 USAGE = """usage: heron <command> ...
@@ -214,21 +215,48 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0 if argv else 2
     command = argv[0]
+    rank = _rank()
     try:
         if command not in COMMANDS:
             close = difflib.get_close_matches(command, COMMANDS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise HeronError(f"unknown command {command!r}{hint}; choose from {', '.join(COMMANDS)}")
         return COMMANDS[command](argv[1:])
+    # Under torchrun rank 0 reports for the job: bad input is the same on every rank, and what one
+    # rank finds is shared (dist.agree); another rank speaks only of its own faults.
     except HeronError as exc:
-        print(f"heron: error: {exc}", file=sys.stderr)
+        if not rank:
+            print(f"heron: error: {exc}", file=sys.stderr)
         return 2
     except Fault as exc:
-        print(f"heron: error: {exc}", file=sys.stderr)
+        if not rank or not isinstance(exc, dist.SharedFault):
+            print(f"heron: error: {_on(rank)}{exc}", file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:
-        print(f"heron: {exc}", file=sys.stderr)
+        if not rank:
+            print(f"heron: {exc}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        print("heron: interrupted", file=sys.stderr)
+        if not rank:
+            print("heron: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if rank is None:
+            raise
+        # a collective failed: another process of the job died or left it
+        print(f"heron: error: {_on(rank)}another process of this torchrun job failed or left it "
+              f"({first_line(exc)[:160]})", file=sys.stderr)
+        return 1
+
+
+def _rank() -> int | None:
+    """This process's rank under torchrun with several processes, else None."""
+    try:
+        world = dist.from_env()
+    except HeronError:
+        return None
+    return world.rank if world.distributed else None
+
+
+def _on(rank: int | None) -> str:
+    return f"rank {rank}: " if rank else ""

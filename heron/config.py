@@ -53,6 +53,8 @@ class RunConfig:
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("heron", "Weights & Biases project name")
     capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")
+    dist_backend: str = opt("auto", "torch.distributed backend under torchrun: auto (NCCL when each local rank "
+                            "has its own GPU, else gloo), nccl or gloo", ("auto", "nccl", "gloo"))
 
     def validate(self) -> None:
         """Reject impossible values with a one-line reason."""

@@ -3,7 +3,8 @@
 ``HERON_TEST_OBS_DIM``: observation size (default 3). ``HERON_TEST_FAULT=KIND@K``: from the K-th
 step of an env instance, ``raise`` an error in step, ``exit`` its process (an async worker dying),
 or return an infinite reward (``inf``). With ``HERON_TEST_FAULT_ONCE=FILE`` the fault happens once
-(the file records it), so that the resumed run trains on.
+(the file records it), so that the resumed run trains on. ``HERON_TEST_FAULT_RANK=R``: only in
+rank R of a torchrun job.
 """
 
 import os
@@ -20,6 +21,8 @@ class Faulty(gym.Env):
         self.observation_space = gym.spaces.Box(-10.0, 10.0, (self.dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         kind, _, at = os.environ.get("HERON_TEST_FAULT", "").partition("@")
+        if os.environ.get("HERON_TEST_FAULT_RANK", os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
+            kind = ""
         self.kind, self.at, self.steps = kind, int(at or 0), 0
 
     def reset(self, *, seed=None, options=None):

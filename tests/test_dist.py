@@ -47,8 +47,22 @@ def _worker(rank: int, port: int) -> None:
         tdist.all_gather(both, torch.cat([mean, var]))
         assert torch.equal(both[0], both[1])
 
-        # decisions: one rank's stop is everyone's
+        # decisions: one rank's stop is everyone's; one rank's problem ends both, told by that rank
         assert dist.any_rank(rank == 1) and not dist.any_rank(False)
+        assert dist.any_rank(False, rank == 0) == (False, True) and dist.all_ranks(True)
+        with pytest.raises(HeronError, match="^bad on rank 1$" if rank else "^rank 1: bad on rank 1$"):
+            dist.agree(HeronError("bad on rank 1") if rank else None)
+        with pytest.raises(Fault) as caught:
+            dist.agree(None if rank else Fault("disk full"))
+        assert caught.value.exit_code == 1 and str(caught.value) == "disk full"
+
+        # the mean and unbiased std of the concatenation, without a host sync
+        y = torch.arange(4.0) + 10 * rank  # rank 0: 0..3, rank 1: 10..13
+        both_y = torch.cat([torch.arange(4.0), torch.arange(4.0) + 10])
+        (m, sd), (m2, sd2) = dist.mean_std([y, y[:2]])
+        torch.testing.assert_close((m, sd), (both_y.mean(), both_y.std()))
+        torch.testing.assert_close((m2, sd2), (both_y[[0, 1, 4, 5]].mean(), both_y[[0, 1, 4, 5]].std()))
+        assert float(dist.mean(torch.tensor(float(rank)))) == 0.5
 
         # parameters: rank 0's everywhere, and a difference found
         torch.manual_seed(rank)
@@ -63,6 +77,7 @@ def _worker(rank: int, port: int) -> None:
         with pytest.raises(Fault, match="net differs between rank 0 and rank 1"):
             dist.check_in_sync({"net": net})
         _td3_half_batches_equal_the_whole_batch(rank)
+        _ppo_half_minibatches_equal_the_whole_minibatch(rank)
         tdist.barrier()  # no rank tears the group down while the other still reads from it
     finally:
         tdist.destroy_process_group()
@@ -118,6 +133,43 @@ def _td3_half_batches_equal_the_whole_batch(rank: int) -> None:
     dist.check_in_sync({"actor": split[0], "critic": split[1]})
 
 
+def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
+    """Three of PPO's own update steps (``make_update``: advantages normalized over the global
+    minibatch, clipped value loss, gradient clipping) on half r of each minibatch in rank r equal
+    the same steps on the whole minibatch in one process (the collectives switched off)."""
+    import importlib
+    from unittest import mock
+
+    from heron.algos.ppo.config import Config
+    from heron.core.nets import adam
+
+    ppo = importlib.import_module("heron.algos.ppo.train")  # the module (the package exports its train())
+    cfg = Config(norm_adv=True, clip_vloss=True, max_grad_norm=0.5, hidden_sizes=(16,))
+    spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
+
+    def make():
+        torch.manual_seed(0)
+        model = ppo._build(cfg, spaces)
+        opt = adam(model.parameters(), 1e-2, eps=1e-5)
+        return model, ppo.make_update(cfg, model, opt)
+
+    (split, split_update), (whole, whole_update) = make(), make()
+    for i in range(3):
+        g = torch.Generator().manual_seed(200 + i)  # the same global minibatch on both ranks: [B, L=1]
+        mb = {"obs": torch.randn(8, 1, 4, generator=g), "state0": torch.zeros(8, 0),
+              "starts": torch.zeros(8, 1, dtype=torch.bool), "actions": torch.randint(0, 3, (8, 1), generator=g),
+              "logp": -torch.rand(8, 1, generator=g) - 0.5, "adv": torch.randn(8, 1, generator=g) * 3 + 1,
+              "returns_n": torch.randn(8, 1, generator=g), "values_n": torch.randn(8, 1, generator=g)}
+        mine = {k: v[4 * rank:4 * rank + 4] for k, v in mb.items()}
+        (mine["adv_mean"], mine["adv_std"]), = dist.mean_std([mine["adv"]])
+        split_update(mine)
+        with mock.patch.object(dist, "_active", lambda: False):
+            whole_update(mb)
+    for a, b in zip(split.parameters(), whole.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    dist.check_in_sync({"model": split})
+
+
 def test_collectives_with_two_processes():
     mp.spawn(_worker, args=(_free_port(),), nprocs=2, join=True)
 
@@ -157,15 +209,24 @@ def test_a_normalizer_fed_global_moments_equals_one_fed_the_whole_batch():
         torch.testing.assert_close(getattr(merged, name), getattr(whole, name), rtol=1e-12, atol=1e-12)
 
 
-def test_training_under_torchrun_with_several_processes_is_refused_on_every_rank(tmp_path, capsys, monkeypatch):
-    """Until the algorithms are data-parallel: one line, exit 2, nothing written, no rank waiting."""
+def test_sizes_that_do_not_split_over_the_ranks_are_refused_on_every_rank(tmp_path, capsys, monkeypatch):
+    """Global sizes split over the ranks: one that does not divide is bad input on every rank alike
+    (exit 2 before any process group forms: no rank waits), reported once, by rank 0."""
     from heron.cli import main
 
-    for rank in ("0", "1"):
-        monkeypatch.setenv("RANK", rank)
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        assert main(["train", "td3", "--run-dir", str(tmp_path / "run")]) == 2
-        assert f"data-parallel training is not available yet (this is rank {rank} of 2" in capsys.readouterr().err
-        assert main(["train", "--resume", str(tmp_path / "run")]) == 2
-        capsys.readouterr()
+    cases = [(["td3", "--num-envs", "3"], "--num-envs (3) is split over the 2 processes: it must be a multiple of 2"),
+             (["sac", "--num-envs", "2", "--batch-size", "255"], "--batch-size (255) is split over the 2 processes"),
+             (["ppo", "--num-envs", "2", "--num-steps", "6", "--num-minibatches", "4"],
+              "--num-envs x --num-steps (12) must split into --num-minibatches (4) minibatches of a share for each"),
+             (["dreamer_v2", "--preset", "debug", "--cuda-graphs", "true"], None)]
+    for args, message in cases:
+        for rank in ("0", "1"):
+            monkeypatch.setenv("RANK", rank)
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            assert main(["train", *args, "--run-dir", str(tmp_path / "run")]) == 2
+            err = capsys.readouterr().err
+            if rank == "1":
+                assert err == ""
+            elif message:
+                assert message in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()

@@ -8,6 +8,11 @@ Layout inside ``RUN_DIR/checkpoints/``:
   Written last, so it is the commit point of a checkpoint.
 * ``step_<N>.buffer.pt``: the replay buffer at step N; only the latest one is kept.
 * ``best.pt``: the state of the best deterministic evaluation so far (no replay data).
+* Data-parallel runs (torchrun): rank 0's state is ``step_<N>.pt`` as above, holding the world
+  size; every other rank R writes its own ``step_<N>.rank<R>.pt`` (its envs, RNG streams and
+  counters beside the shared networks) and ``step_<N>.rank<R>.buffer.pt`` (its share of the replay
+  data) first. Rank 0 writes ``step_<N>.pt`` only once every shard has landed, so a checkpoint at
+  step N exists for all ranks or, without its commit file, for none (its shards are leftovers).
 
 Writes go to a temporary file in the same directory, are fsynced and renamed over the target, then
 the directory is fsynced: a crash leaves either the old or the new file, never a torn one. Loads
@@ -29,6 +34,7 @@ from heron.config import HeronError
 from heron.core.faults import WriteFailed, inject
 
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
+_PART_RE = re.compile(r"^step_(\d+)\.(.+)$")  # any file of a checkpoint: its state, replay data, shards
 
 
 def save_atomic(obj: Any, path: str | Path, fault_point: str = "save") -> None:
@@ -84,9 +90,13 @@ def buffer_path(state_path: Path) -> Path:
     return state_path.with_name(state_path.name.replace(".pt", ".buffer.pt"))
 
 
-def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: dict | None, keep: int) -> Path:
-    ckpt_dir = Path(ckpt_dir)
-    path = ckpt_dir / f"step_{step:09d}.pt"
+def state_path(ckpt_dir: str | Path, step: int, rank: int = 0) -> Path:
+    """Rank 0's state file (the commit), or rank R's shard."""
+    return Path(ckpt_dir) / (f"step_{step:09d}.pt" if rank == 0 else f"step_{step:09d}.rank{rank}.pt")
+
+
+def save_part(path: Path, state: dict, buffer_state: dict | None) -> None:
+    """A state file and its replay data (first), or neither."""
     if buffer_state is not None:
         save_atomic(buffer_state, buffer_path(path), "checkpoint-buffer")
     try:
@@ -94,24 +104,38 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: 
     except WriteFailed:
         buffer_path(path).unlink(missing_ok=True)  # its state never landed: give the space back
         raise
-    # Prune: keep the newest `keep` states, and the replay data of the newest one only.
-    existing = step_checkpoints(ckpt_dir)
-    for s, p in existing[:-keep] if keep > 0 else []:
-        p.unlink(missing_ok=True)
-    for s, p in existing[:-1]:
-        buffer_path(p).unlink(missing_ok=True)
+
+
+def save_checkpoint(ckpt_dir: str | Path, step: int, state: dict, buffer_state: dict | None, keep: int) -> Path:
+    """Rank 0's part, which commits the checkpoint (the shards of other ranks are written before)."""
+    path = state_path(ckpt_dir, step)
+    save_part(path, state, buffer_state)
+    prune(ckpt_dir, keep)
     return path
 
 
+def prune(ckpt_dir: str | Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints (with their shards), and the replay data of the newest only."""
+    ckpt_dir = Path(ckpt_dir)
+    existing = [step for step, _ in step_checkpoints(ckpt_dir)]
+    dropped = set(existing[:-keep]) if keep > 0 else set()
+    older = set(existing[:-1])
+    for p in ckpt_dir.iterdir():
+        m = _PART_RE.match(p.name)
+        if m and (int(m.group(1)) in dropped or (int(m.group(1)) in older and p.name.endswith(".buffer.pt"))):
+            p.unlink(missing_ok=True)
+
+
 def remove_leftovers(ckpt_dir: str | Path) -> None:
-    """After a crash: temporary files of interrupted writes, and replay files whose state file
-    never landed (the buffer is written first; the state file commits a checkpoint)."""
+    """After a crash: temporary files of interrupted writes, and replay files and rank shards whose
+    commit (rank 0's state file, written last) never landed."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return
-    states = {p.name for _, p in step_checkpoints(ckpt_dir)}
+    committed = {step for step, _ in step_checkpoints(ckpt_dir)}
     for p in ckpt_dir.iterdir():
-        orphan = p.name.endswith(".buffer.pt") and p.name.replace(".buffer.pt", ".pt") not in states
+        m = _PART_RE.match(p.name)
+        orphan = m is not None and m.group(2) != "pt" and int(m.group(1)) not in committed
         if orphan or (p.name.startswith(".") and ".tmp" in p.name):
             p.unlink(missing_ok=True)
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
+import numpy as np
 import torch
 import torch.distributed as tdist
 
@@ -78,15 +79,58 @@ def choose_backend(requested: str, device: torch.device, world: World) -> str:
     return "nccl" if own_gpu else "gloo"
 
 
-def init(world: World, backend: str) -> None:
+_DEVICE = torch.device("cpu")  # where collective tensors live: the GPU for NCCL, else the CPU
+
+
+def init(world: World, backend: str, device: torch.device | None = None) -> None:
     """Join the process group (torchrun's rendezvous variables: MASTER_ADDR, MASTER_PORT)."""
+    global _DEVICE
     if world.distributed and not tdist.is_initialized():
+        _DEVICE = device if backend == "nccl" and device is not None else torch.device("cpu")
+        if _DEVICE.type == "cuda":
+            torch.cuda.set_device(_DEVICE)
         tdist.init_process_group(backend, rank=world.rank, world_size=world.size)
 
 
 def close() -> None:
     if tdist.is_available() and tdist.is_initialized():
         tdist.destroy_process_group()
+
+
+def device_for(world: World, name: str) -> str:
+    """``--device cuda`` under torchrun is ``cuda:LOCAL_RANK``: one GPU per local rank (an explicit
+    ``cuda:K`` is kept: several ranks may share one GPU)."""
+    if world.distributed and name == "cuda":
+        return f"cuda:{world.local_rank}"
+    return name
+
+
+def rank_seed(seed: int, world: World) -> int:
+    """The seed of this rank's own random streams (env-independent sampling, exploration, the
+    torch stream after initialisation): ``seed`` itself on rank 0, so a run of one process is
+    unchanged; a stream derived from (seed, rank) elsewhere."""
+    if world.rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, world.rank]).generate_state(1)[0])
+
+
+def check_split(cfg: Any, world: World) -> None:
+    """``--num-envs``, ``--batch-size`` and ``--buffer-size`` are global and split over the ranks,
+    as are PPO's rollout minibatches: each must divide by the world size."""
+    if not world.distributed:
+        return
+    n = world.size
+    for name in ("num_envs", "batch_size", "buffer_size"):
+        value = getattr(cfg, name, None)
+        if value is not None and value % n:
+            raise HeronError(f"--{name.replace('_', '-')} ({value}) is split over the {n} processes: it must be "
+                             f"a multiple of {n}")
+    if hasattr(cfg, "num_minibatches"):  # PPO: each rank takes its share of every minibatch
+        units = cfg.num_envs if cfg.recurrent != "none" else cfg.num_envs * cfg.num_steps
+        if units % (cfg.num_minibatches * n):
+            what = "--num-envs" if cfg.recurrent != "none" else "--num-envs x --num-steps"
+            raise HeronError(f"{what} ({units}) must split into --num-minibatches ({cfg.num_minibatches}) "
+                             f"minibatches of a share for each of the {n} processes")
 
 
 def _active() -> bool:
@@ -105,7 +149,7 @@ def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
     if not params:
         return
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    tdist.all_reduce(flat)
+    tdist.all_reduce(flat)  # on the parameters' device: NCCL for GPUs; gloo takes CPU tensors
     flat /= tdist.get_world_size()
     offset = 0
     for p in params:
@@ -128,7 +172,7 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     mean = x.mean(0)
     m2 = ((x - mean) ** 2).sum(0)
     if _active():
-        packed = torch.cat([count, mean, m2])
+        packed = torch.cat([count, mean, m2]).to(_DEVICE)
         parts = [torch.empty_like(packed) for _ in range(tdist.get_world_size())]
         tdist.all_gather(parts, packed)
         d = mean.numel()
@@ -141,17 +185,114 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
             m2 = m2 + m2_b + delta * delta * count * n_b / total
             count = total
     n = int(count.item())
-    return mean, m2 / max(n, 1), n
+    return mean.to(x.device), (m2 / max(n, 1)).to(x.device), n
+
+
+def update_norm(norm: Any, x: torch.Tensor) -> None:
+    """Fold a batch [B, *shape] into a RunningNorm; under torchrun the moments of every rank's
+    batch, so the statistics stay bitwise identical on all ranks (world size 1: ``norm.update``)."""
+    if not _active():
+        norm.update(x)
+    elif norm.enabled:
+        norm.update_moments(*global_moments(x.reshape(-1, *norm.mean.shape)))
 
 
 # -- decisions, parameters --------------------------------------------------------------------------
-def any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
-    """True on every rank when ``flag`` is true on any: one rank's stop or abort is everyone's."""
+def any_rank(*flags: bool) -> bool | tuple[bool, ...]:
+    """True on every rank when the flag is true on any: one rank's stop or abort is everyone's.
+    Several flags travel in one all-reduce and come back as a tuple."""
     if not _active():
-        return bool(flag)
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+        return bool(flags[0]) if len(flags) == 1 else tuple(bool(f) for f in flags)
+    t = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=_DEVICE)
     tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-    return bool(t.item())
+    out = tuple(bool(v) for v in t.tolist())
+    return out[0] if len(out) == 1 else out
+
+
+def all_ranks(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on all of them."""
+    return not any_rank(not flag)
+
+
+class SharedError(HeronError):
+    """Bad input found on another rank (``agree``): exit 2 here too; rank 0 reports it."""
+
+
+class SharedFault(Fault):
+    """A fault on another rank (``agree``): this rank ends with the same exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def agree(problem: BaseException | None) -> None:
+    """Every rank reaches this point with its own verdict (None: all is well). If any rank has a
+    problem, every rank ends: the rank that has it raises it, the others a SharedError (bad input,
+    exit 2) or SharedFault (same exit code) naming that rank. So bad input or a failed write on one
+    rank ends all of them at once instead of leaving them waiting in a collective."""
+    if not _active():
+        if problem is not None:
+            raise problem
+        return
+    mine = None if problem is None else (str(problem), 2 if isinstance(problem, HeronError)
+                                         else getattr(problem, "exit_code", 1))
+    found = [None] * tdist.get_world_size()
+    tdist.all_gather_object(found, mine)
+    if problem is not None:
+        raise problem
+    for rank, verdict in enumerate(found):
+        if verdict is not None:
+            text, code = verdict
+            text = f"rank {rank}: {text}" if rank else text
+            raise SharedError(text) if code == 2 else SharedFault(text, code)
+
+
+def gather(obj: Any) -> list:
+    """Every rank's ``obj``, in rank order, on every rank (small Python objects: episode records,
+    evaluation returns, a run directory's name)."""
+    if not _active():
+        return [obj]
+    out = [None] * tdist.get_world_size()
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def mean_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each metric averaged over the ranks (one all-reduce; at logging time only)."""
+    if not _active() or not metrics:
+        return metrics
+    keys = sorted(metrics)
+    packed = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float64).detach().to(_DEVICE).reshape(())
+                          for k in keys])
+    tdist.all_reduce(packed)
+    packed /= tdist.get_world_size()
+    return dict(zip(keys, packed.unbind()))
+
+
+def mean(x: torch.Tensor) -> torch.Tensor:
+    """A tensor averaged over the ranks (PPO's approximate KL before the target-KL decision)."""
+    if not _active():
+        return x
+    x = x.detach().to(_DEVICE, torch.float64).clone()
+    tdist.all_reduce(x)
+    return x / tdist.get_world_size()
+
+
+def mean_std(xs: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each tensor of ``xs``: the mean and unbiased standard deviation of that tensor as
+    concatenated across the ranks (rank r holds its share of each), all with one all-reduce and no
+    host sync (PPO's advantage normalization over each global minibatch of an epoch). World size
+    1: ``x.mean()``, ``x.std()``."""
+    if not _active():
+        return [(x.mean(), x.std()) for x in xs]
+    sums = torch.stack([torch.stack([x.new_tensor(float(x.numel())), x.sum(), (x * x).sum()]) for x in xs])
+    sums = sums.to(_DEVICE, torch.float64)  # [k, 3]: count, sum, sum of squares
+    tdist.all_reduce(sums)
+    n, s, ss = sums.unbind(1)
+    mean = s / n
+    std = ((ss - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0).sqrt()
+    return [(m.to(x.device, x.dtype), sd.to(x.device, x.dtype)) for m, sd, x in zip(mean, std, xs)]
 
 
 def broadcast_state(module: torch.nn.Module) -> None:
@@ -179,7 +320,7 @@ def check_in_sync(modules: dict[str, torch.nn.Module]) -> None:
     if not _active():
         return
     for name, module in modules.items():
-        mine = checksum(module)
+        mine = checksum(module).to(_DEVICE)
         parts = [torch.empty_like(mine) for _ in range(tdist.get_world_size())]
         tdist.all_gather(parts, mine)
         for rank, other in enumerate(parts):

@@ -556,7 +556,7 @@ def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
 EVAL_EPISODE_CAP = 100_000  # agent steps; longer than any standard env's time limit (Atari: 27,000)
 
 
-def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str | None = None,
+def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, video_path: str | None = None,
              flatten_dict: bool = True, max_episode_steps: int | None = None,
              env_fn: Callable[[str | None], gym.Env] | None = None,
              should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
@@ -567,7 +567,8 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
     own wrapper stack); Dict observations reach the policy as dicts of arrays. When ``should_stop()``
     turns true (a stop request) the evaluation ends at once and returns None, writing no video. An
     episode that has not ended after EVAL_EPISODE_CAP steps (an env without a time limit) is cut
-    there, with a warning, instead of hanging the run."""
+    there, with a warning, instead of hanging the run. ``episodes`` may list the episode numbers k to
+    play (a rank's share of an evaluation)."""
     render_mode = "rgb_array" if video_path else None
     env = (env_fn(render_mode) if env_fn is not None else
            make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps))
@@ -578,7 +579,7 @@ def evaluate(policy: Any, env_id: str, episodes: int, seed: int, video_path: str
         return env_call(env_id, f"{what} (evaluation)", fn, *args, **kwargs)
 
     try:
-        for k in range(episodes):
+        for k in (range(episodes) if isinstance(episodes, int) else episodes):
             obs, _ = call("reset", env.reset, seed=seed + k)
             policy.reset()
             total, done, t = 0.0, False, 0

@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -163,18 +162,31 @@ def armed(point: str) -> str | None:
     return (action or "pause") if _counts[point] == int(nth or 1) else None
 
 
+_released = threading.Event()
+
+
+def release() -> None:
+    """A stop request arrived: a ``hold`` fault point goes on (the run's signal handler calls this)."""
+    _released.set()
+
+
 def inject(point: str, action: str | None = None) -> None:
     """Act on an armed fault point: ``pause`` (write ``HERON_FAULT_MARKER`` and sleep until killed),
-    ``mark`` (write the marker and go on), ``enospc`` (raise a disk-full OSError), ``exit`` (die at
+    ``mark`` (write the marker and go on), ``hold`` (write the marker and wait for a stop request:
+    a signal that lands at a known step), ``enospc`` (raise a disk-full OSError), ``exit`` (die at
     once, status 17)."""
     action = action or armed(point)
     if action is None:
         return
-    if action in ("pause", "mark") and os.environ.get("HERON_FAULT_MARKER"):
-        Path(os.environ["HERON_FAULT_MARKER"]).write_text(f"{point} {os.getpid()}\n")
+    if action in ("pause", "mark", "hold") and os.environ.get("HERON_FAULT_MARKER"):
+        with open(os.environ["HERON_FAULT_MARKER"], "a") as f:  # appended: each rank of a torchrun job
+            f.write(f"{point} {os.getpid()}\n")
     if action == "pause":
         while True:
             time.sleep(3600)
+    if action == "hold":  # until a stop request arrives (``release``), then on
+        while not _released.is_set():
+            time.sleep(0.02)
     if action == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if action == "exit":

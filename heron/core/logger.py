@@ -60,8 +60,11 @@ def truncate_csv(path: Path, last_step: int, header: list[str]) -> None:
 
 class Logger:
     def __init__(self, run_dir: Path, total_steps: int, start_step: int = 0, progress: str = "auto",
-                 tensorboard: bool = True, wandb_run: Any = None, description: str = "train"):
+                 tensorboard: bool = True, wandb_run: Any = None, description: str = "train",
+                 defer_episodes: bool = False):
         self.run_dir = Path(run_dir)
+        self.defer_episodes = defer_episodes  # torchrun: episodes wait to be logged with every rank's
+        self.pending: list[tuple[int, float, int]] = []
         self.total_steps, self.start_step = total_steps, start_step
         path = self.run_dir / "metrics.csv"
         if start_step:
@@ -116,6 +119,12 @@ class Logger:
             self.recent_returns.append(values["charts/episodic_return"])
 
     def episode(self, step: int, ret: float, length: int) -> None:
+        if self.defer_episodes:
+            self.pending.append((step, ret, length))
+        else:
+            self.log_episode(step, ret, length)
+
+    def log_episode(self, step: int, ret: float, length: int) -> None:
         self.log(step, {"charts/episodic_return": ret, "charts/episodic_length": length})
 
     def sps(self, step: int) -> float:
@@ -175,3 +184,35 @@ class Logger:
                 close()
             except Exception:
                 pass
+
+
+class NullLogger:
+    """The logger of a torchrun rank other than 0: it writes and shows nothing; its finished
+    episodes wait in ``pending`` until rank 0 gathers them (``Run.gather_episodes``)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, float, int]] = []
+
+    def episode(self, step: int, ret: float, length: int) -> None:
+        self.pending.append((step, ret, length))
+
+    def sps(self, step: int) -> float:
+        return 0.0
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def flush(self, fault_point: str = "") -> None:
+        pass
+
+    def progress(self, step: int, extra: str = "") -> None:
+        pass
+
+    def print(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

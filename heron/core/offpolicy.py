@@ -23,11 +23,12 @@ def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
             "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
 
 
-def replay_buffer(cfg: Any, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
-    return ReplayBuffer(cfg.buffer_size, cfg.num_envs, envs.single_observation_space.shape, envs.obs_dtype,
-                        envs.single_action_space.shape,
+def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
+    """This process's replay buffer: its share of --buffer-size, for its envs, sampled with its own stream."""
+    return ReplayBuffer(run.local(cfg.buffer_size), envs.num_envs, envs.single_observation_space.shape,
+                        envs.obs_dtype, envs.single_action_space.shape,
                         device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
-                        extra=extra, seed=cfg.seed)
+                        extra=extra, seed=run.rank_seed())
 
 
 def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:

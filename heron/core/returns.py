@@ -16,6 +16,8 @@ Timeline of one env (| marks an episode end at step t, obs' = next_obs)::
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -106,15 +108,21 @@ class RewardScaler:
     It runs once per env step on a handful of numbers, so it works in numpy float64 (a tenth of
     the cost of the same arithmetic on tiny torch tensors)."""
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8,
+                 moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None):
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.ret = np.zeros(num_envs, np.float64)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+        self.moments = moments  # data-parallel runs: the moments of every rank's returns (dist.global_moments)
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         """rewards [N] -> scaled rewards [N] (float32); folds the returns into the statistics first."""
         self.ret = self.ret * self.gamma + rewards
-        b_mean, b_var, b = float(self.ret.mean()), float(self.ret.var()), self.ret.size
+        if self.moments is not None:
+            m, v, b = self.moments(torch.from_numpy(self.ret))
+            b_mean, b_var = float(m), float(v)
+        else:
+            b_mean, b_var, b = float(self.ret.mean()), float(self.ret.var()), self.ret.size
         delta, total = b_mean - self.mean, self.count + b
         self.mean += delta * b / total
         self.var = (self.var * self.count + b_var * b + delta * delta * self.count * b / total) / total

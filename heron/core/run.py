@@ -28,10 +28,11 @@ import yaml
 
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
+from heron.core import dist
 from heron.core.envs import evaluate as run_episodes
-from heron.core.faults import Diverged, DivergenceGuard, WriteFailed, close_bounded, first_line, inject, \
-    nonfinite_tensor
-from heron.core.logger import METRICS_HEADER, Logger, complete_rows, truncate_csv
+from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
+    nonfinite_tensor, release
+from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
@@ -43,21 +44,38 @@ class Interrupted(Exception):
     """Training stopped by SIGINT/SIGTERM after a checkpoint of the current step was written."""
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, world: dist.World | None = None) -> torch.device:
+    """``auto``: CUDA when available. Under torchrun ``cuda`` is ``cuda:LOCAL_RANK``."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise HeronError(f"--device {name} requested but CUDA is not available")
-    return torch.device(name)
+    return torch.device(dist.device_for(world or dist.World(), name))
 
 
-def choose_threads(requested: int, num_envs: int, vector_mode: str) -> int:
+def join(cfg: Any) -> tuple[dist.World, torch.device]:
+    """This process's place in a torchrun job (world size 1 without one) and its device; under
+    torchrun the process group is joined here."""
+    world = dist.from_env()
+    device = resolve_device(cfg.device, world)
+    if world.distributed:
+        backend = dist.choose_backend(cfg.dist_backend, device, world)
+        if world.is_main and cfg.dist_backend == "auto" and backend == "gloo" and device.type == "cuda":
+            print(f"heron: note: {world.local_size} ranks share {torch.cuda.device_count()} GPU(s): "
+                  "the gloo backend, not NCCL", file=sys.stderr, flush=True)
+        dist.init(world, backend, device)
+    return world, device
+
+
+def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks: int = 1) -> int:
     """Intra-op threads. Small RL networks gain little from a second thread, and torch stalls badly
-    when its threads compete with env subprocesses for cores, so we stay at one thread per free core."""
+    when its threads compete with env subprocesses or other ranks for cores, so we stay at one
+    thread per free core: the cores are shared among the ranks on this machine, then each rank's
+    async env workers take theirs (``num_envs``: this rank's envs)."""
     if requested > 0:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    free = cores - (num_envs if vector_mode == "async" else 0)
+    free = cores // max(local_ranks, 1) - (num_envs if vector_mode == "async" else 0)
     return max(1, min(free, 4))
 
 
@@ -179,6 +197,9 @@ class Run:
     last_checkpoint_time: float = field(default_factory=time.monotonic)
     checkpoint_cost: float = 0.0  # seconds the latest checkpoint took
     checkpoints_written: int = 0
+    world: dist.World = field(default_factory=dist.World)  # this process's rank in a torchrun job
+    synced: dict = field(default_factory=dict)  # modules that must be identical on every rank
+    finished: bool = False
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -188,7 +209,29 @@ class Run:
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
     def start(cls, algo: str, cfg: Any) -> "Run":
+        """A new run directory. Under torchrun rank 0 makes and locks it, and every rank learns its
+        name (or rank 0's reason for refusing) before any of them trains."""
+        world, device = join(cfg)
         run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg)
+        lock, problem = None, None
+        if world.is_main:
+            try:
+                lock = cls._claim(algo, cfg, run_dir)
+            except (HeronError, Fault) as exc:
+                problem = exc
+        try:
+            dist.agree(problem)
+            run_dir = Path(dist.gather(str(run_dir))[0])
+            cfg = type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)})
+            return cls._open(algo, cfg, run_dir, 0, lock, world, device)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            dist.close()
+            raise
+
+    @staticmethod
+    def _claim(algo: str, cfg: Any, run_dir: Path) -> RunLock:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -201,9 +244,8 @@ class Run:
                                  "or choose another --run-dir")
             for name, header in (("metrics.csv", METRICS_HEADER), ("eval.csv", EVAL_HEADER)):
                 truncate_csv(run_dir / name, -1, header)  # rows of an earlier start that never checkpointed
-            cfg = type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)})
-            write_config(run_dir, algo, cfg)
-            return cls._open(algo, cfg, run_dir, start_step=0, lock=lock)
+            write_config(run_dir, algo, type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)}))
+            return lock
         except BaseException:
             lock.release()
             raise
@@ -211,40 +253,63 @@ class Run:
     @classmethod
     def resume(cls, algo: str, cfg: Any, spaces: dict | None = None) -> "Run":
         """Reopen a run at its latest checkpoint. Everything is checked (the lock, the checkpoint's
-        algorithm, step and, given the env's ``spaces``, that they match the saved ones) before
-        anything in the run directory changes."""
+        algorithm, step, world size and, given the env's ``spaces``, that they match the saved ones)
+        before anything in the run directory changes. Under torchrun every rank checks the commit
+        itself before the process group forms (a different world size ends every rank with exit 2,
+        no collective started), then reads its own shard."""
         run_dir = Path(cfg.run_dir)
-        lock = RunLock(run_dir)
-        lock.acquire()
+        world = dist.from_env()
+        lock, problem = (RunLock(run_dir), None) if world.is_main else (None, None)
+        if lock is not None:
+            try:
+                lock.acquire()
+            except HeronError as exc:
+                if not world.distributed:
+                    raise
+                lock, problem = None, exc  # told to every rank once the group has formed
         try:
-            latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
-            if latest is None:
-                raise HeronError(f"{run_dir} has no checkpoint to resume from")
-            state = ckpt.load(latest)
-            check_state(state, latest, algo, spaces)
-            if int(state["step"]) >= cfg.total_steps:
-                raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
-                                 "to train on")
-            buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) if ckpt.buffer_path(latest).exists() else None
+            latest, state = read_latest(run_dir, algo, cfg, spaces, world)
             step = int(state["step"])
-            ckpt.remove_leftovers(run_dir / "checkpoints")
-            truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
-            write_config(run_dir, algo, cfg)  # records a new --total-steps target
-            run = cls._open(algo, cfg, run_dir, start_step=step, lock=lock)
+            world, device = join(cfg)
+            buffer_state = None
+            try:
+                if problem is not None:
+                    pass
+                elif world.is_main:
+                    buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) \
+                        if ckpt.buffer_path(latest).exists() else None
+                    ckpt.remove_leftovers(run_dir / "checkpoints")
+                    truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
+                    write_config(run_dir, algo, cfg)  # records a new --total-steps target
+                else:
+                    state, buffer_state = read_shard(run_dir, step, world.rank)
+            except (HeronError, Fault) as exc:
+                problem = exc
+            dist.agree(problem)
+            run = cls._open(algo, cfg, run_dir, step, lock, world, device)
         except BaseException:
-            lock.release()
+            if lock is not None:
+                lock.release()
+            dist.close()
             raise
         run.resume_state, run.resume_buffer = state, buffer_state
         # the final evaluation comes after the final checkpoint: its score is in eval.csv only
-        run.best_eval = max(float(state.get("best_eval", -math.inf)), best_logged_eval(run_dir / "eval.csv"))
+        logged = best_logged_eval(run_dir / "eval.csv") if world.is_main else -math.inf
+        run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
         return run
 
     @classmethod
-    def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock) -> "Run":
-        device = resolve_device(cfg.device)
-        torch.set_num_threads(choose_threads(cfg.torch_threads, cfg.num_envs, cfg.vector_mode))
-        seed_everything(cfg.seed, cfg.torch_deterministic)
+    def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
+              world: dist.World, device: torch.device) -> "Run":
+        local_envs = cfg.num_envs // world.size
+        torch.set_num_threads(choose_threads(cfg.torch_threads, local_envs, cfg.vector_mode, world.local_size))
+        seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
+        if not world.is_main:
+            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=DivergenceGuard(device),
+                      world=world)
+            run._catch_signals()
+            return run
         wandb_run = None
         if cfg.track:
             try:
@@ -255,10 +320,38 @@ class Run:
                                    name=run_dir.name, dir=str(run_dir), sync_tensorboard=False,
                                    resume="allow", id=run_dir.name.replace("/", "_"))
         logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
-                        wandb_run=wandb_run, description=f"{algo} {cfg.env_id}")
-        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device))
+                        wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
+                        defer_episodes=world.distributed)
+        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world)
         run._catch_signals()
         return run
+
+    # -- this rank's share (torchrun) ---------------------------------------------------------------
+    def local(self, n: int) -> int:
+        """This rank's share of a global count (--num-envs, --batch-size, --buffer-size; checked to divide)."""
+        return n // self.world.size
+
+    def env_seed(self, local_envs: int) -> int:
+        """The seed of this rank's first env: rank r's envs take seeds seed + r*n ... seed + r*n + n - 1,
+        so the ranks together step the very envs one process with all of them would."""
+        return self.cfg.seed + self.world.rank * local_envs
+
+    def rank_seed(self) -> int:
+        """The seed of this rank's own sampling streams (``dist.rank_seed``: --seed itself on rank 0)."""
+        return dist.rank_seed(self.cfg.seed, self.world)
+
+    def sync_start(self, **modules: torch.nn.Module) -> None:
+        """The networks are built: every rank takes rank 0's parameters and buffers (they were
+        initialised from the same seed; this makes sure), registers them for the check at every
+        checkpoint, and from here draws from its own random streams (a rank other than 0
+        reseeds), so that the ranks' exploration and minibatches differ."""
+        self.synced.update(modules)
+        if not self.world.distributed:
+            return
+        for module in modules.values():
+            dist.broadcast_state(module)
+        if not self.world.is_main:
+            seed_everything(self.rank_seed(), self.cfg.torch_deterministic)
 
     def _catch_signals(self) -> None:
         """Ctrl-C or SIGTERM (a preempted job) asks the loop to stop at the end of the current step,
@@ -270,6 +363,7 @@ class Run:
             if self.stop_requested and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self.stop_requested = True
+            release()  # a test's held fault point goes on
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old_handlers[sig] = signal.signal(sig, request_stop)
@@ -290,10 +384,25 @@ class Run:
 
     def check_finite(self) -> None:
         """Raise Diverged if an update since the start went non-finite (one host sync: called where
-        the run syncs anyway, at logging, evaluations and checkpoints)."""
-        if self.guard.tripped():
-            raise Diverged(f"{self.algo} diverged: {self.guard.describe()}; stopped before writing anything "
-                           f"non-finite; {self.kept()}")
+        the run syncs anyway, at logging, evaluations and checkpoints). Under torchrun on every
+        rank, with the first rank's finding."""
+        mine = self.guard.describe() if self.guard.tripped() else None
+        found = [(r, d) for r, d in enumerate(dist.gather(mine)) if d is not None]
+        if found:
+            rank, what = found[0]
+            where = f" on rank {rank}" if self.world.distributed else ""
+            raise Diverged(f"{self.algo} diverged{where}: {what}; stopped before writing anything non-finite; "
+                           f"{self.kept()}")
+
+    def gather_episodes(self) -> None:
+        """Under torchrun: every rank's finished episodes reach rank 0's logs, in step order."""
+        if not self.world.distributed:
+            return
+        mine, self.logger.pending = self.logger.pending, []
+        everyone = sorted((e for part in dist.gather(mine) for e in part), key=lambda e: e[0])
+        if self.world.is_main:
+            for step, ret, length in everyone:
+                self.logger.log_episode(step, ret, length)
 
     def kept(self) -> str:
         found = ckpt.step_checkpoints(self.ckpt_dir)
@@ -310,12 +419,18 @@ class Run:
         ``full_state() -> (state, buffer state)`` is what a checkpoint of this step holds."""
         self.step, self.state_fn = step, full_state  # an env crash checkpoints here (save_after_crash)
         cfg = self.cfg
-        if self.due(step, prev_step, cfg.log_every) and metrics:
-            self.check_finite()
-            self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
+        if self.due(step, prev_step, cfg.log_every):
+            self.gather_episodes()
+            if metrics:
+                self.check_finite()
+                metrics = dist.mean_metrics(metrics)  # the global batch's losses
+                self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
         if self.due(step, prev_step, cfg.eval_every):
             self.evaluate(step, policy, policy_state)
-        if self.due(step, prev_step, cfg.checkpoint_every) or self.timed_checkpoint_due():
+        timed = self.timed_checkpoint_due()
+        if self.world.distributed:  # one collective decides both, so every rank acts at the same step
+            timed, self.stop_requested = dist.any_rank(timed, self.stop_requested)
+        if self.due(step, prev_step, cfg.checkpoint_every) or timed:
             self.checkpoint(step, *full_state())
         self.stop_if_requested(step, full_state)
         self.logger.progress(step)
@@ -331,14 +446,35 @@ class Run:
         return time.monotonic() - self.last_checkpoint_time >= interval
 
     def checkpoint(self, step: int, state: dict, buffer_state: dict | None = None) -> None:
+        """Under torchrun every rank calls this at the same step: the ranks must agree (finite,
+        parameters and statistics identical: ``dist.check_in_sync``), every rank other than 0
+        writes its shard, and once all have landed rank 0 writes the state file that commits the
+        checkpoint (``heron.core.checkpoint``)."""
         self.check_finite()
         bad = nonfinite_tensor(state)
-        if bad:
-            raise Diverged(f"{self.algo} diverged: {bad} is not finite at env step {step}; not written; {self.kept()}")
+        dist.agree(Diverged(f"{self.algo} diverged: {bad} is not finite at env step {step}; not written; "
+                            f"{self.kept()}") if bad else None)
+        dist.check_in_sync(self.synced)
+        self.gather_episodes()
         t0 = time.monotonic()
-        state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo}
+        state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
+                 "world_size": self.world.size}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
-        ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
+        if self.world.distributed:
+            problem = None
+            if not self.world.is_main:
+                try:
+                    ckpt.save_part(ckpt.state_path(self.ckpt_dir, step, self.world.rank), state, buffer_state)
+                except WriteFailed as exc:
+                    problem = exc
+            dist.agree(problem)  # every shard has landed
+        problem = None
+        if self.world.is_main:
+            try:
+                ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
+            except WriteFailed as exc:
+                problem = exc
+        dist.agree(problem)
         self.last_checkpoint_step = step
         self.last_checkpoint_time = time.monotonic()
         self.checkpoint_cost = self.last_checkpoint_time - t0
@@ -348,7 +484,12 @@ class Run:
 
     def save_after_crash(self) -> str:
         """An env crashed: checkpoint the last complete step if nothing has yet (the learner's state
-        is that step's: the crash came before the next step changed it). Returns what was kept."""
+        is that step's: the crash came before the next step changed it). Returns what was kept.
+        Under torchrun the other ranks are elsewhere in the step, not at a checkpoint: the job ends
+        at its latest checkpoint."""
+        if self.world.distributed:
+            return f"on rank {self.world.rank}; {self.kept()}" + \
+                (f"; continue with: heron train --resume {self.run_dir}" if self.last_checkpoint_step >= 0 else "")
         if self.state_fn is None or self.step <= self.last_checkpoint_step:
             return self.kept() + (f"; continue with: heron train --resume {self.run_dir}"
                                   if self.last_checkpoint_step >= 0 else "")
@@ -361,21 +502,47 @@ class Run:
     def evaluate(self, step: int, policy: Any,
                  state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
         """Deterministic evaluation: logs ``eval/mean_return``, appends to eval.csv and saves
-        ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None."""
+        ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None.
+        Under torchrun the episodes are dealt round the ranks (rank r plays episodes r, r + N, ...,
+        with the seeds one process would give them) and gathered; rank 0 films and writes."""
         self.check_finite()
         inject("eval")
-        video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video else None
+        episodes, size = self.cfg.eval_episodes, self.world.size
+        mine = list(range(self.world.rank, episodes, size))
+        video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video and self.world.is_main else None
         # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            returns = run_episodes(policy, self.cfg.env_id, self.cfg.eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
-                                   video_path=video_path, env_fn=self.eval_env_fn,
-                                   should_stop=lambda: self.stop_requested)
-        if returns is None:
+        returns: np.ndarray | None = np.zeros(0)
+        if mine:
+            with torch.random.fork_rng(devices=devices):
+                returns = run_episodes(policy, self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
+                                       video_path=video_path, env_fn=self.eval_env_fn,
+                                       should_stop=lambda: self.stop_requested)
+        parts = dist.gather(None if returns is None else returns.tolist())
+        if any(part is None for part in parts):
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
             return None
+        returns = np.zeros(episodes)
+        for rank, part in enumerate(parts):
+            returns[rank::size] = part
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
+        improved = result["mean_return"] > self.best_eval
+        if improved:
+            self.best_eval = result["mean_return"]
+        problem = None
+        if self.world.is_main:
+            try:
+                self._record_eval(result, state_fn if improved else None)
+            except WriteFailed as exc:
+                problem = exc
+        dist.agree(problem)
+        self.last_eval = result
+        return result
+
+    def _record_eval(self, result: dict, state_fn: Callable[[], dict] | None) -> None:
+        """Rank 0: the evaluation into the logs and eval.csv, and ``best.pt`` (given ``state_fn``)."""
+        step = result["step"]
         self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
         path = self.run_dir / "eval.csv"
         new = not path.exists()
@@ -384,24 +551,22 @@ class Run:
                 w = csv.writer(f)
                 if new:
                     w.writerow(EVAL_HEADER)
-                w.writerow([step, result["mean_return"], result["std_return"], len(returns), f"{time.time():.3f}"])
+                w.writerow([step, result["mean_return"], result["std_return"], result["episodes"],
+                            f"{time.time():.3f}"])
         except OSError as exc:
             raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
-        if result["mean_return"] > self.best_eval:
-            self.best_eval = result["mean_return"]
-            if state_fn is not None:
-                ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
-                                 self.ckpt_dir / "best.pt", "best")
-        self.last_eval = result
+        if state_fn is not None:
+            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
+                             self.ckpt_dir / "best.pt", "best")
         self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
-                          f"over {len(returns)} episodes")
-        return result
+                          f"over {result['episodes']} episodes")
 
     def finish(self, step: int, policy: Any, state_fn: Callable[[], dict],
                full_state: Callable[[], tuple[dict, dict | None]]) -> dict:
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
+        self.gather_episodes()
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
         if self.last_checkpoint_step != step:  # first: a stop request during the evaluation loses nothing
@@ -409,13 +574,14 @@ class Run:
         result = self.last_eval
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
-        elif self.cfg.capture_video:  # evaluated at this step already: just film one episode
+        elif self.cfg.capture_video and self.world.is_main:  # evaluated at this step already: film one episode
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
             run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
                          env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
         if result is None:
             raise Interrupted(f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
                               f"evaluate it with: heron eval {self.run_dir}")
+        self.finished = True
         self.logger.print(f"done: {step} steps in {(time.time() - self.wall_start) / 60:.1f} min; final "
                           f"evaluation {result['mean_return']:.1f} +- {result['std_return']:.1f} "
                           f"({result['episodes']} episodes); run directory {self.run_dir}")
@@ -446,6 +612,36 @@ class Run:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()
+        if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
+            dist.close()
+
+
+def read_latest(run_dir: Path, algo: str, cfg: Any, spaces: dict | None, world: dist.World) -> tuple[Path, dict]:
+    """The latest committed checkpoint and its state (rank 0's), checked: heron's, this algorithm's,
+    for these spaces, saved by as many processes as this job has, short of --total-steps."""
+    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    if latest is None:
+        raise HeronError(f"{run_dir} has no checkpoint to resume from")
+    state = ckpt.load(latest)
+    check_state(state, latest, algo, spaces)
+    saved_world = int(state.get("world_size", 1))
+    if saved_world != world.size:
+        how = "one process" if saved_world == 1 else f"torchrun --nproc-per-node ... with {saved_world} processes in all"
+        raise HeronError(f"{latest} was written by {saved_world} process(es) and this job has {world.size}: "
+                         f"each rank's envs, replay data and random streams are its own; resume with {how}")
+    if int(state["step"]) >= cfg.total_steps:
+        raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
+                         "to train on")
+    return latest, state
+
+
+def read_shard(run_dir: Path, step: int, rank: int) -> tuple[dict, dict | None]:
+    """Rank ``rank``'s own part of the checkpoint at ``step``: its state and its replay data."""
+    path = ckpt.state_path(run_dir / "checkpoints", step, rank)
+    if not path.exists():
+        raise HeronError(f"{path} is missing: the checkpoint at step {step} has no part for rank {rank}")
+    buffer = ckpt.buffer_path(path)
+    return ckpt.load(path), (ckpt.load(buffer, mmap=True) if buffer.exists() else None)
 
 
 def check_state(state: Any, path: Path, algo: str, spaces: dict | None) -> None:

@@ -38,6 +38,7 @@ from heron.algos.dreamer_v2.config import Config
 from heron.algos.dreamer_v2.networks import Agent, Player, image_to_float
 from heron.config import HeronError
 from heron.core import checkpoint as ckpt
+from heron.core import dist
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedStep
@@ -153,9 +154,12 @@ def replay(cfg: Config, run: Run, spaces: dict) -> EpisodeBuffer:
               if k in spaces["cnn_keys"] or k in spaces["mlp_keys"]}
     fields.update(action=((spaces["action_dim"],), np.float32), reward=((), np.float32),
                   is_first=((), np.bool_), is_terminal=((), np.bool_))
-    memmap_dir = str(run.run_dir / "buffer") if cfg.memmap_buffer else None
-    return EpisodeBuffer(cfg.buffer_size, cfg.num_envs, fields, cfg.sequence_length, cfg.prioritize_ends,
-                         memmap_dir=memmap_dir, seed=cfg.seed, cross_episodes=cfg.buffer_type == "sequential")
+    folder = "buffer" if run.world.is_main else f"buffer/rank{run.world.rank}"  # each rank its own files
+    memmap_dir = str(run.run_dir / folder) if cfg.memmap_buffer else None
+    # this process's share of --buffer-size, for its envs, sampled with its own stream
+    return EpisodeBuffer(run.local(cfg.buffer_size), run.local(cfg.num_envs), fields, cfg.sequence_length,
+                         cfg.prioritize_ends, memmap_dir=memmap_dir, seed=run.rank_seed(),
+                         cross_episodes=cfg.buffer_type == "sequential")
 
 
 def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimizer]:
@@ -208,6 +212,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
                                         cfg.kl_free_avg, cfg.kl_regularizer, continue_nll, cfg.continue_scale_factor)
         world_opt.zero_grad(set_to_none=True)
         wm["loss"].backward()
+        dist.all_reduce_grads(world.parameters())  # torchrun: every rank's sequences
         world_grad = clip(world.parameters())
         world_opt.step()
 
@@ -216,10 +221,10 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         h_t, z_t = h.detach().flatten(0, 1), z.detach().flatten(0, 1)
         feats, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], []
         for _ in range(cfg.horizon):
-            dist = actor(feats[-1].detach())
-            action = dist.rsample()
-            log_probs.append(dist.log_prob(action.detach()))
-            entropies.append(dist.entropy())
+            pi = actor(feats[-1].detach())
+            action = pi.rsample()
+            log_probs.append(pi.log_prob(action.detach()))
+            entropies.append(pi.entropy())
             # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
             h_t, z_t = rssm.imagine_step(h_t, z_t, action if rho < 1 else action.detach())
             feats.append(torch.cat([z_t, h_t], -1))
@@ -237,6 +242,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
+        dist.all_reduce_grads(actor.parameters())
         actor_grad = clip(actor.parameters())
         actor_opt.step()
         world.requires_grad_(True)
@@ -244,6 +250,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         critic_loss = losses.critic_loss(critic(feat_im[:-1].detach()).squeeze(-1), lam.detach(), weights)
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
+        dist.all_reduce_grads(critic.parameters())
         critic_grad = clip(critic.parameters())
         critic_opt.step()
         return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"].detach(),
@@ -269,15 +276,16 @@ def wrap_update(cfg: Config, update):
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     keep_freed_memory()  # large per-step activations: reuse their pages instead of faulting them in again
-    N = cfg.num_envs
-    envs = run.own(VecEnv(cfg.env_id, N, cfg.seed, cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
+    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
+    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     A, discrete = spaces["action_dim"], spaces["discrete"]
-    np_rng = np.random.default_rng(cfg.seed)  # random actions before learning starts
+    np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts
     rb = replay(cfg, run, spaces)
 
     agent = build(cfg, spaces).to(device)
+    run.sync_start(agent=agent)
     critic, target_critic = agent.critic, agent.target_critic
     player = Player(agent)
     optimizers = make_optimizers(cfg, agent)
@@ -364,12 +372,13 @@ def train(cfg: Config, run: Run) -> dict:
             run.logger.warn(f"{cfg.env_id} ended an episode shorter than --sequence-length {cfg.sequence_length}: "
                             "the episode buffer never samples such episodes (--buffer-type sequential does)")
         obs = step.obs
-        prev_step, global_step = global_step, global_step + N
+        prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
 
         # -- training: --pretrain-steps at once when it starts, then --gradient-steps every --train-every
-        if global_step >= cfg.learning_starts and rb.sampleable():
+        # (under torchrun every rank must be able to sample, or none trains: one collective per step)
+        if global_step >= cfg.learning_starts and dist.all_ranks(rb.sampleable()):
             if n_updates == 0:
                 rounds = cfg.pretrain_steps or cfg.gradient_steps
             else:

@@ -200,10 +200,14 @@ class ActorCritic(nn.Module):
         out[..., self.vec_idx] = self.norm(obs[..., self.vec_idx])
         return out
 
+    def norm_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """The entries of observations [..., *obs] that the normalizer sees (its vector entries)."""
+        return obs[..., self.vec_idx] if self.flat else obs
+
     def update_norm(self, obs: torch.Tensor) -> None:
         """Fold observations [..., *obs] into the statistics of their vector entries."""
         if self.norm.enabled:
-            self.norm.update(obs[..., self.vec_idx] if self.flat else obs)
+            self.norm.update(self.norm_input(obs))
 
     def forward(self, obs: torch.Tensor, state0: torch.Tensor,
                 starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ from heron.algos.ppo import losses
 from heron.algos.ppo.config import Config
 from heron.algos.ppo.networks import ActorCritic
 from heron.config import HeronError
-from heron.core import atari, offpolicy
+from heron.core import atari, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
 from heron.core.envs import VecEnv, probe_spaces
@@ -99,10 +99,12 @@ def check(cfg: Config) -> dict:
     return spaces_of(cfg, obs_space, act_space)
 
 
-def _make_envs(cfg: Config):
+def _make_envs(cfg: Config, run: Run):
+    """This process's envs (all of them without torchrun), seeded where its share begins."""
+    n = run.local(cfg.num_envs)
     if _use_envpool(cfg):
-        return atari.EnvPoolVecEnv(cfg.env_id, cfg.num_envs, cfg.seed)
-    return VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode)
+        return atari.EnvPoolVecEnv(cfg.env_id, n, run.env_seed(n))
+    return VecEnv(cfg.env_id, n, run.env_seed(n), cfg.vector_mode)
 
 
 def _build(cfg: Config, spaces: dict) -> ActorCritic:
@@ -166,16 +168,46 @@ def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: tor
     return adv, adv + values
 
 
+def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer):
+    """One gradient step on a minibatch of sequences [B, L]: ``update(minibatch) -> metrics``. Under
+    torchrun each rank holds its share of the minibatch, with the global minibatch's advantage
+    statistics (``adv_mean``, ``adv_std``: ``dist.mean_std``), and the gradients are averaged, so
+    the step equals one process's on the whole minibatch."""
+    head = model.pi_head
+
+    def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
+        logp, entropy = head.log_prob(params, mb["actions"]), head.entropy(params).mean()
+        adv = mb["adv"]
+        if cfg.norm_adv:  # over the global minibatch: under torchrun its statistics come with it
+            adv_mean, adv_std = (mb["adv_mean"], mb["adv_std"]) if "adv_mean" in mb else (adv.mean(), adv.std())
+            adv = (adv - adv_mean) / (adv_std + 1e-8)
+        pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
+        v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        dist.all_reduce_grads(model.parameters())  # torchrun: the global minibatch's gradient
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
+                "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
+
+    return update
+
+
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = run.own(_make_envs(cfg))
+    envs = run.own(_make_envs(cfg, run))
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     model = _build(cfg, spaces).to(device)
+    run.sync_start(model=model)
     head = model.pi_head
     opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
-    T, N, S = cfg.num_steps, cfg.num_envs, model.state_size
+    T, N, S = cfg.num_steps, run.local(cfg.num_envs), model.state_size  # N: this process's envs
     off_policy, recurrent = cfg.mode == "off-policy", cfg.recurrent != "none"
-    iterations = -(-cfg.total_steps // (T * N))
+    iterations = -(-cfg.total_steps // (T * cfg.num_envs))
     act_shape = {"discrete": (), "multidiscrete": (len(spaces["action"].get("nvec", ())),),
                  "box": (len(spaces["action"].get("low", ())),)}[head.kind]
     f32, obs_dt = torch.float32, _obs_dtype(spaces)
@@ -186,27 +218,12 @@ def train(cfg: Config, run: Run) -> dict:
         "logp": ((), f32), "values": ((), f32), "rewards": ((), f32),
         "terminated": ((), torch.bool), "truncated": ((), torch.bool), "starts": ((), torch.bool),
     }, {"state0": ((S,), f32)}, device)
-    scaler = RewardScaler(N, cfg.gamma) if cfg.reward_scale else None
-    mb_units = (N if recurrent else T * N) // cfg.num_minibatches  # sequences (recurrent) or steps per minibatch
+    scaler = RewardScaler(N, cfg.gamma, moments=dist.global_moments if run.world.distributed else None) \
+        if cfg.reward_scale else None
+    # sequences (recurrent) or steps per minibatch: this process's share of each global minibatch
+    mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
-    # -- one gradient step on a minibatch of sequences [B, L] -----------------------------------------
-    def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
-        logp, entropy = head.log_prob(params, mb["actions"]), head.entropy(params).mean()
-        adv = mb["adv"]
-        if cfg.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
-        v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
-        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        opt.step()
-        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
-                "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
-
+    update = make_update(cfg, model, opt)
     if cfg.compile:
         update = torch.compile(update)
 
@@ -270,7 +287,7 @@ def train(cfg: Config, run: Run) -> dict:
                 params, v, state = model.step(obs_t, state)
                 actions, w["logp"][t] = head.sample_logp(params)
             step = envs.step(head.to_env(actions).cpu().numpy())
-            global_step += N
+            global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated
             rewards = torch.as_tensor(scaler(step.rewards, done) if scaler else step.rewards)
             w["obs"][t], w["next_obs"][t], w["actions"][t] = obs_t, torch.as_tensor(step.next_obs), actions
@@ -292,19 +309,27 @@ def train(cfg: Config, run: Run) -> dict:
                 adv, returns = targets(seq, values, next_values, cfg.gamma, cfg.gae_lambda,
                                        cfg.nstep if off_policy else 0)
                 if epoch == 0:
-                    model.value_norm.update(returns)  # (identity when --value-norm is off)
+                    dist.update_norm(model.value_norm, returns)  # (identity when --value-norm is off)
                     explained = losses.explained_variance(seq["values"], returns)
                 units = as_units({**seq, "adv": adv, "returns_n": model.value_norm(returns),
                                   "values_n": model.value_norm(seq["values"])})
             order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
-            for idx in order.split(mb_units):
-                out = run.watch(update({k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp",
-                                                                   "adv", "returns_n", "values_n")}), global_step)
+            batches = order.split(mb_units)
+            adv_stats = dist.mean_std([units["adv"][idx] for idx in batches]) \
+                if cfg.norm_adv and run.world.distributed else None  # one all-reduce for the epoch's minibatches
+            for j, idx in enumerate(batches):
+                mb = {k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n",
+                                                 "values_n")}
+                if adv_stats:
+                    mb["adv_mean"], mb["adv_std"] = adv_stats[j]
+                out = run.watch(update(mb), global_step)
                 sums = {k: sums.get(k, 0) + v for k, v in out.items()}
                 n_mb += 1
-            if cfg.target_kl and bool(out["losses/approx_kl"] > cfg.target_kl):  # one sync per epoch
+            # one sync per epoch; under torchrun the global minibatch's KL, so every rank stops alike
+            if cfg.target_kl and bool(dist.mean(out["losses/approx_kl"]) > cfg.target_kl):
                 break
-        model.update_norm(w["obs"])  # after learning: the rollout was collected and trained with one scale
+        # after learning: the rollout was collected and trained with one scale
+        dist.update_norm(model.norm, model.norm_input(w["obs"]))
         metrics = {**{k: v / n_mb for k, v in sums.items()}, "losses/explained_variance": explained}
         iteration += 1
         boundary = at_boundary()

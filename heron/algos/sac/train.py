@@ -18,7 +18,7 @@ import torch
 from heron.algos.sac import losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, build
-from heron.core import offpolicy
+from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_
 from heron.core.policy import Policy
@@ -48,8 +48,8 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = run.own(VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode))
-    N = cfg.num_envs
+    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
+    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
     act_space = envs.single_action_space
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = act_space.shape[0]
@@ -61,6 +61,7 @@ def train(cfg: Config, run: Run) -> dict:
     critic_target = copy.deepcopy(critic).requires_grad_(False)
     for enc in critic_target.encoders:
         enc.norm = norm  # targets normalize with the live statistics
+    run.sync_start(actor=actor, critic=critic)
     actor_opt = adam(actor.parameters(), cfg.policy_lr)
     q_opt = adam(critic.parameters(), cfg.q_lr)
     target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
@@ -71,13 +72,13 @@ def train(cfg: Config, run: Run) -> dict:
         return log_alpha.detach().exp() if cfg.autotune else fixed_alpha
 
     alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
-    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // N * cfg.gradient_steps)
+    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // cfg.num_envs * cfg.gradient_steps)
     lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
     S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
     E = len(critic.encoders)
 
-    rb = offpolicy.replay_buffer(cfg, envs, device, {"actor_state": (S,), "critic_state": (E, S)} if S else None)
-    np_rng = np.random.default_rng(cfg.seed)  # uniform actions before learning starts
+    rb = offpolicy.replay_buffer(cfg, run, envs, device, {"actor_state": (S,), "critic_state": (E, S)} if S else None)
+    np_rng = np.random.default_rng(run.rank_seed())  # uniform actions before learning starts
 
     # -- one gradient step --------------------------------------------------------------------------
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -106,6 +107,7 @@ def train(cfg: Config, run: Run) -> dict:
         qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
         q_opt.zero_grad(set_to_none=True)
         qf_losses.sum().backward()
+        dist.all_reduce_grads(critic.parameters())  # torchrun: the global batch's gradient
         if cfg.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
         q_opt.step()
@@ -124,6 +126,7 @@ def train(cfg: Config, run: Run) -> dict:
                 actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), current_alpha())
                 actor_opt.zero_grad(set_to_none=True)
                 actor_loss.backward()
+                dist.all_reduce_grads(actor.parameters())
                 if cfg.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
                 actor_opt.step()
@@ -132,6 +135,7 @@ def train(cfg: Config, run: Run) -> dict:
                     alpha_loss = losses.alpha_loss(log_alpha, log_prob, target_entropy)
                     alpha_opt.zero_grad(set_to_none=True)
                     alpha_loss.backward()
+                    dist.all_reduce_grads([log_alpha])
                     alpha_opt.step()
                     metrics["losses/alpha_loss"] = alpha_loss.detach()
             critic.requires_grad_(True)
@@ -141,10 +145,12 @@ def train(cfg: Config, run: Run) -> dict:
     if cfg.compile:
         update = torch.compile(update)
 
+    batch_size = run.local(cfg.batch_size)  # this process's share of every batch
+
     def sample_batch() -> dict[str, torch.Tensor]:
         if S:  # --batch-size counts transitions: batch_size / sequence_length windows
-            return rb.sample_sequences(max(1, cfg.batch_size // cfg.sequence_length), cfg.sequence_length)
-        return {k: v.unsqueeze(1) for k, v in rb.sample(cfg.batch_size).items()}  # [B, 1, ...]
+            return rb.sample_sequences(max(1, batch_size // cfg.sequence_length), cfg.sequence_length)
+        return {k: v.unsqueeze(1) for k, v in rb.sample(batch_size).items()}  # [B, 1, ...]
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
@@ -183,8 +189,8 @@ def train(cfg: Config, run: Run) -> dict:
             actions_t, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
             actions = actions_t.cpu().numpy()
         step = envs.step(actions)
-        prev_step, global_step = global_step, global_step + N
-        norm.update(torch.as_tensor(step.next_obs))
+        prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
+        dist.update_norm(norm, torch.as_tensor(step.next_obs))
         row = dict(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
                    terminated=step.terminated, truncated=step.truncated)
         if S:

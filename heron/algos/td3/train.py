@@ -17,7 +17,7 @@ import torch
 from heron.algos.td3 import losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import build
-from heron.core import offpolicy
+from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_
 from heron.core.policy import Policy
@@ -46,8 +46,8 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    envs = run.own(VecEnv(cfg.env_id, cfg.num_envs, cfg.seed, cfg.vector_mode))
-    N = cfg.num_envs
+    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
+    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = len(spaces["action_low"])
 
@@ -58,10 +58,11 @@ def train(cfg: Config, run: Run) -> dict:
     actor_target = copy.deepcopy(actor).requires_grad_(False)
     critic_target = copy.deepcopy(critic).requires_grad_(False)
     actor_target.norm = critic_target.norm = norm
+    run.sync_start(actor=actor, critic=critic)
     actor_opt = adam(actor.parameters(), cfg.policy_lr)
     q_opt = adam(critic.parameters(), cfg.q_lr)
-    rb = offpolicy.replay_buffer(cfg, envs, device)
-    np_rng = np.random.default_rng(cfg.seed)  # random actions before learning starts, exploration noise
+    rb = offpolicy.replay_buffer(cfg, run, envs, device)
+    np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
     scale, low, high = actor.scale, actor.low, actor.high
 
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -76,6 +77,7 @@ def train(cfg: Config, run: Run) -> dict:
         qf_losses = losses.critic_losses(q, target)  # step 11
         q_opt.zero_grad(set_to_none=True)
         qf_losses.sum().backward()
+        dist.all_reduce_grads(critic.parameters())  # torchrun: the global batch's gradient
         if cfg.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
         q_opt.step()  # step 12
@@ -88,6 +90,7 @@ def train(cfg: Config, run: Run) -> dict:
             critic.requires_grad_(True)
             actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
+            dist.all_reduce_grads(actor.parameters())
             if cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
             actor_opt.step()
@@ -127,8 +130,8 @@ def train(cfg: Config, run: Run) -> dict:
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
             actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
-        prev_step, global_step = global_step, global_step + N
-        norm.update(torch.as_tensor(step.next_obs))
+        prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
+        dist.update_norm(norm, torch.as_tensor(step.next_obs))
         rb.add(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
                terminated=step.terminated, truncated=step.truncated)
         obs = step.obs
@@ -139,7 +142,7 @@ def train(cfg: Config, run: Run) -> dict:
             for _ in range(cfg.gradient_steps):
                 n_updates += 1
                 delayed = n_updates % cfg.policy_frequency == 0
-                metrics.update(run.watch(update(rb.sample(cfg.batch_size), delayed), global_step))
+                metrics.update(run.watch(update(rb.sample(run.local(cfg.batch_size)), delayed), global_step))
                 if delayed:  # steps 14-15
                     polyak_(actor_target, actor, cfg.tau)
                     polyak_(critic_target, critic, cfg.tau)
