@@ -84,24 +84,21 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("algo", list(RUNS))
-def test_two_processes_train_one_run(algo, tmp_path):
-    """Both ranks exit 0; one run directory with one set of logs holding both ranks' episodes; at
-    the checkpoint the networks and statistics of the two ranks are identical, and their envs and
-    data are not (each rank its own seeds)."""
-    run = tmp_path / "run"
-    output = _torchrun(["train", *RUNS[algo], "--progress", "log", "--run-dir", str(run)])
+def _check_one_run(run: Path, algo: str, output: str) -> None:
+    """Both ranks exited 0 (checked by _torchrun); one run directory with one set of logs holding
+    both ranks' episodes; at the checkpoint the networks and statistics of the two ranks are
+    identical, and their envs, random streams and data are not (each rank its own seeds)."""
     assert output.count("done: ") == 1, output  # rank 0 alone reports
     zero, one = _parts(run)
     assert zero["world_size"] == 2 and zero["step"] == one["step"]
     shared = [k for k in zero if k in ("actor", "critic", "agent", "critic_target", "actor_target")]
     assert shared and all(_equal(zero[k], one[k]) for k in shared)
     assert not _equal(zero["envs"]["rng"], one["envs"]["rng"])
-    assert not _equal(zero["rng"], one["rng"])  # the ranks' sampling streams differ
+    assert not _equal(zero["rng"], one["rng"])
     if algo in ("td3", "sac"):
-        rb0 = torch.load(latest_checkpoint(run / "checkpoints").with_name(f"step_{zero['step']:09d}.buffer.pt"),
-                         weights_only=True)
-        assert not torch.equal(rb0["data"]["obs"][0], one_buffer(run, zero["step"])["data"]["obs"][0])
+        first_obs = [torch.load(run / "checkpoints" / f"step_{zero['step']:09d}{part}.buffer.pt",
+                                weights_only=True)["data"]["obs"][0] for part in ("", ".rank1")]
+        assert not torch.equal(*first_obs)
         # 800 global steps = 400 per env, 200-step episodes: 2 envs x 2 episodes, all in rank 0's logs
         assert len(_rows(run / "metrics.csv", "charts/episodic_return")) == 4
         # each evaluation's 3 episodes shared between the ranks and gathered
@@ -109,17 +106,20 @@ def test_two_processes_train_one_run(algo, tmp_path):
     assert len([p for p in run.iterdir() if p.name.startswith("events.out")]) == 1
 
 
-def one_buffer(run: Path, step: int) -> dict:
-    return torch.load(run / "checkpoints" / f"step_{step:09d}.rank1.buffer.pt", weights_only=True)
+@pytest.mark.parametrize("algo", ["sac", "ppo", "dreamer_v2"])  # td3: the SIGTERM test below
+def test_two_processes_train_one_run(algo, tmp_path):
+    run = tmp_path / "run"
+    _check_one_run(run, algo, _torchrun(["train", *RUNS[algo], "--progress", "log", "--run-dir", str(run)]))
 
 
 def test_sigterm_checkpoints_both_ranks_at_one_step_and_resume_is_exact(tmp_path):
     """SIGTERM to torchrun while both ranks evaluate at step 400 (held there until the signal
     lands): both ranks' parts of the checkpoint at 400 and nothing later; the resumed run ends with
-    the very parameters of an uninterrupted two-process run. Then a one-process resume is refused."""
-    args = ["train", *RUNS["td3"], "--total-steps", "1200", "--eval-episodes", "2"]
+    the very parameters of an uninterrupted two-process run (which is also checked as one run, as
+    the other algorithms are above). Then a one-process resume is refused."""
+    args = ["train", *RUNS["td3"]]
     whole, cut, marker = tmp_path / "whole", tmp_path / "cut", tmp_path / "held"
-    _torchrun([*args, "--run-dir", str(whole)])
+    _check_one_run(whole, "td3", _torchrun([*args, "--progress", "log", "--run-dir", str(whole)]))
 
     proc = _launch([*args, "--run-dir", str(cut)], env={"HERON_FAULT": "eval:hold", "HERON_FAULT_MARKER": str(marker)})
     deadline = time.time() + 120
@@ -134,7 +134,7 @@ def test_sigterm_checkpoints_both_ranks_at_one_step_and_resume_is_exact(tmp_path
 
     _torchrun(["train", "--resume", str(cut)])
     for a, b in zip(_parts(whole), _parts(cut)):
-        assert a["step"] == b["step"] == 1200
+        assert a["step"] == b["step"] == 800
         assert all(_equal(a[k], b[k]) for k in ("actor", "critic", "actor_target", "critic_target", "q_opt"))
 
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (cut / "checkpoints").iterdir())
