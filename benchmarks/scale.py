@@ -92,9 +92,8 @@ def main() -> None:
         try:
             results: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
             for r in range(args.rounds):
-                for name, n, source in configs:
-                    out = run_once(heron_args, n, args.threads, args.device, Path(tmp) / f"run{r}_{len(results[name])}_{n}",
-                                   source)
+                for i, (name, n, source) in enumerate(configs):
+                    out = run_once(heron_args, n, args.threads, args.device, Path(tmp) / f"round{r}_config{i}", source)
                     results[name].append(out)
                     print(f"round {r + 1}: {name}: {out['train']:.1f} s training ({out['steps']} steps, "
                           f"{out['updates']} updates), {out['startup']:.1f} s start-up", file=sys.stderr, flush=True)

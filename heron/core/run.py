@@ -273,15 +273,13 @@ class Run:
             world, device = join(cfg)
             buffer_state = None
             try:
-                if problem is not None:
-                    pass
-                elif world.is_main:
+                if world.is_main and problem is None:
                     buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) \
                         if ckpt.buffer_path(latest).exists() else None
                     ckpt.remove_leftovers(run_dir / "checkpoints")
                     truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
                     write_config(run_dir, algo, cfg)  # records a new --total-steps target
-                else:
+                elif not world.is_main:
                     state, buffer_state = read_shard(run_dir, step, world.rank)
             except (HeronError, Fault) as exc:
                 problem = exc
