@@ -16,6 +16,8 @@ cuda``: rank r takes ``cuda:r`` (NCCL), and --threads only sets the CPU side.
     python benchmarks/scale.py --procs 1 2 -- ppo --preset mujoco --env-id Hopper-v5 --total-steps 100000
     python benchmarks/scale.py --procs 1 2 -- sac --env-id Pendulum-v1 --total-steps 6000 --learning-starts 1000
     python benchmarks/scale.py --procs 1 2 4 8 --device cuda -- sac --preset mujoco --total-steps 50000
+    # --precision values side by side (one process each):
+    python benchmarks/scale.py --procs 1 --precision bf16-mixed -- sac --env-id Hopper-v5 --total-steps 4000
     # world size 1 against an earlier commit of heron (the cost of being distribution-aware):
     python benchmarks/scale.py --procs 1 --against cbb63ea -- sac --env-id Pendulum-v1 --total-steps 6000
 """
@@ -38,12 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_once(heron_args: list[str], procs: int, threads: int, device: str, run_dir: Path,
-             source: Path | None = None) -> dict:
+             source: Path | None = None, precision: str | None = None) -> dict:
     """One training; returns its training time, start-up time, env steps and optimizer updates."""
     per_rank = max(1, threads // procs) if device == "cpu" else threads
     flags = [*heron_args, "--run-dir", str(run_dir), "--eval-every", "0", "--eval-episodes", "1",
              "--progress", "none", "--torch-threads", str(per_rank), "--device", device,
-             "--checkpoint-minutes", "0"]
+             "--checkpoint-minutes", "0", *(["--precision", precision] if precision else [])]
     env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}
     if source is not None:
         env["PYTHONPATH"] = str(source)
@@ -76,24 +78,27 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--against", metavar="REV", help="also run one process of this git revision of heron")
+    p.add_argument("--precision", nargs="+", metavar="P", help="compare these --precision values (one process)")
     argv = sys.argv[1:]
     if "--" not in argv:
         p.error("give the heron train arguments after --")
     cut = argv.index("--")
     args, heron_args = p.parse_args(argv[:cut]), argv[cut + 1:]
 
-    configs = [(f"{n} process{'es' if n > 1 else ''}", n, None) for n in args.procs]
+    configs = [(f"{n} process{'es' if n > 1 else ''}", n, None, None) for n in args.procs]
+    configs += [(f"1 process, --precision {pr}", 1, None, pr) for pr in args.precision or []]
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
             old = Path(tmp) / "against"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.against],
                            check=True, capture_output=True)
-            configs.append((f"1 process, heron {args.against}", 1, old))
+            configs.append((f"1 process, heron {args.against}", 1, old, None))
         try:
-            results: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
+            results: dict[str, list[dict]] = {name: [] for name, *_ in configs}
             for r in range(args.rounds):
-                for i, (name, n, source) in enumerate(configs):
-                    out = run_once(heron_args, n, args.threads, args.device, Path(tmp) / f"round{r}_config{i}", source)
+                for i, (name, n, source, precision) in enumerate(configs):
+                    out = run_once(heron_args, n, args.threads, args.device, Path(tmp) / f"round{r}_config{i}", source,
+                                   precision)
                     results[name].append(out)
                     print(f"round {r + 1}: {name}: {out['train']:.1f} s training ({out['steps']} steps, "
                           f"{out['updates']} updates), {out['startup']:.1f} s start-up", file=sys.stderr, flush=True)
@@ -105,7 +110,7 @@ def main() -> None:
     print("| configuration | training (s) | env steps/s | updates/s | start-up (s) | speed-up | efficiency T1/(N*TN) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     base = statistics.mean(o["train"] for o in results[configs[0][0]])
-    for name, n, _ in configs:
+    for name, n, *_ in configs:
         runs = results[name]
         t = [o["train"] for o in runs]
         mean, spread = statistics.mean(t), (statistics.stdev(t) if len(t) > 1 else 0.0)

@@ -53,6 +53,9 @@ class RunConfig:
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("heron", "Weights & Biases project name")
     capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")
+    precision: str = opt("32", "numerics: 32 (float32), tf32 (TF32 matrix products on CUDA), bf16-mixed (bfloat16 "
+                         "matrix products, CPU or CUDA), 16-mixed (float16 with loss scaling, CUDA)",
+                         ("32", "tf32", "bf16-mixed", "16-mixed"))
     dist_backend: str = opt("auto", "torch.distributed backend under torchrun: auto (NCCL when each local rank "
                             "has its own GPU, else gloo), nccl or gloo", ("auto", "nccl", "gloo"))
 
@@ -66,6 +69,10 @@ class RunConfig:
             if getattr(self, name) < 0:
                 raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
         check_device(self.device, "device")
+        if self.precision == "16-mixed":
+            from heron.core.precision import check
+
+            check(self.precision, self.device)
         if self.track and importlib.util.find_spec("wandb") is None:
             raise HeronError("--track needs wandb: pip install 'heron[wandb]'")
         for f in dataclasses.fields(self):

@@ -45,12 +45,18 @@ class EnsembleMLP(nn.Module):
         dims = (in_dim, *hidden, out_dim)
         self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, in] (shared by all members) or [E, B, in] -> [E, B, out]."""
-        return torch.stack([self.member(i, x if x.dim() == 2 else x[i]) for i in range(self.members)])
+    def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
+        """x [B, in] (shared by all members) or [E, B, in] -> [E, B, out]; given ``member``, that one
+        only: x [B, in] -> [B, out]. (Through ``__call__`` either way, so module hooks see both.)"""
+        if member is not None:
+            return self._member(member, x)
+        return torch.stack([self._member(i, x if x.dim() == 2 else x[i]) for i in range(self.members)])
 
     def member(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Only member ``i``: x [B, in] -> [B, out] (TD3's Q1 path, half the cost of all members)."""
+        return self(x, member=i)
+
+    def _member(self, i: int, x: torch.Tensor) -> torch.Tensor:
         for k, layer in enumerate(self.layers):
             x = torch.addmm(layer.bias[i], x, layer.weight[i])
             if k < len(self.layers) - 1:

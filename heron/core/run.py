@@ -33,6 +33,7 @@ from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
     nonfinite_tensor, release
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv
+from heron.core.precision import Precision
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
@@ -200,6 +201,7 @@ class Run:
     world: dist.World = field(default_factory=dist.World)  # this process's rank in a torchrun job
     synced: dict = field(default_factory=dict)  # modules that must be identical on every rank
     finished: bool = False
+    precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -291,6 +293,7 @@ class Run:
             dist.close()
             raise
         run.resume_state, run.resume_buffer = state, buffer_state
+        run.precision.load_state_dict(state.get("precision"))
         # the final evaluation comes after the final checkpoint: its score is in eval.csv only
         logged = best_logged_eval(run_dir / "eval.csv") if world.is_main else -math.inf
         run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
@@ -303,9 +306,10 @@ class Run:
         local_envs = cfg.num_envs // world.size
         torch.set_num_threads(choose_threads(cfg.torch_threads, local_envs, cfg.vector_mode, world.local_size))
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
+        precision = Precision(cfg.precision, device, cfg.torch_deterministic)
         if not world.is_main:
             run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=DivergenceGuard(device),
-                      world=world)
+                      world=world, precision=precision)
             run._catch_signals()
             return run
         wandb_run = None
@@ -320,7 +324,8 @@ class Run:
         logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
                         defer_episodes=world.distributed)
-        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world)
+        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world,
+                  precision=precision)
         run._catch_signals()
         return run
 
@@ -456,7 +461,7 @@ class Run:
         self.gather_episodes()
         t0 = time.monotonic()
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
-                 "world_size": self.world.size}
+                 "world_size": self.world.size, "precision": self.precision.state_dict()}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         if self.world.distributed:
             problem = None

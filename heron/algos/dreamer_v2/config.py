@@ -108,6 +108,8 @@ class Config(RunConfig):
 
             if self.device == "cpu" or not torch.cuda.is_available():
                 raise HeronError("--cuda-graphs needs a CUDA device (--device cuda)")
+            if self.precision == "16-mixed":  # the GradScaler reads its inf check on the host every step
+                raise HeronError("--cuda-graphs cannot capture 16-mixed's loss scaling: use --precision bf16-mixed")
         if self.horizon < 2:
             raise HeronError(f"--horizon must be at least 2 (the actor scores the imagined steps before the last), "
                              f"got {self.horizon}")

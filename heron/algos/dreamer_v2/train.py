@@ -44,6 +44,7 @@ from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedStep
 from heron.core.memory import keep_freed_memory
 from heron.core.policy import Policy
+from heron.core.precision import Precision
 from heron.core.run import Run
 
 
@@ -178,7 +179,7 @@ def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimize
 
 
 def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
-                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer):
+                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision | None = None):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
     agent and its optimizers (the benchmark times it alone)."""
     world, actor, critic, target_critic = agent.world, agent.actor, agent.critic, agent.target_critic
@@ -187,8 +188,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
     current = cfg.lambda_rewards == "current"
 
-    def clip(params) -> torch.Tensor:
-        return torch.nn.utils.clip_grad_norm_(params, cfg.clip_gradients if cfg.clip_gradients > 0 else float("inf"))
+    prec = prec or Precision("32", torch.device("cpu"))
 
     def update(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on sequences [T, B, ...] (module doc)."""
@@ -210,11 +210,8 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
                                                 cfg.gamma * (1.0 - batch["is_terminal"].float()))
         wm = losses.reconstruction_loss(obs_nll, reward_nll, post, prior, cfg.kl_balancing_alpha, cfg.kl_free_nats,
                                         cfg.kl_free_avg, cfg.kl_regularizer, continue_nll, cfg.continue_scale_factor)
-        world_opt.zero_grad(set_to_none=True)
-        wm["loss"].backward()
-        dist.all_reduce_grads(world.parameters())  # torchrun: every rank's sequences
-        world_grad = clip(world.parameters())
-        world_opt.step()
+        # each step: backward, the torchrun all-reduce, clipping (the norm is a metric), the update
+        world_grad = prec.optimize(world_opt, wm["loss"], world.parameters(), cfg.clip_gradients, norm=True)
 
         # 2. behaviour in imagination, from every posterior state
         world.requires_grad_(False)
@@ -240,19 +237,12 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         steps = losses.actor_steps(torch.stack(log_probs), torch.stack(entropies), lam, values.detach(), weights,
                                    current)  # [H - 1, M] each (current) or [H, M]
         actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
-        actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        dist.all_reduce_grads(actor.parameters())
-        actor_grad = clip(actor.parameters())
-        actor_opt.step()
+        actor_grad = prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.clip_gradients, norm=True)
         world.requires_grad_(True)
 
         critic_loss = losses.critic_loss(critic(feat_im[:-1].detach()).squeeze(-1), lam.detach(), weights)
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        dist.all_reduce_grads(critic.parameters())
-        critic_grad = clip(critic.parameters())
-        critic_opt.step()
+        critic_grad = prec.optimize(critic_opt, critic_loss, critic.parameters(), cfg.clip_gradients, norm=True)
+        prec.update()
         return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"].detach(),
                 "losses/observation_loss": wm["observation"].detach(), "losses/reward_loss": wm["reward"].detach(),
                 "losses/continue_loss": wm["continue"].detach(), "losses/actor_loss": actor_loss.detach(),
@@ -289,7 +279,8 @@ def train(cfg: Config, run: Run) -> dict:
     critic, target_critic = agent.critic, agent.target_critic
     player = Player(agent)
     optimizers = make_optimizers(cfg, agent)
-    update = wrap_update(cfg, make_update(cfg, agent, spaces, *optimizers.values()))
+    run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
+    update = wrap_update(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision))
 
     def sample_batch() -> dict[str, torch.Tensor]:
         """[T, B, ...] tensors on the device; images stay uint8 until there."""

@@ -32,6 +32,7 @@ from heron.core.buffers import RolloutBuffer
 from heron.core.envs import VecEnv, probe_spaces
 from heron.core.nets import adam
 from heron.core.policy import Policy
+from heron.core.precision import Precision
 from heron.core.returns import RewardScaler, gae, nstep_returns
 from heron.core.run import Run
 from heron.core.schedules import set_lr
@@ -168,12 +169,13 @@ def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: tor
     return adv, adv + values
 
 
-def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer):
+def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, prec: Precision | None = None):
     """One gradient step on a minibatch of sequences [B, L]: ``update(minibatch) -> metrics``. Under
     torchrun each rank holds its share of the minibatch, with the global minibatch's advantage
     statistics (``adv_mean``, ``adv_std``: ``dist.mean_std``), and the gradients are averaged, so
     the step equals one process's on the whole minibatch."""
     head = model.pi_head
+    prec = prec or Precision("32", torch.device("cpu"))
 
     def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
@@ -185,12 +187,8 @@ def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer):
         pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
         v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        dist.all_reduce_grads(model.parameters())  # torchrun: the global minibatch's gradient
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        opt.step()
+        prec.optimize(opt, loss, model.parameters(), cfg.max_grad_norm)  # (torchrun: the global gradient)
+        prec.update()
         return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
                 "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
 
@@ -203,6 +201,7 @@ def train(cfg: Config, run: Run) -> dict:
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     model = _build(cfg, spaces).to(device)
     run.sync_start(model=model)
+    run.precision.apply(model)  # --precision: autocast around its layers
     head = model.pi_head
     opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
     T, N, S = cfg.num_steps, run.local(cfg.num_envs), model.state_size  # N: this process's envs
@@ -223,7 +222,7 @@ def train(cfg: Config, run: Run) -> dict:
     # sequences (recurrent) or steps per minibatch: this process's share of each global minibatch
     mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
-    update = make_update(cfg, model, opt)
+    update = make_update(cfg, model, opt, run.precision)
     if cfg.compile:
         update = torch.compile(update)
 

@@ -62,6 +62,8 @@ def train(cfg: Config, run: Run) -> dict:
     for enc in critic_target.encoders:
         enc.norm = norm  # targets normalize with the live statistics
     run.sync_start(actor=actor, critic=critic)
+    prec = run.precision
+    prec.apply(actor, critic, critic_target)  # --precision: autocast around their layers
     actor_opt = adam(actor.parameters(), cfg.policy_lr)
     q_opt = adam(critic.parameters(), cfg.q_lr)
     target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
@@ -105,12 +107,7 @@ def train(cfg: Config, run: Run) -> dict:
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
         qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
-        q_opt.zero_grad(set_to_none=True)
-        qf_losses.sum().backward()
-        dist.all_reduce_grads(critic.parameters())  # torchrun: the global batch's gradient
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
-        q_opt.step()
+        prec.optimize(q_opt, qf_losses.sum(), critic.parameters(), cfg.max_grad_norm)
         metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
                    "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
                    "losses/qf_loss": qf_losses.detach().mean()}
@@ -124,22 +121,15 @@ def train(cfg: Config, run: Run) -> dict:
                 a_feats, _ = actor.encoder(obs, a_state0, starts)  # [B, L, F]
                 actions, log_prob = actor.sample(a_feats[:, keep].flatten(0, 1))
                 actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), current_alpha())
-                actor_opt.zero_grad(set_to_none=True)
-                actor_loss.backward()
-                dist.all_reduce_grads(actor.parameters())
-                if cfg.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
-                actor_opt.step()
+                prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.max_grad_norm)
                 metrics["losses/actor_loss"] = actor_loss.detach()
                 if cfg.autotune:
                     alpha_loss = losses.alpha_loss(log_alpha, log_prob, target_entropy)
-                    alpha_opt.zero_grad(set_to_none=True)
-                    alpha_loss.backward()
-                    dist.all_reduce_grads([log_alpha])
-                    alpha_opt.step()
+                    prec.optimize(alpha_opt, alpha_loss, [log_alpha])
                     metrics["losses/alpha_loss"] = alpha_loss.detach()
             critic.requires_grad_(True)
             metrics["losses/alpha"] = current_alpha()
+        prec.update()
         return metrics
 
     if cfg.compile:

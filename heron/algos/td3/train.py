@@ -59,6 +59,8 @@ def train(cfg: Config, run: Run) -> dict:
     critic_target = copy.deepcopy(critic).requires_grad_(False)
     actor_target.norm = critic_target.norm = norm
     run.sync_start(actor=actor, critic=critic)
+    prec = run.precision
+    prec.apply(actor, critic, actor_target, critic_target)  # --precision: autocast around their layers
     actor_opt = adam(actor.parameters(), cfg.policy_lr)
     q_opt = adam(critic.parameters(), cfg.q_lr)
     rb = offpolicy.replay_buffer(cfg, run, envs, device)
@@ -75,12 +77,7 @@ def train(cfg: Config, run: Run) -> dict:
             target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)  # steps 8-9
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
-        q_opt.zero_grad(set_to_none=True)
-        qf_losses.sum().backward()
-        dist.all_reduce_grads(critic.parameters())  # torchrun: the global batch's gradient
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
-        q_opt.step()  # step 12
+        prec.optimize(q_opt, qf_losses.sum(), critic.parameters(), cfg.max_grad_norm)  # step 12
         metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
                    "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
                    "losses/qf_loss": qf_losses.detach().mean()}
@@ -88,13 +85,9 @@ def train(cfg: Config, run: Run) -> dict:
             critic.requires_grad_(False)  # the actor loss needs dQ1/da only, not critic weight grads
             actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
             critic.requires_grad_(True)
-            actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            dist.all_reduce_grads(actor.parameters())
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
-            actor_opt.step()
+            prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.max_grad_norm)
             metrics["losses/actor_loss"] = actor_loss.detach()
+        prec.update()
         return metrics
 
     if cfg.compile:

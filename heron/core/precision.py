@@ -1,0 +1,135 @@
+"""``--precision 32|tf32|bf16-mixed|16-mixed``: the numerics of every algorithm, in one place.
+
+* ``32``: float32 throughout (the default).
+* ``tf32``: float32 storage, TF32 matrix products and cuDNN autotuning on CUDA (sheeprl's GPU
+  numerics); on a CPU the same as ``32``.
+* ``bf16-mixed``: the matrix products and convolutions of every network run in bfloat16 under
+  autocast (CPU and CUDA); everything else stays float32.
+* ``16-mixed``: the same in float16, CUDA only, with one GradScaler per run (loss scaled before
+  backward, gradients unscaled before clipping, the scale updated once per gradient step, its
+  state in every checkpoint).
+
+Where autocast applies, and where it must not. ``Precision.apply(module)`` puts autocast around
+the forward pass of each compute layer (``nn.Linear``, convolutions, recurrent cells, heron's
+``EnsembleMLP``) and casts its output back to float32. So parameters, optimizer state, normalizer
+statistics, activations between layers, layer norms, and everything computed from network outputs
+stay float32: distributions (tanh-normal, categorical, truncated normal), log-probs, entropies, KL
+terms, returns, GAE, lambda-returns, targets and losses. Networks and losses know nothing about
+it; an algorithm calls ``apply`` on its networks and ``optimize`` for each optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from heron.config import HeronError
+from heron.core import dist
+from heron.core.nets import EnsembleMLP
+
+MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
+COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,
+                  nn.GRU, nn.LSTM, EnsembleMLP)
+
+
+def check(mode: str, device: str) -> None:
+    """Reject a precision this device cannot run (before a run directory exists)."""
+    if mode not in MODES:
+        raise HeronError(f"--precision must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "16-mixed" and not (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
+        raise HeronError("--precision 16-mixed needs CUDA (float16 autocast with a GradScaler); on a CPU use "
+                         "bf16-mixed")
+
+
+def _float32(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.is_floating_point() else x
+    if isinstance(x, tuple):
+        return tuple(_float32(v) for v in x)
+    return x
+
+
+def _enter(state: dict, module: nn.Module, args: Any) -> None:
+    ctx = torch.autocast(state["device_type"], dtype=state["dtype"])
+    ctx.__enter__()
+    state["stack"].append(ctx)
+
+
+def _exit(state: dict, module: nn.Module, args: Any, output: Any) -> Any:
+    state["stack"].pop().__exit__(None, None, None)
+    return _float32(output)
+
+
+class Precision:
+    def __init__(self, mode: str, device: torch.device, deterministic: bool = True):
+        check(mode, str(device))
+        self.mode, self.device = mode, device
+        self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(mode)
+        # what the hooks need, in a plain dict: a deepcopy of a module (target networks) copies its
+        # hooks, and must not copy this object (with its GradScaler) along
+        self._hook_state = {"device_type": device.type, "dtype": self.dtype, "stack": []}
+        self.scaler = torch.amp.GradScaler("cuda") if mode == "16-mixed" else None
+        if device.type == "cuda":
+            tf32 = mode == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cudnn.benchmark = tf32 and not deterministic
+
+    @property
+    def mixed(self) -> bool:
+        return self.dtype is not None
+
+    def apply(self, *modules: nn.Module) -> None:
+        """Autocast around every compute layer of ``modules`` (module doc); a no-op in float32."""
+        if not self.mixed:
+            return
+        for module in modules:
+            for layer in module.modules():
+                if isinstance(layer, COMPUTE_LAYERS) and not getattr(layer, "_heron_autocast", False):
+                    layer.register_forward_pre_hook(functools.partial(_enter, self._hook_state))
+                    layer.register_forward_hook(functools.partial(_exit, self._hook_state))
+                    layer._heron_autocast = True
+
+    def optimize(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[torch.Tensor],
+                 max_norm: float = 0.0, norm: bool = False) -> torch.Tensor | None:
+        """One optimizer step on ``loss``: backward (scaled in 16-mixed), the gradient all-reduce
+        under torchrun, unscale, clipping to ``max_norm`` (0: none), step. Returns the gradient
+        norm before clipping when clipping or asked (``norm``), else None. Call ``update`` once
+        per gradient step, after the last optimizer."""
+        params = list(params)
+        opt.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        dist.all_reduce_grads(params)  # torchrun: the global batch's gradient (identical scale on every rank)
+        if self.scaler is not None:
+            self.scaler.unscale_(opt)
+        grad_norm = None
+        if max_norm > 0 or norm:
+            grad_norm = nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+        if self.scaler is not None:
+            self.scaler.step(opt)  # skipped when the unscaled gradients hold inf/NaN
+        else:
+            opt.step()
+        return grad_norm
+
+    def update(self) -> None:
+        """The end of a gradient step: the loss scale moves (16-mixed)."""
+        if self.scaler is not None:
+            self.scaler.update()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast for code outside the applied layers (rarely needed)."""
+        if not self.mixed:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def state_dict(self) -> dict:
+        return {"mode": self.mode, "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state and self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
