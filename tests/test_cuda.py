@@ -102,3 +102,20 @@ def test_debug_run_on_cuda(tmp_path, extra):
     assert main(["train", "dreamer_v2", "--preset", "debug", "--device", "cuda", "--run-dir", str(run_dir),
                  "--progress", "none", "--total-steps", "200", *extra]) == 0
     assert "losses/world_model_loss" in (run_dir / "metrics.csv").read_text()
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3", "ppo", "dreamer_v2"])
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed", "tf32"])
+def test_precisions_on_cuda(tmp_path, algo, precision):
+    """Every algorithm in every mixed precision on the GPU: finite losses, and in 16-mixed the
+    GradScaler's state in the checkpoint, restored by a resume."""
+    run_dir = tmp_path / "r"
+    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--precision", precision, "--run-dir",
+                 str(run_dir), "--progress", "none", "--eval-episodes", "1"]) == 0
+    state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    assert state["precision"]["mode"] == precision
+    if precision == "16-mixed":
+        assert float(state["precision"]["scaler"]["scale"]) > 0
+        step = int(state["step"])
+        assert main(["train", "--resume", str(run_dir), "--total-steps", str(step * 2)]) == 0

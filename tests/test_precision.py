@@ -1,0 +1,92 @@
+"""--precision: under bf16-mixed the layers compute in bfloat16 and everything after them (actions,
+log-probs, entropies, losses) is float32; 16-mixed is refused without CUDA. (Exact resume in
+bf16-mixed: test_determinism.py; learning in bf16-mixed: test_learning.py; 16-mixed with its
+GradScaler on a GPU: test_cuda.py.)"""
+
+import copy
+import importlib
+
+import torch
+import torch.nn.functional as F
+
+from heron.algos.dreamer_v2.config import Config as DreamerConfig
+from heron.algos.ppo.config import Config as PPOConfig
+from heron.algos.sac.config import Config as SACConfig
+from heron.algos.td3 import losses as td3_losses
+from heron.core.precision import Precision
+from cli_helpers import cli_error
+
+
+def _train_module(algo):
+    return importlib.import_module(f"heron.algos.{algo}.train")
+
+
+def test_layers_compute_in_bfloat16_and_hand_back_float32():
+    torch.manual_seed(0)
+    prec = Precision("bf16-mixed", torch.device("cpu"))
+    layer = torch.nn.Linear(5, 3)
+    prec.apply(layer)
+    x = torch.randn(4, 5)
+    y = layer(x)
+    assert y.dtype == torch.float32
+    assert torch.equal(y, F.linear(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16()).float())
+    assert layer.weight.dtype == torch.float32  # parameters stay float32
+    y.sum().backward()
+    assert layer.weight.grad.dtype == torch.float32
+    target = copy.deepcopy(layer)  # a target network keeps the hooks (and copies no Precision)
+    assert torch.equal(target(x), y)
+    assert Precision("32", torch.device("cpu")).mixed is False
+
+
+def test_sac_and_td3_outputs_and_losses_are_float32():
+    sac = _train_module("sac")
+    spaces = {"obs_shape": [3], "action_low": -torch.ones(2), "action_high": torch.ones(2)}
+    actor, critic = sac._build(SACConfig(hidden_sizes=(16, 16)), spaces)
+    Precision("bf16-mixed", torch.device("cpu")).apply(actor, critic)
+    obs = torch.randn(8, 1, 3)
+    starts = torch.zeros(8, 1, dtype=torch.bool)
+    feats, _ = actor.encoder(obs, obs.new_zeros(8, 0), starts)
+    actions, log_prob = actor.sample(feats.flatten(0, 1))
+    q_feats, _ = critic.encode(obs, obs.new_zeros(8, 2, 0), starts)
+    q = critic.values(q_feats.flatten(1, 2), actions)  # the EnsembleMLP path
+    assert actions.dtype == log_prob.dtype == q.dtype == torch.float32
+    loss = td3_losses.critic_losses(q, torch.randn(8))
+    assert loss.dtype == torch.float32
+    # the twin critics did run in bfloat16: their values differ from float32's
+    critic32 = sac._build(SACConfig(hidden_sizes=(16, 16)), spaces)[1]
+    critic32.load_state_dict(critic.state_dict())
+    q32 = critic32.values(critic32.encode(obs, obs.new_zeros(8, 2, 0), starts)[0].flatten(1, 2), actions)
+    assert not torch.equal(q, q32) and torch.allclose(q, q32, atol=0.05)
+
+
+def test_ppo_and_dreamer_distributions_are_float32():
+    ppo = _train_module("ppo")
+    spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
+    model = ppo._build(PPOConfig(hidden_sizes=(16,)), spaces)
+    Precision("bf16-mixed", torch.device("cpu")).apply(model)
+    params, values, _ = model(torch.randn(6, 1, 4), torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool))
+    actions, logp = model.pi_head.sample_logp(params)
+    assert params.dtype == values.dtype == logp.dtype == model.pi_head.entropy(params).dtype == torch.float32
+
+    dreamer = _train_module("dreamer_v2")
+    cfg = DreamerConfig(hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16,
+                        mlp_layers=1)
+    spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"], "discrete": True,
+              "action_dim": 2}
+    agent = dreamer.build(cfg, spaces)
+    Precision("bf16-mixed", torch.device("cpu")).apply(agent)
+    h = torch.zeros(5, 16)
+    z = torch.zeros(5, 16)
+    pi = agent.actor(torch.cat([z, h], -1))
+    action = pi.rsample()
+    assert pi.log_prob(action).dtype == pi.entropy().dtype == torch.float32
+    h2, z2 = agent.world.rssm.imagine_step(h, z, action)
+    assert h2.dtype == z2.dtype == torch.float32
+
+
+def test_16_mixed_needs_cuda(capsys, tmp_path):
+    if torch.cuda.is_available():
+        return
+    err = cli_error(capsys, ["train", "sac", "--precision", "16-mixed", "--run-dir", str(tmp_path / "r")])
+    assert "--precision 16-mixed needs CUDA" in err
+    assert not (tmp_path / "r").exists()
