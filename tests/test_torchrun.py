@@ -186,8 +186,8 @@ def test_two_nodes_on_one_machine(tmp_path):
 @pytest.mark.learning
 def test_ppo_solves_cartpole_in_two_processes(tmp_path):
     """The zoo's CartPole-v1 block split over two processes (4 envs each, half of every minibatch):
-    solved within 100k steps, mean deterministic evaluation >= 475 over 10 episodes (the same bar as
-    the one-process run in test_learning.py)."""
+    solved within 100k steps, mean deterministic evaluation >= 475 over 10 episodes (the bar of the
+    one-process runs in test_learning.py)."""
     run = tmp_path / "run"
     _torchrun(["train", "ppo", "--preset", "classic", "--eval-every", "0", "--progress", "none", "--run-dir", str(run)])
     rows = list(csv.reader(open(run / "eval.csv")))[1:]
