@@ -463,21 +463,12 @@ class Run:
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
                  "world_size": self.world.size, "precision": self.precision.state_dict()}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
-        if self.world.distributed:
-            problem = None
-            if not self.world.is_main:
-                try:
-                    ckpt.save_part(ckpt.state_path(self.ckpt_dir, step, self.world.rank), state, buffer_state)
-                except WriteFailed as exc:
-                    problem = exc
-            dist.agree(problem)  # every shard has landed
-        problem = None
-        if self.world.is_main:
-            try:
-                ckpt.save_checkpoint(self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
-            except WriteFailed as exc:
-                problem = exc
-        dist.agree(problem)
+        if self.world.distributed:  # every other rank's shard first, then rank 0's commit
+            dist.agree(None if self.world.is_main else
+                       attempt(ckpt.save_part, ckpt.state_path(self.ckpt_dir, step, self.world.rank), state,
+                               buffer_state))
+        dist.agree(attempt(ckpt.save_checkpoint, self.ckpt_dir, step, state, buffer_state,
+                           keep=self.cfg.keep_checkpoints) if self.world.is_main else None)
         self.last_checkpoint_step = step
         self.last_checkpoint_time = time.monotonic()
         self.checkpoint_cost = self.last_checkpoint_time - t0
@@ -490,12 +481,11 @@ class Run:
         is that step's: the crash came before the next step changed it). Returns what was kept.
         Under torchrun the other ranks are elsewhere in the step, not at a checkpoint: the job ends
         at its latest checkpoint."""
+        hint = f"; continue with: heron train --resume {self.run_dir}" if self.last_checkpoint_step >= 0 else ""
         if self.world.distributed:
-            return f"on rank {self.world.rank}; {self.kept()}" + \
-                (f"; continue with: heron train --resume {self.run_dir}" if self.last_checkpoint_step >= 0 else "")
+            return f"on rank {self.world.rank}; {self.kept()}{hint}"
         if self.state_fn is None or self.step <= self.last_checkpoint_step:
-            return self.kept() + (f"; continue with: heron train --resume {self.run_dir}"
-                                  if self.last_checkpoint_step >= 0 else "")
+            return self.kept() + hint
         try:
             self.checkpoint(self.step, *self.state_fn())
         except Exception as exc:
@@ -533,13 +523,7 @@ class Run:
         improved = result["mean_return"] > self.best_eval
         if improved:
             self.best_eval = result["mean_return"]
-        problem = None
-        if self.world.is_main:
-            try:
-                self._record_eval(result, state_fn if improved else None)
-            except WriteFailed as exc:
-                problem = exc
-        dist.agree(problem)
+        dist.agree(attempt(self._record_eval, result, state_fn if improved else None) if self.world.is_main else None)
         self.last_eval = result
         return result
 
@@ -617,6 +601,16 @@ class Run:
         self._old_handlers.clear()
         if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
             dist.close()
+
+
+def attempt(write: Callable[..., Any], *args: Any, **kwargs: Any) -> WriteFailed | None:
+    """``write(...)``, returning its WriteFailed instead of raising it (for ``dist.agree``: a failed
+    write on one rank ends every rank)."""
+    try:
+        write(*args, **kwargs)
+    except WriteFailed as exc:
+        return exc
+    return None
 
 
 def read_latest(run_dir: Path, algo: str, cfg: Any, spaces: dict | None, world: dist.World) -> tuple[Path, dict]:
