@@ -175,6 +175,7 @@ def test_two_nodes_on_one_machine(tmp_path):
     launcher = lambda node: ("--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",  # noqa: E731
                              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "heron-test")
     args = ["train", "ppo", "--preset", "debug", "--env-id", "CartPole-v1", "--total-steps", "1024",
+            "--dist-backend", "gloo",
             "--eval-every", "0", "--progress", "none", "--run-dir", str(run)]
     nodes = [_launch(args, launcher=launcher(node)) for node in (0, 1)]
     results = [_finish(p) for p in nodes]
