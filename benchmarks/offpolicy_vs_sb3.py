@@ -106,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both libraries")
     p.add_argument("--device", default="cpu", help="torch device for both libraries (default cpu)")
+    p.add_argument("--precision", nargs="+", default=["32"], choices=["32", "bf16-mixed"],
+                   help="heron's --precision; one heron training per value (SB3 runs float32)")
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks.md")
     args = p.parse_args(argv)
@@ -142,8 +144,8 @@ def window(total: int, starts: int, log_every: int) -> tuple[int, int]:
 
 
 # -- heron ------------------------------------------------------------------------------------------
-def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_every: int) -> dict:
-    cfg = dict(env_id=args.env_id, seed=args.seed, total_steps=args.total_steps,
+def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_every: int, precision: str = "32") -> dict:
+    cfg = dict(env_id=args.env_id, precision=precision, seed=args.seed, total_steps=args.total_steps,
                learning_starts=args.learning_starts, batch_size=args.batch_size,
                buffer_size=COMMON["buffer_size"], hidden_sizes=COMMON["hidden_sizes"], gamma=COMMON["gamma"],
                tau=COMMON["tau"], policy_lr=COMMON["lr"], q_lr=COMMON["lr"], gradient_steps=1, num_envs=1,
@@ -158,11 +160,12 @@ def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_ever
     return cfg
 
 
-def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s0: int, s1: int) -> dict:
-    run_dir = work / f"heron_{algo}"
+def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s0: int, s1: int,
+              precision: str = "32") -> dict:
+    run_dir = work / f"heron_{algo}_{precision}"
     torch.set_num_threads(args.threads)  # heron sets it too, from torch_threads
     t = time.perf_counter()
-    summary = heron.train(algo, **heron_overrides(algo, args, run_dir, log_every))
+    summary = heron.train(algo, **heron_overrides(algo, args, run_dir, log_every, precision))
     wall = time.perf_counter() - t
 
     losses_at, sps_at = {}, {}
@@ -272,6 +275,15 @@ def versions() -> dict:
             "torch": torch.__version__, "gymnasium": gymnasium.__version__, "python": platform.python_version()}
 
 
+def heron_label(precision: str) -> str:
+    return "heron" if precision == "32" else f"heron {precision}"
+
+
+def heron_rows(results: dict) -> list:
+    """((algo, label), result) for every heron training (one per --precision)."""
+    return [((algo, lib), r) for algo, libs in results.items() for lib, r in libs.items() if lib.startswith("heron")]
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
@@ -293,9 +305,9 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     head = f"{'algo':<5} {'metric':<12} {'heron':>18} {'SB3':>18} {'heron/SB3':>10}"
     print(head)
     print("-" * len(head))
-    for algo, r in results.items():
-        h, s = r["heron"], r["sb3"]
-        print(f"{algo:<5} {'updates/s':<12} {h['updates_per_s']:>18.1f} {s['updates_per_s']:>18.1f} "
+    for (algo, lib), h in heron_rows(results):
+        s = results[algo]["sb3"]
+        print(f"{algo + lib[5:]:<5} {'updates/s':<12} {h['updates_per_s']:>18.1f} {s['updates_per_s']:>18.1f} "
               f"{ratio(h['updates_per_s'], s['updates_per_s']):>10}")
         print(f"{'':<5} {'env steps/s':<12} {h['env_steps_per_s']:>18.1f} {s['env_steps_per_s']:>18.1f} "
               f"{ratio(h['env_steps_per_s'], s['env_steps_per_s']):>10}")
@@ -311,9 +323,9 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print("| Algorithm | Env | Steps | Library | Updates/s | Env steps/s | Eval return | heron/SB3 updates/s |")
     print("|---|---|---:|---|---:|---:|---:|---:|")
     for algo, r in results.items():
-        for lib, name in (("heron", f"heron {v['heron']}"), ("sb3", f"SB3 {v['stable_baselines3']}")):
-            x = r[lib]
-            rel = ratio(r["heron"]["updates_per_s"], r["sb3"]["updates_per_s"]) if lib == "heron" else ""
+        for lib, x in r.items():
+            name = f"SB3 {v['stable_baselines3']}" if lib == "sb3" else f"heron {v['heron']}{lib[5:]}"
+            rel = ratio(x["updates_per_s"], r["sb3"]["updates_per_s"]) if lib != "sb3" else ""
             print(f"| {algo.upper()} | {args.env_id} | {args.total_steps:,} | {name} | {x['updates_per_s']:.0f} | "
                   f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |")
     print()
@@ -322,7 +334,8 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
           f"256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
           f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
           f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
-          f"--learning-starts {args.learning_starts} --threads {args.threads}`*")
+          f"--learning-starts {args.learning_starts} --threads {args.threads}"
+          f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}`*")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,13 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for algo in args.algos:
             results[algo] = {}
-            for lib in ("heron", "sb3"):  # sequential, never in parallel
+            for lib in [*map(heron_label, args.precision), "sb3"]:  # sequential, never in parallel
                 print(f"[{algo}] training {lib} ({args.total_steps} steps on {args.env_id}) ...", flush=True)
-                r = run_heron(algo, args, work, log_every, s0, s1) if lib == "heron" else run_sb3(algo, args, s0, s1)
+                precision = lib[6:] or "32"
+                r = (run_heron(algo, args, work, log_every, s0, s1, precision) if lib != "sb3"
+                     else run_sb3(algo, args, s0, s1))
                 returns = evaluate(r.pop("predict"), r.pop("reset"), args.env_id, args.eval_episodes, args.seed)
                 r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()),
                          eval_returns=returns.tolist())
-                if lib == "heron" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
+                if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
                     print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this "
                           f"script's ({r['eval_mean']:.3f}) on the same seeds", flush=True)
                 print(f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s, "
@@ -364,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                             "hidden_sizes": list(COMMON["hidden_sizes"]), "buffer_size": COMMON["buffer_size"],
                             "gamma": COMMON["gamma"], "tau": COMMON["tau"], "eval_seed_offset": EVAL_SEED_OFFSET},
                "machine": info, "results": results,
-               "ratios": {a: {k: r["heron"][k] / r["sb3"][k] for k in ("updates_per_s", "env_steps_per_s")}
-                          for a, r in results.items()}}
+               "ratios": {f"{a}{lib[5:]}": {k: h[k] / results[a]["sb3"][k] for k in ("updates_per_s", "env_steps_per_s")}
+                          for (a, lib), h in heron_rows(results)}}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
         print(f"\nwrote {args.out}")

@@ -10,8 +10,9 @@
   state in every checkpoint).
 
 Where autocast applies, and where it must not. ``Precision.apply(module)`` puts autocast around
-the forward pass of each compute layer (``nn.Linear``, convolutions, recurrent cells, heron's
-``EnsembleMLP``) and casts its output back to float32. So parameters, optimizer state, normalizer
+the forward pass of each compute layer (``nn.Linear``, convolutions, recurrent cells) and casts
+its output back to float32; heron's fused ReLU MLPs (``EnsembleMLP``, ``ReluMLP``) get the type
+instead and cast inside (``heron.core.fused``), with the same result. So parameters, optimizer state, normalizer
 statistics, activations between layers, layer norms, and everything computed from network outputs
 stay float32: distributions (tanh-normal, categorical, truncated normal), log-probs, entropies, KL
 terms, returns, GAE, lambda-returns, targets and losses. Networks and losses know nothing about
@@ -30,11 +31,12 @@ from torch import nn
 
 from heron.config import HeronError
 from heron.core import dist
-from heron.core.nets import EnsembleMLP
+from heron.core.nets import Adam, EnsembleMLP, ReluMLP
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
 COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,
-                  nn.GRU, nn.LSTM, EnsembleMLP)
+                  nn.GRU, nn.LSTM)
+FUSED = (EnsembleMLP, ReluMLP)  # cast inside their one autograd node (heron.core.fused): no hooks
 
 
 def check(mode: str, device: str) -> None:
@@ -89,8 +91,13 @@ class Precision:
         if not self.mixed:
             return
         for module in modules:
+            fused = [m for m in module.modules() if isinstance(m, FUSED)]
+            inside = {id(m) for f in fused for m in f.modules() if m is not f}
+            for f in fused:
+                f.amp_dtype = self.dtype
             for layer in module.modules():
-                if isinstance(layer, COMPUTE_LAYERS) and not getattr(layer, "_heron_autocast", False):
+                if (isinstance(layer, COMPUTE_LAYERS) and id(layer) not in inside
+                        and not getattr(layer, "_heron_autocast", False)):
                     layer.register_forward_pre_hook(functools.partial(_enter, self._hook_state))
                     layer.register_forward_hook(functools.partial(_exit, self._hook_state))
                     layer._heron_autocast = True
@@ -102,7 +109,8 @@ class Precision:
         norm before clipping when clipping or asked (``norm``), else None. Call ``update`` once
         per gradient step, after the last optimizer."""
         params = list(params)
-        opt.zero_grad(set_to_none=True)
+        lean = isinstance(opt, Adam) and self.scaler is None
+        opt.lean_zero_grad() if lean else opt.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         dist.all_reduce_grads(params)  # torchrun: the global batch's gradient (identical scale on every rank)
         if self.scaler is not None:
@@ -113,7 +121,7 @@ class Precision:
         if self.scaler is not None:
             self.scaler.step(opt)  # skipped when the unscaled gradients hold inf/NaN
         else:
-            opt.step()
+            opt.lean_step() if lean else opt.step()
         return grad_norm
 
     def update(self) -> None:

@@ -1,0 +1,137 @@
+"""The fast paths of the off-policy update against the plain ones: heron.core.fused's one-node ReLU
+MLPs give the outputs and gradients of the same layers run one by one through autograd (float32
+and bf16-mixed), and Adam's lean step gives torch's Adam step bit for bit."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from heron.core.fused import ReluMLP
+from heron.core.nets import EnsembleMLP, adam
+from heron.core.precision import Precision
+
+
+def _reference(ens: EnsembleMLP, x: torch.Tensor, i: int, dtype=None) -> torch.Tensor:
+    """Member i, layer by layer, with autocast around each product when ``dtype`` is given."""
+    h = x
+    for k, layer in enumerate(ens.layers):
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            h = torch.addmm(layer.bias[i], h, layer.weight[i])
+        h = h.float()
+        if k < len(ens.layers) - 1:
+            h = torch.relu(h)
+    return h
+
+
+def _grads(params):
+    out = [p.grad.clone() if p.grad is not None else None for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+@pytest.mark.parametrize("per_member", [False, True])
+def test_ensemble_equals_layer_by_layer(per_member):
+    torch.manual_seed(0)
+    ens = EnsembleMLP(2, 7, (16, 16), 3)
+    params = list(ens.parameters())
+    x = torch.randn(2, 5, 7) if per_member else torch.randn(5, 7)
+    x.requires_grad_(True)
+    y = ens(x)
+    (y.sin().sum()).backward()
+    got, gx = _grads(params), x.grad.clone()
+    x.grad = None
+    ref = torch.stack([_reference(ens, x[i] if per_member else x, i) for i in range(2)])
+    ref.sin().sum().backward()
+    want, wx = _grads(params), x.grad.clone()
+    assert y.shape == (2, 5, 3) and torch.allclose(y, ref, atol=1e-6)
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert torch.allclose(gx, wx, atol=1e-5)
+
+
+def test_one_member_with_and_without_weight_gradients():
+    torch.manual_seed(1)
+    ens = EnsembleMLP(2, 4, (8,), 1)
+    params = list(ens.parameters())
+    x = torch.randn(6, 4)
+    ens.member(1, x).pow(2).sum().backward()
+    got = _grads(params)
+    _reference(ens, x, 1).pow(2).sum().backward()
+    want = _grads(params)
+    for a, b in zip(got, want):
+        assert torch.equal(a[0], torch.zeros_like(a[0]))  # member 0 was not run: zero, not garbage
+        assert torch.allclose(a, b, atol=1e-6)
+    # the actor loss's path: gradient for the input only, none for the frozen weights
+    ens.requires_grad_(False)
+    a = torch.randn(6, 4, requires_grad=True)
+    ens.member(0, a).sum().backward()
+    assert all(p.grad is None for p in params)
+    g = a.grad.clone()
+    a.grad = None
+    _reference(ens, a, 0).sum().backward()
+    assert torch.allclose(g, a.grad, atol=1e-6)
+
+
+def test_relu_mlp_is_the_sequential_it_saves_as():
+    torch.manual_seed(2)
+    net = ReluMLP(5, (16, 16), 4)
+    seq = torch.nn.Sequential(*[copy.deepcopy(m) for m in net])
+    assert list(net.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+    x = torch.randn(3, 7, 5)  # leading dims are kept
+    y = net(x)
+    y.tanh().sum().backward()
+    ref = torch.nn.Sequential.forward(seq, x)
+    ref.tanh().sum().backward()
+    assert y.shape == (3, 7, 4) and torch.allclose(y, ref, atol=1e-6)
+    for p, q in zip(net.parameters(), seq.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+    with torch.no_grad():  # the path without autograd
+        assert torch.allclose(net(x), ref, atol=1e-6)
+
+
+def test_bf16_mixed_equals_autocast_around_each_layer():
+    torch.manual_seed(3)
+    ens = EnsembleMLP(2, 6, (32, 32), 2)
+    net = ReluMLP(6, (32,), 2)
+    Precision("bf16-mixed", torch.device("cpu")).apply(ens, net)
+    x = torch.randn(9, 6)
+    y = ens(x)
+    assert y.dtype == torch.float32
+    ref = torch.stack([_reference(ens, x, i, torch.bfloat16) for i in range(2)])
+    assert torch.equal(y, ref)  # ReLU commutes with rounding: bfloat16 activations throughout are the same
+    y.sum().backward()
+    got = _grads(list(ens.parameters()))
+    ref.sum().backward()
+    want = _grads(list(ens.parameters()))
+    for a, b in zip(got, want):
+        assert a.dtype == torch.float32 and torch.allclose(a, b, rtol=1e-2, atol=1e-2)
+    lin = [m for m in net if isinstance(m, torch.nn.Linear)]
+    h = F.linear(x.bfloat16(), lin[0].weight.bfloat16(), lin[0].bias.bfloat16()).relu()
+    want_net = F.linear(h, lin[1].weight.bfloat16(), lin[1].bias.bfloat16()).float()
+    assert torch.equal(net(x), want_net)
+    assert torch.equal(copy.deepcopy(net)(x), want_net)  # a target network keeps the type
+
+
+def test_lean_adam_step_is_torchs_step():
+    torch.manual_seed(4)
+    nets = [ReluMLP(3, (8,), 2) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    lean, plain = adam(nets[0].parameters(), 1e-2), torch.optim.Adam(nets[1].parameters(), lr=1e-2, fused=True)
+    for step in range(5):
+        x = torch.randn(4, 3)
+        for net, opt in ((nets[0], lean), (nets[1], plain)):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+        lean.lean_step()
+        plain.step()
+        if step == 2:  # a learning-rate change and a state_dict round trip on the way
+            for opt in (lean, plain):
+                opt.param_groups[0]["lr"] = 3e-3
+            lean.load_state_dict(copy.deepcopy(lean.state_dict()))
+    assert lean._lean is not None  # the lean path was taken
+    for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p, q)
+    assert str(lean.state_dict()) == str(plain.state_dict())
