@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from heron.core.fused import ReluMLP
 from heron.core.nets import EnsembleMLP, adam
-from heron.core.precision import Precision
+from heron.core.precision import Precision, clip_grad_norm
 
 
 def _reference(ens: EnsembleMLP, x: torch.Tensor, i: int, dtype=None) -> torch.Tensor:
@@ -135,3 +135,19 @@ def test_lean_adam_step_is_torchs_step():
     for p, q in zip(nets[0].parameters(), nets[1].parameters()):
         assert torch.equal(p, q)
     assert str(lean.state_dict()) == str(plain.state_dict())
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e9])
+def test_lean_clip_is_torchs_clip(max_norm):
+    torch.manual_seed(5)
+    grads = [torch.randn(7, 3), torch.randn(3), torch.randn(4, 4)]
+    ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, q, g in zip(ours, theirs, grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    ours[1].grad = theirs[1].grad = None  # a parameter without a gradient is skipped
+    n1 = clip_grad_norm(ours, max_norm)
+    n2 = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    assert torch.equal(n1, n2)
+    for p, q in zip(ours, theirs):
+        assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)

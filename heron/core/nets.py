@@ -159,6 +159,12 @@ def adam(params, lr: float, eps: float = 1e-8) -> Adam:
     return Adam(params, lr=lr, eps=eps, fused=True)
 
 
+def requires_grad(params: list[torch.Tensor], flag: bool) -> None:
+    """``Module.requires_grad_`` on a list of parameters kept by the caller (no module walk)."""
+    for p in params:
+        p.requires_grad_(flag)
+
+
 @torch.no_grad()
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- tau * source + (1 - tau) * target, in place, fused over all parameters."""

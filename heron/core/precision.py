@@ -67,6 +67,19 @@ def _exit(state: dict, module: nn.Module, args: Any, output: Any) -> Any:
     return _float32(output)
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``nn.utils.clip_grad_norm_`` (2-norm), the same operations without its per-call grouping of
+    the gradients by device and type when they share one (PPO clips every minibatch step, and on
+    its small networks that grouping cost about a tenth of the step)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1 or any(g.is_sparse for g in grads):
+        return nn.utils.clip_grad_norm_(params, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    if max_norm < math.inf:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
 class Precision:
     def __init__(self, mode: str, device: torch.device, deterministic: bool = True):
         check(mode, str(device))
@@ -117,7 +130,7 @@ class Precision:
             self.scaler.unscale_(opt)
         grad_norm = None
         if max_norm > 0 or norm:
-            grad_norm = nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+            grad_norm = clip_grad_norm(params, max_norm if max_norm > 0 else math.inf)
         if self.scaler is not None:
             self.scaler.step(opt)  # skipped when the unscaled gradients hold inf/NaN
         else:

@@ -176,6 +176,7 @@ def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, pre
     the step equals one process's on the whole minibatch."""
     head = model.pi_head
     prec = prec or Precision("32", torch.device("cpu"))
+    weights = list(model.parameters())
 
     def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
@@ -187,7 +188,7 @@ def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, pre
         pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
         v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        prec.optimize(opt, loss, model.parameters(), cfg.max_grad_norm)  # (torchrun: the global gradient)
+        prec.optimize(opt, loss, weights, cfg.max_grad_norm)  # (torchrun: the global gradient)
         prec.update()
         return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
                 "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}

@@ -20,7 +20,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import adam, polyak_
+from heron.core.nets import adam, polyak_, requires_grad
 from heron.core.policy import Policy
 from heron.core.run import Run
 from heron.core.schedules import lr_lambda, set_lr
@@ -64,8 +64,9 @@ def train(cfg: Config, run: Run) -> dict:
     run.sync_start(actor=actor, critic=critic)
     prec = run.precision
     prec.apply(actor, critic, critic_target)  # --precision: autocast around their layers
-    actor_opt = adam(actor.parameters(), cfg.policy_lr)
-    q_opt = adam(critic.parameters(), cfg.q_lr)
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    actor_opt = adam(actor_params, cfg.policy_lr)
+    q_opt = adam(critic_params, cfg.q_lr)
     target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
     log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, device=device, requires_grad=cfg.autotune)
     fixed_alpha = torch.tensor(cfg.alpha, device=device)
@@ -107,7 +108,7 @@ def train(cfg: Config, run: Run) -> dict:
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
         qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
-        prec.optimize(q_opt, qf_losses.sum(), critic.parameters(), cfg.max_grad_norm)
+        prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)
         metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
                    "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
                    "losses/qf_loss": qf_losses.detach().mean()}
@@ -116,18 +117,18 @@ def train(cfg: Config, run: Run) -> dict:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
             with torch.no_grad():  # critic features after its update step
                 q_in = critic.encode(obs, c_state0, starts)[0][:, :, keep].flatten(1, 2)  # [E, M, F]
-            critic.requires_grad_(False)  # the actor loss needs dQ/da only, not critic weight grads
+            requires_grad(critic_params, False)  # the actor loss needs dQ/da only, not critic weight grads
             for _ in range(cfg.policy_frequency):
                 a_feats, _ = actor.encoder(obs, a_state0, starts)  # [B, L, F]
                 actions, log_prob = actor.sample(a_feats[:, keep].flatten(0, 1))
                 actor_loss = losses.actor_loss(log_prob, critic.values(q_in, actions), current_alpha())
-                prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.max_grad_norm)
+                prec.optimize(actor_opt, actor_loss, actor_params, cfg.max_grad_norm)
                 metrics["losses/actor_loss"] = actor_loss.detach()
                 if cfg.autotune:
                     alpha_loss = losses.alpha_loss(log_alpha, log_prob, target_entropy)
                     prec.optimize(alpha_opt, alpha_loss, [log_alpha])
                     metrics["losses/alpha_loss"] = alpha_loss.detach()
-            critic.requires_grad_(True)
+            requires_grad(critic_params, True)
             metrics["losses/alpha"] = current_alpha()
         prec.update()
         return metrics

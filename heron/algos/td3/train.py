@@ -19,7 +19,7 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import adam, polyak_
+from heron.core.nets import adam, polyak_, requires_grad
 from heron.core.policy import Policy
 from heron.core.run import Run
 
@@ -61,8 +61,9 @@ def train(cfg: Config, run: Run) -> dict:
     run.sync_start(actor=actor, critic=critic)
     prec = run.precision
     prec.apply(actor, critic, actor_target, critic_target)  # --precision: autocast around their layers
-    actor_opt = adam(actor.parameters(), cfg.policy_lr)
-    q_opt = adam(critic.parameters(), cfg.q_lr)
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    actor_opt = adam(actor_params, cfg.policy_lr)
+    q_opt = adam(critic_params, cfg.q_lr)
     rb = offpolicy.replay_buffer(cfg, run, envs, device)
     np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
     scale, low, high = actor.scale, actor.low, actor.high
@@ -77,15 +78,15 @@ def train(cfg: Config, run: Run) -> dict:
             target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)  # steps 8-9
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
-        prec.optimize(q_opt, qf_losses.sum(), critic.parameters(), cfg.max_grad_norm)  # step 12
+        prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)  # step 12
         metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
                    "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
                    "losses/qf_loss": qf_losses.detach().mean()}
         if update_actor:  # step 13: delayed policy update through Q1
-            critic.requires_grad_(False)  # the actor loss needs dQ1/da only, not critic weight grads
+            requires_grad(critic_params, False)  # the actor loss needs dQ1/da only, not critic weight grads
             actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
-            critic.requires_grad_(True)
-            prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.max_grad_norm)
+            requires_grad(critic_params, True)
+            prec.optimize(actor_opt, actor_loss, actor_params, cfg.max_grad_norm)
             metrics["losses/actor_loss"] = actor_loss.detach()
         prec.update()
         return metrics
