@@ -1,6 +1,6 @@
 """The fast paths of the off-policy update against the plain ones: heron.core.fused's one-node ReLU
-MLPs give the outputs and gradients of the same layers run one by one through autograd (float32
-and bf16-mixed), and Adam's lean step gives torch's Adam step bit for bit."""
+MLPs (ReLU for SAC/TD3, tanh for PPO's bodies) give the outputs and gradients of the same layers
+run one by one through autograd (float32 and bf16-mixed), and Adam's lean step gives torch's Adam step bit for bit."""
 
 import copy
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from heron.core.fused import ReluMLP
+from heron.core.fused import ReluMLP, TanhMLP
 from heron.core.nets import EnsembleMLP, adam
 from heron.core.precision import Precision, clip_grad_norm
 
@@ -90,6 +90,27 @@ def test_relu_mlp_is_the_sequential_it_saves_as():
         assert torch.allclose(p.grad, q.grad, atol=1e-5)
     with torch.no_grad():  # the path without autograd
         assert torch.allclose(net(x), ref, atol=1e-6)
+
+
+def test_tanh_body_is_the_sequential_it_saves_as():
+    torch.manual_seed(6)
+    body = TanhMLP(4, (8, 8))
+    seq = torch.nn.Sequential(*[copy.deepcopy(m) for m in body])
+    x = torch.randn(5, 1, 4, requires_grad=True)
+    y = body(x)
+    (y * torch.arange(8.0)).sum().backward()
+    gx, x.grad = x.grad.clone(), None
+    ref = torch.nn.Sequential.forward(seq, x)
+    (ref * torch.arange(8.0)).sum().backward()
+    assert torch.allclose(y, ref, atol=1e-6) and torch.allclose(gx, x.grad, atol=1e-6)
+    for p, q in zip(body.parameters(), seq.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+    assert torch.equal(TanhMLP(3, ())(x), x)  # no hidden layers: the identity
+    Precision("bf16-mixed", torch.device("cpu")).apply(body)
+    lin = [m for m in body if isinstance(m, torch.nn.Linear)]
+    h = F.linear(x.detach().bfloat16(), lin[0].weight.bfloat16(), lin[0].bias.bfloat16()).tanh()
+    want = F.linear(h, lin[1].weight.bfloat16(), lin[1].bias.bfloat16()).tanh().float()
+    assert torch.equal(body(x.detach()), want)
 
 
 def test_bf16_mixed_equals_autocast_around_each_layer():

@@ -1,5 +1,5 @@
-"""ReLU MLPs whose forward and backward are one autograd node each (SAC's and TD3's actors and
-twin critics, where the update's time goes).
+"""MLPs whose forward and backward are one autograd node each: SAC's and TD3's ReLU actors and
+twin critics, where their update's time goes, and PPO's tanh bodies.
 
 At batch 256 and width 256 a SAC update is 16 matrix products of 256 x 256 x 256 plus a few
 hundred small operations. Through ``nn.Linear``/``torch.addmm`` layer by layer, autograd adds, per
@@ -7,15 +7,17 @@ layer and member: a transposed view, an out-of-place ReLU and its mask, a zero-f
 for the member's slice of the ensemble weight and its accumulation, and the engine's bookkeeping;
 on this project's 2-core CPU that was about as much time again as the products themselves. Here
 one function runs a whole MLP (or all members of an ensemble): products into preallocated
-gradients, ReLU in place, the ReLU mask taken from the saved activation, and no gradient for
+gradients, ReLU in place, the ReLU mask taken from the saved activation (tanh's derivative from its output), and no gradient for
 what does not need one (the critic's weights in the actor loss, the input of the first layer).
 The arithmetic is the same operations in the same order as the layer-by-layer path: outputs and
 gradients are equal to it (``tests/test_fused.py``).
 
 ``--precision bf16-mixed``/``16-mixed`` (``heron.core.precision``) sets ``amp_dtype``: inputs,
 weights and biases are cast once per call and the products run in that type, the activations
-stay in it between layers (exactly what autocast around each layer gives, since ReLU commutes
-with rounding), and outputs and gradients come back as float32.
+stay in it between layers (for ReLU exactly what autocast around each layer gives, since ReLU
+commutes with rounding; tanh is then evaluated on the bfloat16 product and rounded, where the
+layer-by-layer path kept its float32 result until the next layer rounded it), and outputs and
+gradients come back as float32.
 """
 
 from __future__ import annotations
@@ -37,15 +39,25 @@ def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.d
     return out
 
 
-def _forward(x: torch.Tensor, layers: list) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One member: the output and the input of every layer (what the backward needs)."""
+def _forward(x: torch.Tensor, layers: list, act: str, last: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One member: the output and the input of every layer (what the backward needs), then the
+    output when it went through the activation (``last``)."""
     inputs, h = [], x
     for k, (w, b) in enumerate(layers):
         inputs.append(h)
         h = torch.addmm(b, h, w)
-        if k < len(layers) - 1:
-            h = h.relu_()
+        if k < len(layers) - 1 or last:
+            h = h.relu_() if act == "relu" else h.tanh_()
+    if last:
+        inputs.append(h)
     return h, inputs
+
+
+def _act_backward(g: torch.Tensor, out: torch.Tensor, act: str) -> torch.Tensor:
+    """The gradient through the activation, from its output."""
+    if act == "relu":
+        return torch.ops.aten.threshold_backward(g, out, 0)
+    return torch.ops.aten.tanh_backward(g, out)
 
 
 class _MLP(torch.autograd.Function):
@@ -53,15 +65,15 @@ class _MLP(torch.autograd.Function):
     with ``members`` (None,) (the nn.Linear layout, one network), x [B, in] -> [B, out]."""
 
     @staticmethod
-    def forward(ctx, x, members, dtype, *params):
+    def forward(ctx, x, members, dtype, act, last, *params):
         xc = x if dtype is None else x.to(dtype)
         outs, saved = [], []
         for j, i in enumerate(members):
             layers = _layers(params, i, dtype)
-            y, inputs = _forward(xc[j] if x.dim() == 3 else xc, layers)
+            y, inputs = _forward(xc[j] if x.dim() == 3 else xc, layers, act, last)
             outs.append(y)
             saved += [w for w, _ in layers] + inputs
-        ctx.members, ctx.dtype, ctx.x_meta = members, dtype, (x.dim(), x.dtype)
+        ctx.members, ctx.dtype, ctx.x_meta, ctx.act, ctx.last = members, dtype, (x.dim(), x.dtype), act, last
         ctx.shapes = [p.shape for p in params]
         ctx.save_for_backward(*saved)
         out = outs[0] if members == (None,) else torch.stack(outs)
@@ -69,10 +81,11 @@ class _MLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        members, dtype, shapes = ctx.members, ctx.dtype, ctx.shapes
+        members, dtype, shapes, act, last = ctx.members, ctx.dtype, ctx.shapes, ctx.act, ctx.last
         saved = ctx.saved_tensors
         n = len(shapes) // 2  # layers
-        need_x, need = ctx.needs_input_grad[0], ctx.needs_input_grad[3:]
+        per = 2 * n + last  # saved tensors per member: weights, layer inputs, [activated output]
+        need_x, need = ctx.needs_input_grad[0], ctx.needs_input_grad[5:]
         # full-size float32 gradients; zero-filled only where a member was not run (TD3's Q1 path)
         whole = members == (None,) or len(members) == shapes[0][0]
         alloc = torch.empty if whole else torch.zeros
@@ -81,8 +94,10 @@ class _MLP(torch.autograd.Function):
         g_all = grad if dtype is None else grad.to(dtype)
         gx = []
         for j, i in enumerate(members):
-            ws, inputs = saved[2 * n * j: 2 * n * j + n], saved[2 * n * j + n: 2 * n * (j + 1)]
+            ws, inputs = saved[per * j: per * j + n], saved[per * j + n: per * (j + 1)]
             g = g_all if i is None else g_all[j]
+            if last:
+                g = _act_backward(g, inputs[n], act)
             for k in reversed(range(n)):
                 h = inputs[k]
                 if need[2 * k]:  # nn.Linear layout: W [out, in]; ensemble: W[i] [in, out]
@@ -93,14 +108,14 @@ class _MLP(torch.autograd.Function):
                     torch.sum(g, 0, out=dst) if dtype is None else dst.copy_(g.sum(0))
                 if k > 0 or need_x:
                     gh = torch.mm(g, ws[k].t())
-                    g = torch.ops.aten.threshold_backward(gh, h, 0) if k > 0 else gh
+                    g = _act_backward(gh, h, act) if k > 0 else gh
             if need_x:
                 gx.append(g)
         gx_out = None
         if need_x:
             dim, x_dtype = ctx.x_meta
             gx_out = (torch.stack(gx) if dim == 3 else sum(gx[1:], gx[0])).to(x_dtype)
-        return (gx_out, None, None, *grads)
+        return (gx_out, None, None, None, None, *grads)
 
 
 def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None) -> None:
@@ -111,17 +126,20 @@ def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtyp
         dst.copy_(torch.mm(a, b))
 
 
-def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torch.dtype | None) -> torch.Tensor:
-    """The MLP(s) on ``x`` (shapes as ``_MLP``) through one autograd node, or straight through when
-    nothing needs gradients. Under an enclosing autocast, its type is the compute type."""
+def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torch.dtype | None,
+        act: str = "relu", last: bool = False) -> torch.Tensor:
+    """The MLP(s) on ``x`` (shapes as ``_MLP``; ``act`` between layers, and after the last one when
+    ``last``) through one autograd node, or straight through when nothing needs gradients. Under
+    an enclosing autocast, its type is the compute type."""
     device_type = x.device.type
     if torch.is_autocast_enabled(device_type):
         with torch.autocast(device_type, enabled=False):
-            return run(x, params, members, dtype or torch.get_autocast_dtype(device_type))
+            return run(x, params, members, dtype or torch.get_autocast_dtype(device_type), act, last)
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
-        return _MLP.apply(x, members, dtype, *params)
+        return _MLP.apply(x, members, dtype, act, last, *params)
     xc = x if dtype is None else x.to(dtype)
-    outs = [_forward(xc[j] if x.dim() == 3 else xc, _layers(params, i, dtype))[0] for j, i in enumerate(members)]
+    outs = [_forward(xc[j] if x.dim() == 3 else xc, _layers(params, i, dtype), act, last)[0]
+            for j, i in enumerate(members)]
     y = outs[0] if members == (None,) else torch.stack(outs)
     return y if dtype is None else y.float()
 
@@ -143,4 +161,26 @@ class ReluMLP(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = [t for layer in self if isinstance(layer, nn.Linear) for t in (layer.weight, layer.bias)]
         y = run(x.reshape(-1, x.shape[-1]), params, (None,), self.amp_dtype)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class TanhMLP(nn.Sequential):
+    """Linear-Tanh-...-Linear-Tanh (PPO's body: every layer activated), laid out (and saved) as
+    ``nn.Sequential`` of ``nn.Linear``/``nn.Tanh``, run through one autograd node (module doc).
+    ``init`` runs on each linear layer as it is made (the random draws in the layer-by-layer order)."""
+
+    amp_dtype: torch.dtype | None = None
+
+    def __init__(self, in_dim: int, hidden: tuple[int, ...], init=lambda layer: layer):
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers += [init(nn.Linear(in_dim, h)), nn.Tanh()]
+            in_dim = h
+        super().__init__(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self) == 0:
+            return x
+        params = [t for layer in self if isinstance(layer, nn.Linear) for t in (layer.weight, layer.bias)]
+        y = run(x.reshape(-1, x.shape[-1]), params, (None,), self.amp_dtype, "tanh", True)
         return y.reshape(*x.shape[:-1], y.shape[-1])

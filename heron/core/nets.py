@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from heron.core import fused
-from heron.core.fused import ReluMLP
+from heron.core.fused import ReluMLP, TanhMLP
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> ReluMLP:
@@ -66,13 +66,10 @@ def orthogonal_(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0)
     return layer
 
 
-def tanh_mlp(in_dim: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
-    """Hidden tanh layers with orthogonal init (PPO's MLP body); returns (body, output width)."""
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [orthogonal_(nn.Linear(in_dim, h)), nn.Tanh()]
-        in_dim = h
-    return nn.Sequential(*layers), in_dim
+def tanh_mlp(in_dim: int, hidden: tuple[int, ...]) -> tuple[TanhMLP, int]:
+    """Hidden tanh layers with orthogonal init (PPO's MLP body; an ``nn.Sequential`` whose forward
+    and backward are fused, heron.core.fused); returns (body, output width)."""
+    return TanhMLP(in_dim, hidden, orthogonal_), hidden[-1] if hidden else in_dim
 
 
 class NatureCNN(nn.Module):

@@ -11,7 +11,7 @@
 
 Where autocast applies, and where it must not. ``Precision.apply(module)`` puts autocast around
 the forward pass of each compute layer (``nn.Linear``, convolutions, recurrent cells) and casts
-its output back to float32; heron's fused ReLU MLPs (``EnsembleMLP``, ``ReluMLP``) get the type
+its output back to float32; heron's fused MLPs (``EnsembleMLP``, ``ReluMLP``, ``TanhMLP``) get the type
 instead and cast inside (``heron.core.fused``), with the same result. So parameters, optimizer state, normalizer
 statistics, activations between layers, layer norms, and everything computed from network outputs
 stay float32: distributions (tanh-normal, categorical, truncated normal), log-probs, entropies, KL
@@ -31,12 +31,12 @@ from torch import nn
 
 from heron.config import HeronError
 from heron.core import dist
-from heron.core.nets import Adam, EnsembleMLP, ReluMLP
+from heron.core.nets import Adam, EnsembleMLP, ReluMLP, TanhMLP
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
 COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,
                   nn.GRU, nn.LSTM)
-FUSED = (EnsembleMLP, ReluMLP)  # cast inside their one autograd node (heron.core.fused): no hooks
+FUSED = (EnsembleMLP, ReluMLP, TanhMLP)  # cast inside their one autograd node (heron.core.fused): no hooks
 
 
 def check(mode: str, device: str) -> None:
