@@ -13,6 +13,7 @@ import difflib
 import json
 import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 from heron import registry
@@ -29,7 +30,9 @@ commands:
   eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best]
   check-env ENV_ID [--steps N] [--json]   will this env train with heron, and with which algorithms?
   list                                    algorithms and their presets
-  plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs
+  plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs (--bands: mean over seeds)
+  bench SUITE [--seeds 1 2 3] [--parallel K] [--out DIR]
+                                          a benchmark suite, resumable (heron bench --list)
 """
 
 
@@ -199,14 +202,69 @@ def cmd_plot(argv: list[str]) -> int:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/returns.png of the first run)")
     p.add_argument("--metric", default="charts/episodic_return", help="metric from metrics.csv to plot")
+    p.add_argument("--bands", action="store_true", help="the evaluation returns of runs with the same algorithm "
+                   "and env (seeds) as one line: their mean with a band of one standard deviation")
     args, unknown = p.parse_known_args(argv)
-    _reject_unknown(unknown, ["--out", "--metric"])
-    out = plot_runs(args.run_dirs, args.out, args.metric)
+    _reject_unknown(unknown, ["--out", "--metric", "--bands"])
+    if args.bands:
+        from heron.core.run import read_config
+        from heron.plot import plot_bands
+
+        groups: dict[str, list[str]] = {}
+        for run_dir in args.run_dirs:
+            algo, data = read_config(run_dir)
+            groups.setdefault(f"{algo} {data.get('env_id', '?')}", []).append(run_dir)
+        out = plot_bands(groups, args.out or str(Path(args.run_dirs[0]) / "returns_bands.png"))
+    else:
+        out = plot_runs(args.run_dirs, args.out, args.metric)
     print(out)
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot}
+def cmd_bench(argv: list[str]) -> int:
+    from heron import bench
+
+    p = _Parser(prog="heron bench", allow_abbrev=False, description="Run a benchmark suite: every entry once per seed, each an "
+                "ordinary run directory under OUT/SUITE. Give the same command again to continue: finished runs "
+                "are skipped, stopped ones resume from their latest checkpoint. Writes OUT/results.csv, "
+                "OUT/SUITE.md (mean and std over seeds beside the published figures) and OUT/plots/SUITE/*.png.")
+    p.add_argument("suite", nargs="?", metavar="SUITE", help=f"one of: {', '.join(bench.SUITES)}")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="SEED", help="seeds (default: 1)")
+    p.add_argument("--parallel", type=int, default=1, metavar="K",
+                   help="runs at once, the cores divided among them (default: 1)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="torch threads per run (default: 0, the cores divided among the --parallel runs)")
+    p.add_argument("--out", default="bench", metavar="DIR", help="output folder (default: bench)")
+    p.add_argument("--steps", type=int, default=None, metavar="N", help="total steps of every run instead of "
+                   "the suite's")
+    p.add_argument("--only", nargs="+", default=[], metavar="TEXT",
+                   help="only the entries whose algorithm or env id contains one of these")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--status-every", type=float, default=60.0, metavar="S",
+                   help="seconds between progress lines (default: 60; 0: none)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
+    p.add_argument("--list", action="store_true", help="list the suites and their entries")
+    p.add_argument("--report", action="store_true", help="only write the tables and plots from OUT/results.csv")
+    args, unknown = p.parse_known_args(argv)
+    _reject_unknown(unknown, [o for a in p._actions for o in a.option_strings])
+    if args.list:
+        for name, entries in bench.SUITES.items():
+            print(f"{name}:")
+            for e in entries:
+                print(f"  {e.algo:<11} {e.env_id:<22} --preset {' '.join(e.presets):<14} {e.total_steps:>11,} steps")
+        return 0
+    if args.report:
+        for path in bench.write_report(args.out, [args.suite] if args.suite else None):
+            print(path)
+        return 0
+    if not args.suite:
+        raise HeronError(f"name a suite: heron bench SUITE (one of {', '.join(bench.SUITES)}), or --list")
+    return bench.run_suite(args.suite, args.seeds, args.out, args.parallel, args.steps, args.only, args.device,
+                           args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True))
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot,
+            "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

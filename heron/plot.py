@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+from typing import Any
 
 from heron.config import HeronError
 from heron.core.logger import complete_rows
@@ -68,7 +69,7 @@ def _load(run_dirs: list[str], metric: str) -> list[tuple[str, Curve, EvalCurve]
     return data
 
 
-def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts/episodic_return") -> str:
+def _figure():
     try:
         import matplotlib
 
@@ -76,6 +77,56 @@ def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts
         import matplotlib.pyplot as plt
     except ImportError:
         raise HeronError("heron plot needs matplotlib: pip install 'heron[plot]'") from None
+    return plt
+
+
+def band(run_dirs: list[str]) -> tuple[list[float], list[float], list[float], int]:
+    """The evaluation curves of several runs (seeds) on the union of their evaluation steps: steps,
+    mean and standard deviation over the runs that reach each step (each run's curve interpolated
+    between its own evaluations, never extrapolated), and the number of runs with data."""
+    import numpy as np
+
+    curves = [read_eval(d)[:2] for d in run_dirs]
+    curves = [(np.asarray(s, float), np.asarray(m, float)) for s, m in curves if s]
+    if not curves:
+        return [], [], [], 0
+    grid = np.unique(np.concatenate([s for s, _ in curves]))
+    stack = np.full((len(curves), len(grid)), np.nan)
+    for i, (s, m) in enumerate(curves):
+        inside = (grid >= s[0]) & (grid <= s[-1])
+        stack[i, inside] = np.interp(grid[inside], s, m)
+    counts = (~np.isnan(stack)).sum(0)
+    mean = np.nansum(stack, 0) / counts
+    std = np.sqrt(np.nansum((stack - mean) ** 2, 0) / counts)
+    return grid.tolist(), mean.tolist(), std.tolist(), len(curves)
+
+
+def plot_bands(groups: dict[str, list[str]], out: str, title: str = "deterministic evaluation") -> str:
+    """One line per group of runs (``label -> run directories``, e.g. the seeds of one algorithm):
+    the mean evaluation return with a band of one standard deviation over the runs."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = 0
+    for label, run_dirs in groups.items():
+        steps, mean, std, n = band(run_dirs)
+        if not steps:
+            continue
+        line, = ax.plot(steps, mean, label=f"{label} ({n} seed{'s' if n > 1 else ''})")
+        ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                        color=line.get_color(), alpha=0.2)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise HeronError(f"nothing to plot: no evaluations in {', '.join(d for ds in groups.values() for d in ds)}")
+    ax.set(title=title, xlabel="env steps", ylabel="mean evaluation return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, plt, out)
+
+
+def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts/episodic_return") -> str:
+    plt = _figure()
     data = _load(run_dirs, metric)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for label, (steps, values), (es, em, sd) in data:
@@ -90,7 +141,10 @@ def plot_runs(run_dirs: list[str], out: str | None = None, metric: str = "charts
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    out = out or str(Path(run_dirs[0]) / "returns.png")
+    return _save(fig, plt, out or str(Path(run_dirs[0]) / "returns.png"))
+
+
+def _save(fig: Any, plt: Any, out: str) -> str:
     # Written beside the target and renamed: a kill or a full disk mid-write leaves the old image whole. The
     # temporary name keeps the suffix so that matplotlib picks the same format.
     path = Path(out)

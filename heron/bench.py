@@ -1,0 +1,535 @@
+"""``heron bench``: named suites of trainings at the budgets people train at, resumable, with a
+results table beside the published figures and learning curves.
+
+A suite is a list of entries (algorithm, env id, presets, total steps); each entry runs once per
+seed as an ordinary run directory ``OUT/SUITE/<algo>__<env>__s<seed>`` in a child process
+(``python -m heron train ...``, its output in ``OUT/SUITE/logs/``). The same command given again
+skips the runs that finished, resumes the ones that stopped from their latest checkpoint and
+starts the rest, so a suite survives Ctrl-C and lost machines. ``--parallel K`` runs K at once
+with the cores divided among them (one thread each on a 2-core machine at K = 2).
+
+What it writes, under ``OUT``:
+
+* ``results.csv``: one row per finished run (suite, algorithm, env, seed, steps, final and best
+  deterministic evaluation, wall time, heron version, git commit);
+* ``SUITE.md``: per env and algorithm, the mean and standard deviation over seeds beside the
+  published figures (``PUBLISHED``);
+* ``plots/SUITE/<env>.png``: the evaluation curves, mean with a band over seeds, one line per
+  algorithm (``heron.plot.plot_bands``, the same as ``heron plot --bands``).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import difflib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from heron import __version__
+from heron.config import HeronError
+from heron.core.logger import complete_rows
+from heron.core.run import best_logged_eval
+
+RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
+                  "wall_s", "heron_version", "git_commit"]
+STATE_FILE = "bench.json"  # in each run directory: what the bench knows of it (wall time, attempts, outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    algo: str
+    env_id: str
+    presets: tuple[str, ...]
+    total_steps: int
+    overrides: tuple[tuple[str, Any], ...] = ()  # further flags, (field, value)
+
+    def name(self, seed: int) -> str:
+        return f"{self.algo}__{safe_name(self.env_id)}__s{seed}"
+
+
+def safe_name(env_id: str) -> str:
+    """An env id as a file name: ALE/Pong-v5 -> ALE_Pong-v5."""
+    return re.sub(r"[^\w.-]+", "_", env_id).strip("_")
+
+
+MUJOCO = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")
+ATARI = ("ALE/Pong-v5", "ALE/Breakout-v5", "ALE/Qbert-v5", "ALE/SpaceInvaders-v5")
+DMC = ("dmc_walker_walk", "dmc_cartpole_swingup")
+
+SUITES: dict[str, list[Entry]] = {
+    "mujoco-sac": [Entry("sac", env, ("mujoco",), 1_000_000) for env in MUJOCO],
+    "mujoco-td3": [Entry("td3", env, ("mujoco",), 1_000_000) for env in MUJOCO],
+    "mujoco-ppo": [Entry("ppo", env, ("mujoco",), 1_000_000) for env in MUJOCO],
+    "atari-ppo": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI],
+    "dmc-dreamer": [Entry("dreamer_v2", env, ("dmc",), 500_000) for env in DMC],  # agent steps (x2 frames)
+}
+# The first entry of every suite for a few thousand steps with the algorithm's debug sizes: the whole
+# machinery (children, resume, results, table, plots) in a minute or two.
+SUITES["smoke"] = [
+    Entry("sac", "Hopper-v5", ("mujoco", "debug"), 1500),
+    Entry("td3", "Hopper-v5", ("mujoco", "debug"), 1500),
+    Entry("ppo", "Hopper-v5", ("mujoco", "debug"), 2048),
+    Entry("ppo", "ALE/Pong-v5", ("atari", "debug"), 1024, (("eval_episodes", 1),)),
+    Entry("dreamer_v2", "dmc_walker_walk", ("dmc", "debug"), 300, (("capture_video", False),)),
+]
+
+# What the seeds (and the papers behind them) report, per (algo, env): (source, figure). Shown
+# beside our numbers; the notes say how each was measured, which is not always as we measure.
+PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("sac", "HalfCheetah-v5"): [("CleanRL, v2, 1M, training return", "10310 ± 1873"), ("SAC paper", "~11250")],
+    ("sac", "Walker2d-v5"): [("CleanRL, v2, 1M, training return", "4418 ± 593"), ("SAC paper", "~4800")],
+    ("sac", "Hopper-v5"): [("CleanRL, v2, 1M, training return", "2686 ± 762"), ("SAC paper", "~3250")],
+    ("td3", "Hopper-v5"): [("TD3 paper, v1, 1M", "3564")],
+    ("td3", "HalfCheetah-v5"): [("TD3 paper, v1, 1M", "9637")],
+    ("td3", "Walker2d-v5"): [("TD3 paper, v1, 1M", "4683")],
+    ("ppo", "Hopper-v5"): [("DI-engine, v3, best mean", "3000")],
+    ("ppo", "Walker2d-v5"): [("DI-engine, v3, best mean", "3000")],
+    ("ppo", "HalfCheetah-v5"): [("DI-engine, v3, best mean", "3500")],
+    ("ppo", "ALE/Pong-v5"): [("DI-engine, NoFrameskip-v4, best mean", "20")],
+    ("ppo", "ALE/Qbert-v5"): [("DI-engine, NoFrameskip-v4, best mean", "10000")],
+    ("ppo", "ALE/SpaceInvaders-v5"): [("DI-engine, NoFrameskip-v4, best mean", "400")],
+    ("dreamer_v2", "dmc_walker_walk"): [("DreamerV2 paper, 1M frames", "~950")],
+}
+
+
+# -- one run of the suite -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Job:
+    suite: str
+    entry: Entry
+    seed: int
+    run_dir: Path
+    total_steps: int
+    proc: subprocess.Popen | None = None
+    started: float = 0.0  # monotonic, this attempt
+    start_step: int = 0  # the step this attempt began at
+    log: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.algo} {self.entry.env_id} seed {self.seed}"
+
+    def state(self) -> dict:
+        return read_state(self.run_dir)
+
+    def save_state(self, **changes: Any) -> None:
+        state = {**self.state(), **changes}
+        tmp = self.run_dir / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.run_dir / STATE_FILE)
+
+    def finished(self) -> bool:
+        """Trained to the target and finally evaluated (what ``Run.finish`` leaves behind)."""
+        state = self.state()
+        return bool(state.get("done")) and int(state.get("steps", -1)) >= self.total_steps
+
+    def checkpoint_step(self) -> int | None:
+        """The step of the run's latest checkpoint (what a resume continues from), or None."""
+        from heron.core import checkpoint as ckpt
+
+        found = ckpt.step_checkpoints(self.run_dir / "checkpoints")
+        return found[-1][0] if found and (self.run_dir / "config.yaml").is_file() else None
+
+    def has_checkpoint(self) -> bool:
+        return self.checkpoint_step() is not None
+
+    def command(self, threads: int, device: str) -> list[str]:
+        base = [sys.executable, "-m", "heron", "train"]
+        if self.has_checkpoint():
+            return base + ["--resume", str(self.run_dir), "--total-steps", str(self.total_steps)]
+        flags = ["--env-id", self.entry.env_id, "--preset", *self.entry.presets, "--total-steps", str(self.total_steps),
+                 "--seed", str(self.seed), "--run-dir", str(self.run_dir), "--torch-threads", str(threads),
+                 "--progress", "log", "--device", device]
+        for key, value in self.entry.overrides:
+            flags += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+        return base + [self.entry.algo] + flags
+
+    def current_step(self) -> int:
+        return last_logged_step(self.run_dir / "metrics.csv")
+
+
+def read_state(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def last_logged_step(path: Path) -> int:
+    """The step of the last whole row of a growing metrics.csv, reading only its tail."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return 0
+    for line in reversed(tail.split("\n")[:-1]):  # the part after the last newline may be cut
+        head = line.split(",", 1)[0]
+        if head.isdigit():
+            return int(head)
+    return 0
+
+
+def eval_summary(run_dir: Path) -> tuple[int, float, float, float] | None:
+    """(step, final mean, final std, best mean) of a run's deterministic evaluations, or None."""
+    rows = complete_rows(run_dir / "eval.csv", 5)
+    if not rows:
+        return None
+    step, mean, std = int(rows[-1][0]), float(rows[-1][1]), float(rows[-1][2])
+    return step, mean, std, best_logged_eval(run_dir / "eval.csv")
+
+
+# -- choosing the runs --------------------------------------------------------------------------------
+def suite_entries(suite: str, only: Iterable[str] = ()) -> list[Entry]:
+    if suite not in SUITES:
+        close = difflib.get_close_matches(suite, SUITES, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise HeronError(f"unknown suite {suite!r}{hint}; choose from {', '.join(SUITES)}")
+    entries = SUITES[suite]
+    only = [o.lower() for o in only]
+    if only:
+        entries = [e for e in entries if any(o in e.algo.lower() or o in e.env_id.lower() for o in only)]
+        if not entries:
+            raise HeronError(f"--only {' '.join(only)} matches no entry of {suite}: "
+                             f"{', '.join(f'{e.algo} {e.env_id}' for e in SUITES[suite])}")
+    return entries
+
+
+def check_entries(entries: list[Entry], steps: int | None) -> None:
+    """Every entry's config and env, before anything starts: a missing extra or a bad value is one
+    line and exit 2, not a failed run an hour in."""
+    from heron import api, registry
+    from heron.core.envs import check_env_id
+
+    for e in entries:
+        cfg = api.make_config(e.algo, e.presets, None, env_id=e.env_id, total_steps=steps or e.total_steps,
+                              **dict(e.overrides))
+        check_env_id(cfg.env_id)
+        registry.get(e.algo).check(cfg)
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def git_commit() -> str:
+    """The commit of heron's source tree (with ``-dirty`` for uncommitted changes), or '' if it is not a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode:
+            return ""
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, m, s = seconds // 3600, seconds % 3600 // 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+# -- running a suite ----------------------------------------------------------------------------------
+def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel: int = 1, steps: int | None = None,
+              only: Iterable[str] = (), device: str = "auto", status_every: float = 60.0, dry_run: bool = False,
+              threads: int = 0, echo: Any = print) -> int:
+    """Run (or continue) a suite; returns the exit code: 0 when every run finished, 1 when some
+    failed (the others still ran), 130 when interrupted (every running child checkpoints first)."""
+    if parallel < 1:
+        raise HeronError(f"--parallel must be at least 1, got {parallel}")
+    if threads < 0:
+        raise HeronError(f"--threads must be 0 (divide the cores) or positive, got {threads}")
+    if steps is not None and steps <= 0:
+        raise HeronError(f"--steps must be positive, got {steps}")
+    if not seeds:
+        raise HeronError("--seeds needs at least one seed")
+    entries = suite_entries(suite, only)
+    check_entries(entries, steps)
+    out = Path(out)
+    suite_dir = out / suite
+    jobs = [Job(suite, e, s, suite_dir / e.name(s), steps or e.total_steps) for e in entries for s in seeds]
+    n_cores = cores()
+    threads = threads or max(1, n_cores // parallel)
+    if parallel * threads > n_cores:
+        echo(f"heron bench: note: {parallel} run(s) x {threads} thread(s) on {n_cores} cores: they compete for "
+             "cores, and torch slows down badly when its threads wait for one")
+    pending = []
+    for job in jobs:
+        if job.finished():
+            echo(f"[done] {job.label}: finished earlier ({job.run_dir})")
+        else:
+            pending.append(job)
+    if dry_run:
+        for job in pending:
+            echo(" ".join(job.command(threads, device)))
+        return 0
+    if pending:
+        (suite_dir / "logs").mkdir(parents=True, exist_ok=True)
+        echo(f"heron bench {suite}: {len(jobs)} runs ({len(jobs) - len(pending)} finished earlier), {parallel} at a "
+             f"time, {threads} torch thread(s) each; results in {out}")
+    commit = git_commit()
+    running: list[Job] = []
+    failed: list[Job] = []
+    interrupted = False
+
+    def on_signal(signum, frame):
+        nonlocal interrupted
+        if interrupted:  # a second Ctrl-C: the children get it again, and we wait no more politely
+            for job in running:
+                _signal(job, signal.SIGTERM)
+            return
+        interrupted = True
+        echo("heron bench: stopping; each running run writes a checkpoint first (give the same command to continue)")
+        for job in running:
+            _signal(job, signal.SIGINT)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    last_status = last_save = time.monotonic()
+    try:
+        while (pending and not interrupted) or running:
+            while pending and len(running) < parallel and not interrupted:
+                job = pending.pop(0)
+                _start(job, threads, device, echo)
+                running.append(job)
+            time.sleep(0.2)
+            for job in list(running):
+                code = job.proc.poll()
+                if code is None:
+                    continue
+                running.remove(job)
+                _ended(job, code, suite, commit, out, failed, echo)
+            now = time.monotonic()
+            if now - last_save >= 10:  # a lost machine loses at most 10 s of each run's wall time
+                last_save = now
+                for job in running:
+                    job.save_state(wall_s=_wall(job))
+            if running and status_every > 0 and now - last_status >= status_every:
+                last_status = now
+                _status(suite, jobs, running, pending, echo)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for job in running:  # only on an exception of our own: leave no child behind
+            _signal(job, signal.SIGTERM)
+            job.proc.wait()
+    write_report(out, [suite])
+    done = sum(job.finished() for job in jobs)
+    echo(f"heron bench {suite}: {done}/{len(jobs)} runs finished; {out / 'results.csv'}, {out / (suite + '.md')}")
+    if interrupted:
+        return 130
+    return 1 if failed else 0
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the bench dies, however it dies, so no orphan
+    keeps training (and holding its run's lock) after a SIGKILL of the bench."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _signal(job: Job, sig: int) -> None:
+    try:
+        job.proc.send_signal(sig)
+    except (OSError, ProcessLookupError):
+        pass
+
+
+def _wall(job: Job) -> float:
+    """Wall seconds of the run over all its attempts, this one included."""
+    return float(job.state().get("wall_before", 0.0)) + (time.monotonic() - job.started)
+
+
+def _start(job: Job, threads: int, device: str, echo: Any) -> None:
+    cmd = job.command(threads, device)
+    resumed = "--resume" in cmd
+    state = job.state() if job.run_dir.exists() else {}
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    job.save_state(wall_before=float(state.get("wall_s", 0.0)), attempts=int(state.get("attempts", 0)) + 1,
+                   done=False, total_steps=job.total_steps, command=cmd)
+    job.start_step = job.checkpoint_step() if resumed else 0
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    job.log = open(job.run_dir.parent / "logs" / f"{job.run_dir.name}.log", "a")
+    job.log.write(f"\n$ {' '.join(cmd)}\n")
+    job.log.flush()
+    # its own process group: a Ctrl-C at the terminal reaches the bench only, which asks each child once
+    job.proc = subprocess.Popen(cmd, stdout=job.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    job.started = time.monotonic()
+    how = f"resuming at step {job.start_step}" if resumed else "starting"
+    echo(f"[start] {job.label}: {how} -> {job.total_steps} steps ({job.run_dir})")
+
+
+def _ended(job: Job, code: int, suite: str, commit: str, out: Path, failed: list, echo: Any) -> None:
+    job.log.close()
+    wall = _wall(job)
+    summary = eval_summary(job.run_dir)
+    if code == 0 and summary is not None and summary[0] >= job.total_steps:
+        step, final, std, best = summary
+        job.save_state(wall_s=wall, done=True, steps=step, final_return=final, final_std=std, best_return=best)
+        record(out / "results.csv", [suite, job.entry.algo, job.entry.env_id, job.seed, step, f"{final:.2f}",
+                                     f"{std:.2f}", f"{best:.2f}", f"{wall:.0f}", __version__, commit])
+        echo(f"[done] {job.label}: {step} steps in {_duration(wall)}; final {final:.1f} +- {std:.1f}, best {best:.1f}")
+        return
+    job.save_state(wall_s=wall, done=False, last_exit=code)
+    log = job.run_dir.parent / "logs" / f"{job.run_dir.name}.log"
+    if code in (130, -signal.SIGINT, -signal.SIGTERM):
+        echo(f"[stopped] {job.label} at step {job.current_step()}; it resumes from its checkpoint next time")
+        return
+    failed.append(job)
+    echo(f"[failed] {job.label}: exit {code}: {_last_line(log)} (log: {log})")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
+def _status(suite: str, jobs: list[Job], running: list[Job], pending: list[Job], echo: Any) -> None:
+    rate_sum, left = 0.0, 0
+    for job in running:
+        step = job.current_step()
+        elapsed = time.monotonic() - job.started
+        rate = max(0, step - job.start_step) / elapsed if elapsed > 0 else 0.0
+        rate_sum += rate
+        left += max(0, job.total_steps - step)
+        eta = f", {_duration((job.total_steps - step) / rate)} left" if rate > 0 else ""
+        echo(f"  {job.label}: {step}/{job.total_steps} ({100 * step / job.total_steps:.0f}%), {rate:.0f} steps/s{eta}")
+    left += sum(job.total_steps - job.current_step() for job in pending)
+    done = sum(job.finished() for job in jobs)
+    eta = f"; about {_duration(left / rate_sum)} left" if rate_sum > 0 else ""
+    echo(f"heron bench {suite}: {done}/{len(jobs)} done, {len(running)} running, {len(pending)} waiting{eta}")
+
+
+def record(path: Path, row: list) -> None:
+    """Add a run's row to results.csv, replacing an earlier row of the same (suite, algo, env, seed)."""
+    key = [str(v) for v in row[:4]]
+    rows = [r for r in _read_rows(path) if r[:4] != key]
+    rows.append([str(v) for v in row])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(RESULTS_HEADER)
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def _read_rows(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0][:len(RESULTS_HEADER)] != RESULTS_HEADER:
+        raise HeronError(f"{path} is not a heron bench results file (header {rows[0] if rows else 'missing'})")
+    return [r for r in rows[1:] if len(r) == len(RESULTS_HEADER)]
+
+
+# -- the report -------------------------------------------------------------------------------------
+def read_results(path: str | Path) -> list[dict]:
+    out = []
+    for r in _read_rows(Path(path)):
+        row = dict(zip(RESULTS_HEADER, r))
+        try:
+            for key in ("seed", "steps"):
+                row[key] = int(row[key])
+            for key in ("final_return", "final_std", "best_return", "wall_s"):
+                row[key] = float(row[key])
+        except ValueError as exc:
+            raise HeronError(f"{path}: a row that does not parse ({', '.join(r)}): {exc}") from None
+        out.append(row)
+    return out
+
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))  # sample std over seeds
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def table(rows: list[dict], suite: str) -> str:
+    """The markdown table of one suite: per (env, algo), mean ± standard deviation over seeds of the
+    final and the best deterministic evaluation, beside the published figures."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        if row["suite"] == suite:
+            groups.setdefault((row["env_id"], row["algo"]), []).append(row)
+    lines = [f"### {suite}", "",
+             "| Env | Algorithm | Steps | Seeds | Final eval | Best eval | Published | Wall time per run |",
+             "|---|---|---:|---:|---:|---:|---|---:|"]
+    for (env, algo), group in groups.items():
+        group.sort(key=lambda r: r["seed"])
+        published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
+        steps = sorted({r["steps"] for r in group})
+        lines.append(f"| {env} | {algo} | {'/'.join(f'{s:,}' for s in steps)} | {len(group)} "
+                     f"| {_mean_std([r['final_return'] for r in group])} | {_mean_std([r['best_return'] for r in group])} "
+                     f"| {published} | {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
+    if len(lines) == 4:
+        lines.append("| (no finished runs) | | | | | | | |")
+    commits = sorted({r["git_commit"] or "?" for r in rows if r["suite"] == suite})
+    lines += ["", f"Final: the deterministic evaluation at the end of training; best: the highest periodic "
+              f"evaluation. Mean ± sample standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: str | Path, suites: list[str] | None = None, plots: bool = True) -> list[Path]:
+    """``SUITE.md`` (and, given matplotlib and the run directories, ``plots/SUITE/<env>.png``) for
+    each suite of ``OUT/results.csv``; returns the files written."""
+    out = Path(out)
+    results = out / "results.csv"
+    if not results.is_file():
+        if suites is None:
+            raise HeronError(f"{results} not found: run a suite first (heron bench SUITE --out {out})")
+        return []
+    rows = read_results(results)
+    written = []
+    for suite in suites if suites is not None else sorted({r["suite"] for r in rows}):
+        path = out / f"{suite}.md"
+        path.write_text(table(rows, suite))
+        written.append(path)
+        if plots:
+            written += _plots(out, suite, [r for r in rows if r["suite"] == suite])
+    return written
+
+
+def _plots(out: Path, suite: str, rows: list[dict]) -> list[Path]:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    from heron.plot import plot_bands
+
+    by_env: dict[str, dict[str, list[str]]] = {}
+    for row in rows:
+        run_dir = out / suite / Entry(row["algo"], row["env_id"], (), 0).name(row["seed"])
+        if (run_dir / "eval.csv").is_file():
+            by_env.setdefault(row["env_id"], {}).setdefault(row["algo"], []).append(str(run_dir))
+    written = []
+    for env, groups in by_env.items():
+        path = out / "plots" / suite / f"{safe_name(env)}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_bands(groups, str(path), title=f"{env} ({suite})")
+        written.append(path)
+    return written

@@ -1,0 +1,146 @@
+"""``heron bench``: the smoke suite end to end, a suite stopped by SIGINT and continued by the same
+command, and the results table from a hand-written results.csv."""
+
+import csv
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from heron import bench
+from heron.cli import main
+from heron.core import checkpoint as ckpt
+from cli_helpers import cli_error
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rows(out):
+    with open(out / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _bench(*args, **popen):
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa")}
+    return subprocess.Popen([sys.executable, "-m", "heron", "bench", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+
+
+def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, capsys):
+    out = tmp_path / "b"
+    for seed, final, best in ((1, 3000, 3100), (2, 3200, 3300), (3, 3400, 3500)):
+        bench.record(out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", seed, 1_000_000, final, 10.0, best,
+                                           3600 * seed, "0.1.0", "abc123"])
+    bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3300, 5.0, 3400, 600,
+                                       "0.1.0", "abc123"])
+    # a run recorded again (it was trained further) replaces its row, it does not add one
+    bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3310, 5.0, 3410, 1200,
+                                       "0.1.0", "def456"])
+    assert len(_rows(out)) == 4
+    assert main(["bench", "--report", "--out", str(out)]) == 0
+    sac = (out / "mujoco-sac.md").read_text()
+    # finals 3000/3200/3400: mean 3200, sample std 200; bests 3300 +- 200; wall times 1h, 2h, 3h: 2h mean
+    assert "| Hopper-v5 | sac | 1,000,000 | 3 | 3200.0 ± 200.0 | 3300.0 ± 200.0 |" in sac
+    assert "2686 ± 762 (CleanRL, v2, 1M, training return); ~3250 (SAC paper)" in sac
+    assert "| 2h00m |" in sac and "abc123" in sac
+    td3 = (out / "mujoco-td3.md").read_text()
+    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | 3564 (TD3 paper, v1, 1M) | 20m00s |" in td3
+    assert "def456" in td3 and "abc123" not in td3
+    # a results file of something else is refused in one line, and left as it was
+    (out / "results.csv").write_text("a,b\n1,2\n")
+    assert "is not a heron bench results file" in cli_error(capsys, ["bench", "--report", "--out", str(out)])
+    assert (out / "results.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "smok"], "unknown suite 'smok' (did you mean smoke?)"),
+    (["bench", "smoke", "--parallel", "0"], "--parallel must be at least 1"),
+    (["bench", "smoke", "--only", "nothing"], "--only nothing matches no entry of smoke"),
+    (["bench", "smoke", "--steps", "-5"], "--steps must be positive"),
+    (["bench", "smoke", "--seed", "3"], "unknown flag --seed (did you mean --seeds?)"),
+    (["bench", "--report", "--out", "/nonexistent/heron-bench"], "results.csv not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    assert message in cli_error(capsys, argv)
+
+
+def _wait_for(predicate, proc, timeout=120.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_interrupted_suite_continues_where_it_stopped(tmp_path):
+    """SIGINT to the bench while seed 2 trains: seed 2 checkpoints and stops, seed 1's result stays;
+    the same command then skips seed 1 and resumes seed 2 from its checkpoint."""
+    out = tmp_path / "b"
+    args = ["smoke", "--only", "td3", "--seeds", "1", "2", "--steps", "2000", "--threads", "1", "--out", str(out),
+            "--status-every", "1"]
+    proc = _bench(*args)
+    try:
+        seed2 = out / "smoke" / "td3__Hopper-v5__s2"
+        _wait_for(lambda: ckpt.step_checkpoints(seed2 / "checkpoints"), proc)
+        proc.send_signal(signal.SIGINT)  # the bench itself, which asks its running child to stop
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, text
+    assert "[done] td3 Hopper-v5 seed 1: 2000 steps" in text
+    assert "[stopped] td3 Hopper-v5 seed 2 at step" in text
+    assert [r["seed"] for r in _rows(out)] == ["1"]
+    stopped_at = ckpt.step_checkpoints(seed2 / "checkpoints")[-1][0]
+    assert 0 < stopped_at < 2000
+
+    proc = _bench(*args)
+    text, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, text
+    assert "[done] td3 Hopper-v5 seed 1: finished earlier" in text
+    assert f"[start] td3 Hopper-v5 seed 2: resuming at step {stopped_at}" in text
+    rows = _rows(out)
+    assert sorted(r["seed"] for r in rows) == ["1", "2"] and {r["steps"] for r in rows} == {"2000"}
+    state = bench.read_state(seed2)
+    assert state["done"] and state["attempts"] == 2 and state["wall_s"] > 0
+    # the resumed run logged on from its checkpoint: one evaluation per step, none repeated
+    steps = [int(r[0]) for r in csv.reader((seed2 / "eval.csv").read_text().splitlines()[1:])]
+    assert steps == sorted(set(steps)) and steps[-1] == 2000
+    assert "| Hopper-v5 | td3 | 2,000 | 2 |" in (out / "smoke.md").read_text()
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "plots" / "smoke" / "Hopper-v5.png").stat().st_size > 0
+
+    proc = _bench(*args)  # a third time: nothing left to do
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "[start]" not in text and "2/2 runs finished" in text, text
+
+
+@pytest.mark.learning
+def test_smoke_suite_end_to_end(tmp_path):
+    """Every suite's first entry (SAC, TD3 and PPO on Hopper, PPO on Pong pixels, DreamerV2 on DMC
+    pixels), two at a time: each runs, is evaluated and lands in results.csv, the table and a plot."""
+    for module in ("mujoco", "ale_py", "dm_control", "matplotlib"):
+        pytest.importorskip(module)
+    out = tmp_path / "b"
+    proc = _bench("smoke", "--parallel", "2", "--out", str(out), "--status-every", "5")
+    text, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, text
+    rows = _rows(out)
+    assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.algo, e.env_id) for e in bench.SUITES["smoke"])
+    for r in rows:
+        assert int(r["steps"]) >= next(e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) ==
+                                       (r["algo"], r["env_id"]))
+        assert float(r["wall_s"]) > 0 and r["heron_version"]
+    table = (out / "smoke.md").read_text()
+    assert table.count("\n| ") == 1 + len(rows)  # the header and one line per (env, algo)
+    assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == \
+        ["ALE_Pong-v5.png", "Hopper-v5.png", "dmc_walker_walk.png"]
+    assert "about" in text and "left" in text  # the overall progress line with its estimate
