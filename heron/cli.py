@@ -33,6 +33,8 @@ commands:
   plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs (--bands: mean over seeds)
   bench SUITE [--seeds 1 2 3] [--parallel K] [--out DIR]
                                           a benchmark suite, resumable (heron bench --list)
+  export RUN_DIR --format onnx|torchscript [--out FILE] [--checkpoint latest|best]
+                                          the deterministic policy as a standalone file
 """
 
 
@@ -263,8 +265,31 @@ def cmd_bench(argv: list[str]) -> int:
                            args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True))
 
 
+def cmd_export(argv: list[str]) -> int:
+    from heron.export import FORMATS, export
+
+    p = _Parser(prog="heron export", allow_abbrev=False, description="Write a run's deterministic policy "
+                "(observation normalization included) as a standalone ONNX or TorchScript file, with a .json "
+                "sidecar naming its inputs and outputs, and check it against the run's policy.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--format", default="onnx", metavar="|".join(FORMATS), help="default: onnx")
+    p.add_argument("--out", default=None, metavar="FILE", help="default: RUN_DIR/export/policy.onnx (or .pt)")
+    p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")
+    p.add_argument("--verify", type=int, default=64, metavar="N", help="random observations to compare the "
+                   "file's actions with the policy's on (default: 64; 0: no check)")
+    args, unknown = p.parse_known_args(argv)
+    _reject_unknown(unknown, [o for a in p._actions for o in a.option_strings])
+    info = export(args.run_dir, args.format, args.out, args.checkpoint, args.verify)
+    ins = ", ".join(f"{i['name']} {i['dtype']}{i['shape']}" for i in info["inputs"])
+    outs = ", ".join(f"{o['name']} {o['dtype']}{o['shape']}" for o in info["outputs"])
+    checked = f"; matches the policy on {info['verified_on']} observations (max diff {info['max_abs_diff']:.2g})" \
+        if "max_abs_diff" in info else ""
+    print(f"{info['path']}: {info['algo']} {info['env_id']} @ {info['step']} steps; in: {ins}; out: {outs}{checked}")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,10 +39,26 @@ def _error(capsys) -> str:
     return err
 
 
+_STARTED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left():
+    """A test that fails (a timeout, an assertion) while its training runs still ends that process."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _popen(args, env=None, cwd=TESTS):
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "heron", *args], cwd=cwd, env=environ, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "heron", *args], cwd=cwd, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _STARTED.append(proc)
+    return proc
 
 
 def _wait_for(path: Path, proc, timeout=90.0):

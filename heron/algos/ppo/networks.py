@@ -53,7 +53,7 @@ class Body(nn.Module):
                 out.append(piece)
                 continue
             (c, h, w), channels_last = layout
-            img = piece.reshape(-1, h, w, c).movedim(-1, -3) if channels_last else piece.reshape(-1, c, h, w)
+            img = piece.reshape(-1, h, w, c).permute(0, 3, 1, 2) if channels_last else piece.reshape(-1, c, h, w)
             out.append(next(cnns)(img))
         return out[0] if len(out) == 1 else torch.cat(out, -1)
 
