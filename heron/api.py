@@ -38,7 +38,8 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
 
 
 def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
-          env: Callable[..., Any] | None = None, **hyperparameters: Any) -> dict:
+          env: Callable[..., Any] | None = None, callback: Callable[[dict], None] | None = None,
+          **hyperparameters: Any) -> dict:
     """Train ``algo`` ("sac", "td3", "ppo", "dreamer_v2") and return a summary dict: run_dir, step,
     env_id, mean_return, std_return, episodes (of the final deterministic evaluation), best_eval.
 
@@ -46,6 +47,10 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     env. The run records its import path (``module:name``); one that a new process cannot import
     (a lambda, a closure, a function of ``__main__``) must be given again to ``resume`` and
     ``evaluate``.
+
+    ``callback``: called with each deterministic evaluation as it is logged (``{"step",
+    "mean_return", "std_return", "episodes"}``, the final one included). An exception it raises
+    ends the run there and reaches the caller (``heron tune`` prunes trials so).
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
 
@@ -64,7 +69,9 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     check_env_id(cfg.env_id)
     module.check(cfg)
     check_world(cfg)
-    return _run(module, Run.start(algo, cfg))
+    run = Run.start(algo, cfg)
+    run.on_eval = callback
+    return _run(module, run)
 
 
 def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None) -> dict:

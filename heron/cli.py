@@ -33,6 +33,8 @@ commands:
   plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs (--bands: mean over seeds)
   bench SUITE [--seeds 1 2 3] [--parallel K] [--out DIR]
                                           a benchmark suite, resumable (heron bench --list)
+  tune ALGO [--env-id ENV] --trials N [--jobs K] [--storage URL] [--study NAME] [config flags]
+                                          a hyperparameter search with Optuna (pruned on evaluations)
   export RUN_DIR --format onnx|torchscript [--out FILE] [--checkpoint latest|best]
                                           the deterministic policy as a standalone file
 """
@@ -265,6 +267,55 @@ def cmd_bench(argv: list[str]) -> int:
                            args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True))
 
 
+def cmd_tune(argv: list[str]) -> int:
+    from heron import tune
+    from heron.core.run import choose_threads
+
+    p = _Parser(prog="heron tune", allow_abbrev=False, description="Search hyperparameters with Optuna (TPE, "
+                "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "
+                "Any other flag is an option of every trial (heron train ALGO --help): --total-steps, --eval-every, "
+                "... Give the same command again to continue the study.")
+    p.add_argument("algo", metavar="ALGO")
+    p.add_argument("--trials", type=int, required=True, metavar="N", help="finished or pruned trials the study "
+                   "should hold")
+    p.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes on this machine (default: 1)")
+    p.add_argument("--storage", default=None, metavar="URL", help="Optuna RDB storage (default: sqlite:///OUT/study.db; "
+                   "a PostgreSQL URL to share the study between machines)")
+    p.add_argument("--study", default=None, metavar="NAME", help="study name (default: ALGO-ENV)")
+    p.add_argument("--out", default=None, metavar="DIR", help="study folder (default: tune/STUDY)")
+    p.add_argument("--space", default=None, metavar="FILE.yaml", help="search-space entries over the algorithm's")
+    p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets of every trial")
+    p.add_argument("--config", default=None, metavar="FILE.yaml", help="a config file of every trial")
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
+    p.add_argument("--pruner", default="median", choices=["median", "none"], help="default: median")
+    p.add_argument("--startup-trials", type=int, default=5, metavar="N",
+                   help="trials sampled at random and never pruned before TPE and the pruner start (default: 5)")
+    p.add_argument("--threads", type=int, default=0, metavar="N", help="torch threads per trial (default: the "
+                   "cores divided among the jobs)")
+    p.add_argument("--plot", action="store_true", help="write the optimization history and parameter importances")
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    args, rest = p.parse_known_args(argv)
+    module = registry.get(args.algo)
+    cfg_parser = config_parser(f"{args.algo} (trial options)", module.Config, module.Config())
+    trial_args, unknown = cfg_parser.parse_known_args(_negative_values(rest))
+    _reject_unknown(unknown, [o for a in p._actions + cfg_parser._actions for o in a.option_strings])
+    overrides = {k: v for k, v in vars(trial_args).items() if k not in ("config", "preset")}
+    env_id = overrides.pop("env_id", None)
+    study = args.study or f"{args.algo}-{env_id or module.Config().env_id}".replace("/", "_").replace(":", "_")
+    out = Path(args.out or Path("tune") / study)
+    if args.startup_trials < 0:
+        raise HeronError(f"--startup-trials must be >= 0, got {args.startup_trials}")
+    threads = args.threads or choose_threads(0, 0, "sync", args.jobs)
+    opts = tune.Options(args.algo, env_id, args.trials, out, study, args.storage or f"sqlite:///{out.resolve() / 'study.db'}",
+                        tuple(args.preset), args.config, args.space, args.seed, args.startup_trials, args.pruner, threads,
+                        overrides, [a for a in argv])
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    if args.worker is not None:
+        tune.work(opts, args.worker, echo)
+        return 0
+    return tune.run_tune(opts, args.jobs, args.plot, echo)
+
+
 def cmd_export(argv: list[str]) -> int:
     from heron.export import FORMATS, export
 
@@ -289,7 +340,7 @@ def cmd_export(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot,
-            "bench": cmd_bench, "export": cmd_export}
+            "bench": cmd_bench, "tune": cmd_tune, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -190,6 +190,7 @@ class Run:
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
     eval_env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
+    on_eval: Callable[[dict], None] | None = None  # api.train(callback=...): told each evaluation (rank 0)
     lock: RunLock | None = None
     guard: DivergenceGuard | None = None
     step: int = 0  # the last env step whose work is complete (after_step)
@@ -525,6 +526,8 @@ class Run:
             self.best_eval = result["mean_return"]
         dist.agree(attempt(self._record_eval, result, state_fn if improved else None) if self.world.is_main else None)
         self.last_eval = result
+        if self.on_eval is not None and self.world.is_main:
+            self.on_eval(dict(result))  # may raise to end the run (heron tune's pruning)
         return result
 
     def _record_eval(self, result: dict, state_fn: Callable[[], dict] | None) -> None:

@@ -1,9 +1,9 @@
 """DreamerV2 (seed 003): a discrete world model learned from replayed episodes, and behaviour
 learned in its imagination."""
 
-from heron.algos.dreamer_v2.config import PRESETS, Config
+from heron.algos.dreamer_v2.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.dreamer_v2.train import check, eval_env, load_policy, train
 
 DESCRIPTION = ("DreamerV2: RSSM world model with 32x32 discrete latents, actor-critic in imagination "
                "(Discrete and Box actions; pixels, vectors or both; Atari, DMC, any Gymnasium env)")
-__all__ = ["DESCRIPTION", "PRESETS", "Config", "check", "eval_env", "load_policy", "train"]
+__all__ = ["DESCRIPTION", "PRESETS", "SEARCH_SPACE", "Config", "check", "eval_env", "load_policy", "train"]

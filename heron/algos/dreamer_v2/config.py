@@ -138,3 +138,16 @@ PRESETS = {
                   stochastic_size=4, discrete_size=4, dense_units=16, mlp_layers=1, cnn_channels_multiplier=2,
                   eval_every=150, eval_episodes=1, checkpoint_every=150, log_every=50, max_episode_steps=200),
 }
+
+# heron tune's search space (docs/usage.md "heron tune"): learning rates and the terms the DreamerV2
+# paper reports as sensitive (KL balance and free nats, the actor's entropy, the horizon).
+SEARCH_SPACE = {
+    "world_lr": {"log": [1e-4, 1e-3]},
+    "actor_lr": {"log": [1e-5, 3e-4]},
+    "critic_lr": {"log": [1e-5, 3e-4]},
+    "actor_ent_coef": {"log": [1e-5, 1e-2]},
+    "kl_balancing_alpha": {"choices": [0.6, 0.8, 0.9]},
+    "kl_free_nats": {"choices": [0.0, 1.0]},
+    "horizon": {"choices": [10, 15, 20]},
+    "gamma": {"choices": [0.99, 0.995, 0.999]},
+}

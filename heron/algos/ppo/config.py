@@ -101,3 +101,18 @@ PRESETS = {
                   hidden_sizes=(), shared_network=True, eval_every=250_000, eval_episodes=5,
                   checkpoint_every=500_000),
 }
+
+# heron tune's search space (docs/usage.md "heron tune"); the SB3 zoo's PPO ranges.
+SEARCH_SPACE = {
+    "learning_rate": {"log": [1e-5, 1e-2]},
+    "num_steps": {"choices": [32, 64, 128, 256, 512, 1024, 2048]},
+    "num_minibatches": {"choices": [1, 2, 4, 8, 16, 32]},
+    "update_epochs": {"choices": [1, 3, 5, 10, 20]},
+    "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+    "gae_lambda": {"choices": [0.8, 0.9, 0.92, 0.95, 0.98, 0.99, 1.0]},
+    "clip_coef": {"choices": [0.1, 0.2, 0.3, 0.4]},
+    "ent_coef": {"log": [1e-8, 0.1]},
+    "vf_coef": {"range": [0.0, 1.0]},
+    "max_grad_norm": {"choices": [0.3, 0.5, 0.7, 1.0, 2.0, 5.0]},
+    "hidden_sizes": {"choices": [[64, 64], [256, 256]]},
+}

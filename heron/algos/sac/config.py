@@ -50,3 +50,15 @@ PRESETS = {
     "mujoco": dict(total_steps=1_000_000, learning_starts=5000, buffer_size=1_000_000, eval_every=10_000,
                    eval_episodes=10, checkpoint_every=100_000),
 }
+
+# heron tune's search space (docs/usage.md "heron tune"): log = log-uniform, range = uniform, int,
+# choices. The SB3 zoo's SAC ranges, narrowed to what trains at all at these budgets.
+SEARCH_SPACE = {
+    "policy_lr": {"log": [1e-5, 3e-3]},
+    "q_lr": {"log": [1e-5, 3e-3]},
+    "batch_size": {"choices": [64, 128, 256, 512]},
+    "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+    "tau": {"choices": [0.001, 0.005, 0.01, 0.02, 0.05]},
+    "learning_starts": {"choices": [1000, 5000, 10000]},
+    "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
+}

@@ -35,3 +35,15 @@ PRESETS = {
     # The walkthrough's (seed 001) and the original paper's network and optimizer settings.
     "original": dict(hidden_sizes=(400, 300), batch_size=100, policy_lr=1e-3, q_lr=1e-3, learning_starts=10_000),
 }
+
+# heron tune's search space (docs/usage.md "heron tune"); the SB3 zoo's TD3 ranges.
+SEARCH_SPACE = {
+    "policy_lr": {"log": [1e-5, 3e-3]},
+    "q_lr": {"log": [1e-5, 3e-3]},
+    "batch_size": {"choices": [64, 100, 128, 256, 512]},
+    "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+    "tau": {"choices": [0.001, 0.005, 0.01, 0.02]},
+    "exploration_noise": {"range": [0.05, 0.5]},
+    "policy_noise": {"choices": [0.1, 0.2, 0.3]},
+    "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
+}
