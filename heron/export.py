@@ -12,10 +12,14 @@ What is exported is what ``heron.load(RUN).predict(obs, deterministic=True)`` co
 * recurrent policies (``--recurrent lstm|gru``) also take ``state`` ``[batch, state_size]`` and
   return ``state_out``. Start an episode with zeros, and feed ``state_out`` back at the next step.
 
+DreamerV2's policy is the world model's filter and the actor: it takes one input per observation
+key (``obs_<key>``, as the env gives it), ``state`` ``[batch, deter + stoch * classes + action_dim]``
+(h, z and the previous action: zeros at an episode's start) and ``uniform`` ``[batch, stoch]``: one
+draw in [0, 1) per categorical latent of the posterior, which the policy samples at every step (as
+``heron eval`` and ``predict`` do; feed ``numpy.random.random``). It returns ``action`` and ``state_out``.
+
 The batch dimension is dynamic. The ONNX file uses opset ``OPSET``. A sidecar ``FILE.json`` beside it
 records the names, shapes and dtypes, the action space, the run's algorithm, env and step.
-DreamerV2 is not exported yet: its policy samples the world model's latent state at every step
-(``heron eval`` and ``predict`` do too), and a standalone graph of that needs an explicit noise input.
 """
 
 from __future__ import annotations
@@ -51,6 +55,39 @@ class ExportedPolicy(nn.Module):
         return self.actor.act(obs, state, True)
 
 
+class ExportedDreamer(nn.Module):
+    """DreamerV2's player as ``forward(*obs in key order, state, uniform) -> (env action, state)``."""
+
+    def __init__(self, player: nn.Module, spaces: dict):
+        super().__init__()
+        self.player, self.keys = player, list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
+        self.discrete = bool(spaces["discrete"])
+        if not self.discrete:
+            self.register_buffer("low", torch.as_tensor(spaces["action_low"], dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(spaces["action_high"], dtype=torch.float32))
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = dict(zip(self.keys, inputs[:len(self.keys)]))
+        state, uniform = inputs[len(self.keys):]
+        action, state = self.player.act(obs, state, True, uniform=uniform)
+        if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: dreamer_v2.train.to_env_actions
+            return action.argmax(-1), state
+        return self.low + (action + 1.0) * 0.5 * (self.high - self.low), state
+
+
+def _dreamer_inputs(policy: Any, n: int, rng: np.random.Generator) -> list[tuple[str, torch.Tensor]]:
+    """Random inputs of an exported DreamerV2 policy: observations, zero state, uniform draws."""
+    spec = policy.spaces["obs_spec"]
+    inputs = []
+    for key in list(policy.spaces["cnn_keys"]) + list(policy.spaces["mlp_keys"]):
+        shape, dtype = spec[key]
+        dt = torch.uint8 if str(dtype) == "uint8" else torch.float32
+        inputs.append((f"obs_{key}", _observations(tuple(shape), dt, n, rng)))
+    inputs.append(("state", torch.zeros(n, policy.state_size)))
+    inputs.append(("uniform", torch.as_tensor(rng.random((n, policy.actor.rssm.stoch)).astype(np.float32))))
+    return inputs
+
+
 def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None, checkpoint: str = "latest",
            verify: int = 64) -> dict:
     """Write the policy of ``run_dir`` as ``fmt`` and, with ``verify`` > 0, check the file against
@@ -63,20 +100,23 @@ def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None
     if verify < 0:
         raise HeronError(f"--verify must be >= 0, got {verify}")
     algo, cfg, state = api.load_checkpoint(run_dir, checkpoint)
-    if algo == "dreamer_v2":
-        raise HeronError("heron export does not support dreamer_v2 yet: its policy samples the world model's "
-                         "latent state at every step (see docs/usage.md, heron export)")
     from heron import registry
 
     policy = registry.get(algo).load_policy(cfg, state, "cpu")
-    module = ExportedPolicy(policy.actor, policy.state_size).eval()
-    obs_dtype = policy.obs_dtype
-    recurrent = policy.state_size > 0
-    example = _observations(policy.obs_shape, obs_dtype, 2, np.random.default_rng(0))
-    inputs = (example, torch.zeros(2, policy.state_size)) if recurrent else (example,)
+    if algo == "dreamer_v2":
+        module: nn.Module = ExportedDreamer(policy.actor, state["spaces"]).eval()
+        named = _dreamer_inputs(policy, 2, np.random.default_rng(0))
+        recurrent = True
+    else:
+        module = ExportedPolicy(policy.actor, policy.state_size).eval()
+        recurrent = policy.state_size > 0
+        named = [("obs", _observations(policy.obs_shape, policy.obs_dtype, 2, np.random.default_rng(0)))]
+        if recurrent:
+            named.append(("state", torch.zeros(2, policy.state_size)))
+    inputs = tuple(t for _, t in named)
     path = Path(out) if out else Path(run_dir) / "export" / f"policy.{'onnx' if fmt == 'onnx' else 'pt'}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    names_in = ["obs", "state"] if recurrent else ["obs"]
+    names_in = [name for name, _ in named]
     names_out = ["action", "state_out"] if recurrent else ["action"]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on constants: the graph is checked below
@@ -99,14 +139,15 @@ def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None
         "format": fmt, "path": str(path), "opset": OPSET if fmt == "onnx" else None,
         "algo": algo, "env_id": cfg.env_id, "step": int(state["step"]), "checkpoint": checkpoint,
         "heron_version": __version__, "deterministic": True,
-        "inputs": [{"name": "obs", "shape": ["batch", *policy.obs_shape], "dtype": str(obs_dtype).split(".")[-1]}]
-        + ([{"name": "state", "shape": ["batch", policy.state_size], "dtype": "float32"}] if recurrent else []),
+        "inputs": [{"name": name, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).split(".")[-1]}
+                   for name, t in named],
         "outputs": [{"name": "action", "shape": ["batch", *action.shape[1:]], "dtype": str(action.dtype).split(".")[-1]}]
         + ([{"name": "state_out", "shape": ["batch", policy.state_size], "dtype": "float32"}] if recurrent else []),
         "action_space": _action_space(algo, state["spaces"]),
     }
     if verify:
-        info["max_abs_diff"] = check(path, fmt, policy, verify)
+        info["max_abs_diff"] = check_dreamer(path, fmt, module, policy, verify) if algo == "dreamer_v2" \
+            else check(path, fmt, policy, verify)
         info["verified_on"] = verify
     path.with_name(path.name + ".json").write_text(json.dumps(info, indent=2) + "\n")
     return info
@@ -122,18 +163,26 @@ def _action_space(algo: str, spaces: dict) -> dict:
     if algo == "ppo":
         action = spaces["action"]
         return {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in action.items()}
+    if spaces.get("discrete"):
+        return {"kind": "discrete", "n": int(spaces["action_dim"])}
     low, high = spaces.get("action_low"), spaces.get("action_high")
     as_list = lambda v: v.tolist() if isinstance(v, (torch.Tensor, np.ndarray)) else v  # noqa: E731
     return {"kind": "box", "low": as_list(low), "high": as_list(high)}
 
 
-def run_exported(path: str | Path, fmt: str, obs: np.ndarray, state: np.ndarray | None = None) -> list[np.ndarray]:
-    """The exported file's outputs on a batch: onnxruntime for ONNX, ``torch.jit.load`` for TorchScript."""
+def run_exported(path: str | Path, fmt: str, obs: np.ndarray | dict, state: np.ndarray | None = None,
+                 uniform: np.ndarray | None = None) -> list[np.ndarray]:
+    """The exported file's outputs on a batch: onnxruntime for ONNX, ``torch.jit.load`` for
+    TorchScript. ``obs``: an array, or for DreamerV2 a dict of arrays in the run's key order."""
+    feed = {f"obs_{k}": v for k, v in obs.items()} if isinstance(obs, dict) else {"obs": obs}
+    if state is not None:
+        feed["state"] = state
+    if uniform is not None:
+        feed["uniform"] = uniform
     if fmt == "torchscript":
         module = torch.jit.load(str(path))
-        args = (torch.as_tensor(obs),) + (() if state is None else (torch.as_tensor(state),))
         with torch.no_grad():
-            out = module(*args)
+            out = module(*(torch.as_tensor(v) for v in feed.values()))
         return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
     try:
         import onnxruntime as ort
@@ -141,7 +190,6 @@ def run_exported(path: str | Path, fmt: str, obs: np.ndarray, state: np.ndarray 
         raise HeronError("checking an ONNX export needs onnxruntime: pip install 'heron[export]' "
                          "(or --verify 0 to skip the check)") from None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feed = {"obs": obs} if state is None else {"obs": obs, "state": state}
     return session.run(None, feed)
 
 
@@ -170,4 +218,33 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
     scale = 1e-4 * max(1.0, float(np.abs(want).max())) if not np.issubdtype(want.dtype, np.integer) else 0
     if worst > max(scale, 1e-4):
         raise HeronError(f"{path}: the exported policy differs from the run's policy by up to {worst:.3g}")
+    return worst
+
+
+def check_dreamer(path: Path, fmt: str, module: nn.Module, policy: Any, n: int) -> float:
+    """As ``check``, for DreamerV2: the file against the player with the same uniform draws
+    (``predict`` draws its own), over two steps with the state fed back."""
+    from heron.algos.dreamer_v2.train import to_env_actions
+
+    rng = np.random.default_rng(1)
+    state = torch.zeros(n, policy.state_size)
+    file_state = state.numpy()
+    worst = 0.0
+    for _ in range(2):
+        named = _dreamer_inputs(policy, n, rng)
+        obs = {name[4:]: t for name, t in named[:-2]}
+        uniform = named[-1][1]
+        with torch.no_grad():
+            action, state = module.player.act(obs, state, True, uniform=uniform)
+        want = to_env_actions(action, policy.spaces)
+        got = run_exported(path, fmt, {k: v.numpy() for k, v in obs.items()}, file_state, uniform.numpy())
+        if np.issubdtype(want.dtype, np.integer):
+            if not np.array_equal(got[0], want):
+                raise HeronError(f"{path}: the exported policy chose other actions than the run's player")
+        else:
+            worst = max(worst, float(np.abs(got[0] - want).max()))
+        worst = max(worst, float(np.abs(got[1] - state.numpy()).max()))
+        file_state = got[1]
+    if worst > 1e-4:
+        raise HeronError(f"{path}: the exported policy differs from the run's player by up to {worst:.3g}")
     return worst

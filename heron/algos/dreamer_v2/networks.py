@@ -55,16 +55,18 @@ def image_to_float(x: torch.Tensor) -> torch.Tensor:
     return x.float().div_(255.0).sub_(0.5)
 
 
-def st_sample(logits: torch.Tensor) -> torch.Tensor:
+def st_sample(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
     """One-hot sample of the categoricals in the last dim with straight-through gradients:
-    the forward value is the sample, the backward pass sees d(probs)."""
+    the forward value is the sample, the backward pass sees d(probs). ``uniform`` (logits' shape
+    without the last dim, in [0, 1)): the draws to use instead of fresh ones (an exported policy
+    takes them as an input)."""
     probs = logits.softmax(-1)
     # inverse-CDF sampling: one uniform per categorical variable, not one Gumbel per class (the
     # Gumbel noise's exponential draws were a fifth of a small model's gradient step on CPU). Class j
     # is drawn when cdf[j-1] <= v < cdf[j]: a class of probability 0 never is; v is scaled to the
     # computed total, so rounding in the cumulative sum cannot push it past the last class
     cdf = probs.detach().cumsum(-1)
-    v = torch.rand_like(cdf[..., :1]) * cdf[..., -1:]
+    v = (torch.rand_like(cdf[..., :1]) if uniform is None else uniform.unsqueeze(-1)) * cdf[..., -1:]
     index = (cdf <= v).sum(-1).clamp_max(logits.shape[-1] - 1)
     onehot = F.one_hot(index, logits.shape[-1]).to(probs.dtype)
     return onehot + probs - probs.detach()
@@ -359,13 +361,15 @@ class Player(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
-            is_first: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            is_first: torch.Tensor | None = None, uniform: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``uniform`` [B, stoch]: the draws of the posterior's categoricals (fresh ones if None)."""
         rssm = self.rssm
         if is_first is not None:
             state = state * (~is_first).to(state.dtype).unsqueeze(-1)
         h, z, a = state.split([rssm.deter, rssm.z_dim, self.action_dim], -1)
         h = rssm.recurrent(h, z, rssm.in_a(a))
-        z = st_sample(rssm.posterior_step(h, rssm.post_e(self.encoder(obs)))).flatten(-2)
+        z = st_sample(rssm.posterior_step(h, rssm.post_e(self.encoder(obs))), uniform).flatten(-2)
         dist = self.actor(torch.cat([z, h], -1))
         action = dist.mode() if deterministic else dist.rsample()
         return action, torch.cat([h, z, action], -1)
