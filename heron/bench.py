@@ -36,7 +36,7 @@ from typing import Any, Iterable
 
 from heron import __version__
 from heron.config import HeronError
-from heron.core.logger import complete_rows
+from heron.core.logger import complete_rows, write_csv
 from heron.core.run import best_logged_eval
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
@@ -427,12 +427,7 @@ def record(path: Path, row: list) -> None:
     rows = [r for r in _read_rows(path) if r[:4] != key]
     rows.append([str(v) for v in row])
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(RESULTS_HEADER)
-        w.writerows(rows)
-    os.replace(tmp, path)
+    write_csv(path, RESULTS_HEADER, rows)
 
 
 def _read_rows(path: Path) -> list[list[str]]:

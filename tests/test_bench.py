@@ -97,7 +97,7 @@ def test_interrupted_suite_continues_where_it_stopped(tmp_path):
     """SIGINT to the bench while seed 2 trains: seed 2 checkpoints and stops, seed 1's result stays;
     the same command then skips seed 1 and resumes seed 2 from its checkpoint."""
     out = tmp_path / "b"
-    args = ["smoke", "--only", "td3", "--seeds", "1", "2", "--steps", "2000", "--threads", "1", "--out", str(out),
+    args = ["smoke", "--only", "td3", "--seeds", "1", "2", "--steps", "1500", "--threads", "1", "--out", str(out),
             "--status-every", "1"]
     proc = _bench(*args)
     try:
@@ -110,11 +110,11 @@ def test_interrupted_suite_continues_where_it_stopped(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, text
-    assert "[done] td3 Hopper-v5 seed 1: 2000 steps" in text
+    assert "[done] td3 Hopper-v5 seed 1: 1500 steps" in text
     assert "[stopped] td3 Hopper-v5 seed 2 at step" in text
     assert [r["seed"] for r in _rows(out)] == ["1"]
     stopped_at = ckpt.step_checkpoints(seed2 / "checkpoints")[-1][0]
-    assert 0 < stopped_at < 2000
+    assert 0 < stopped_at < 1500
 
     proc = _bench(*args)
     text, _ = proc.communicate(timeout=300)
@@ -122,13 +122,13 @@ def test_interrupted_suite_continues_where_it_stopped(tmp_path):
     assert "[done] td3 Hopper-v5 seed 1: finished earlier" in text
     assert f"[start] td3 Hopper-v5 seed 2: resuming at step {stopped_at}" in text
     rows = _rows(out)
-    assert sorted(r["seed"] for r in rows) == ["1", "2"] and {r["steps"] for r in rows} == {"2000"}
+    assert sorted(r["seed"] for r in rows) == ["1", "2"] and {r["steps"] for r in rows} == {"1500"}
     state = bench.read_state(seed2)
     assert state["done"] and state["attempts"] == 2 and state["wall_s"] > 0
     # the resumed run logged on from its checkpoint: one evaluation per step, none repeated
     steps = [int(r[0]) for r in csv.reader((seed2 / "eval.csv").read_text().splitlines()[1:])]
-    assert steps == sorted(set(steps)) and steps[-1] == 2000
-    assert "| Hopper-v5 | td3 | 2,000 | 2 |" in (out / "smoke.md").read_text()
+    assert steps == sorted(set(steps)) and steps[-1] == 1500
+    assert "| Hopper-v5 | td3 | 1,500 | 2 |" in (out / "smoke.md").read_text()
     if importlib.util.find_spec("matplotlib"):
         assert (out / "plots" / "smoke" / "Hopper-v5.png").stat().st_size > 0
 

@@ -48,17 +48,20 @@ def _batch(policy, rng, n=32):
     return rng.integers(0, 256, (n, *policy.obs_shape), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-@pytest.mark.parametrize("name", [name for name in RUNS if name not in DREAMER])
-def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
+def _export(run, fmt, capsys):
+    """Export ``run`` as ``fmt`` through the CLI: (file, its sidecar, the run's loaded policy)."""
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
-    run = runs / name
     out = run / f"policy_{fmt}"
     assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0
     assert "matches the policy on 64 observations" in capsys.readouterr().out
-    info = json.loads((run / f"policy_{fmt}.json").read_text())
-    policy = heron.load(run)
+    return out, json.loads((run / f"policy_{fmt}.json").read_text()), heron.load(run)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("name", [name for name in RUNS if name not in DREAMER])
+def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
+    out, info, policy = _export(runs / name, fmt, capsys)
     recurrent = policy.state_size > 0
     assert [i["name"] for i in info["inputs"]] == (["obs", "state"] if recurrent else ["obs"])
     assert info["inputs"][0]["shape"] == ["batch", *policy.obs_shape]
@@ -81,15 +84,9 @@ def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 @pytest.mark.parametrize("name", DREAMER)
 def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt, capsys):
-    if fmt == "onnx":
-        pytest.importorskip("onnxruntime")
     from heron.algos.dreamer_v2.train import to_env_actions
 
-    run = runs / name
-    out = run / f"policy_{fmt}"
-    assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0
-    info = json.loads((run / f"policy_{fmt}.json").read_text())
-    policy = heron.load(run)
+    out, info, policy = _export(runs / name, fmt, capsys)
     stoch = policy.actor.rssm.stoch
     assert [i["name"] for i in info["inputs"]] == ["obs_state", "state", "uniform"]
     assert info["inputs"][2]["shape"] == ["batch", stoch]

@@ -49,7 +49,11 @@ def truncate_csv(path: Path, last_step: int, header: list[str]) -> None:
     dropped), under ``header`` (written again if a crash lost it). Rewritten atomically."""
     if not path.exists():
         return
-    rows = [r for r in complete_rows(path, len(header)) if int(r[0]) <= last_step]
+    write_csv(path, header, [r for r in complete_rows(path, len(header)) if int(r[0]) <= last_step])
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
+    """A whole CSV, written beside ``path`` and renamed over it: a kill mid-write leaves the old file."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
