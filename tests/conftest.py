@@ -1,5 +1,18 @@
+import os
 
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`.ci/run` uses `-n 2`) each worker gets its own share of the cores, so a
+    training in one worker never competes with the other for a core: heron sizes its torch threads
+    (and a child process its own) from this affinity, and two-thread torch stalls when a core it
+    counted on is taken."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker and count > 1 and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) >= count:
+            os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
 
 
 # Small, fast settings shared by smoke tests (a few seconds per run on 2 cores).

@@ -55,8 +55,11 @@ def _no_process_left():
 
 def _popen(args, env=None, cwd=TESTS):
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    # SIGINT at its default in the child, as from a terminal: a suite started in the background
+    # (`bash .ci/run &`) passes SIGINT on ignored, and Python then installs no KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-m", "heron", *args], cwd=cwd, env=environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _STARTED.append(proc)
     return proc
 

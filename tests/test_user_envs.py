@@ -55,6 +55,24 @@ def test_module_env_id_trains_resumes_and_evaluates_through_the_cli(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_module_env_id_tunes_in_worker_processes_and_exports(tmp_path):
+    """``heron tune`` and ``heron export`` take a user's env like ``heron train``: the tune workers
+    (new processes) import the module from the working directory, and the exported policy is
+    checked against the run on the user's env."""
+    pytest.importorskip("optuna")
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "study"
+    p = _heron(["tune", "sac", "--env-id", "user_envs:Target-v0", "--trials", "2", "--jobs", "2", "--threads", "1",
+                "--pruner", "none", "--out", str(out), *TINY[:-4]], TESTS)
+    assert p.returncode == 0, p.stderr
+    assert yaml.safe_load((out / "best.yaml").read_text())["env_id"] == "user_envs:Target-v0"
+    trial = out / "trials" / "trial_0000"
+    onnx = tmp_path / "policy.onnx"
+    p = _heron(["export", str(trial), "--format", "onnx", "--out", str(onnx)], TESTS)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(onnx.with_name("policy.onnx.json").read_text())["env_id"] == "user_envs:Target-v0"
+
+
 @pytest.mark.parametrize("env_id,needle", [
     ("no_such_module_xyz:Target-v0", "cannot import module 'no_such_module_xyz' for --env-id"),
     ("user_envs:Targt-v0", "user_envs registers no environment 'Targt-v0' and has no env factory of that name; "
