@@ -98,11 +98,18 @@ class Adam(torch.optim.Adam):
     the optimizer's hook machinery at every call (about 0.2 ms a call on this project's CPU, three
     calls per SAC update). State, ``state_dict`` and results are those of ``torch.optim.Adam``;
     anything unusual (a missing gradient, the first step, a tensor learning rate, amsgrad, a
-    GradScaler) goes through ``step``."""
+    GradScaler) goes through ``step``.
+
+    torch wraps ``add_param_group``, ``state_dict``, ``load_state_dict`` and ``zero_grad`` in
+    ``torch._disable_dynamo`` and ``step`` in a graph break, and each imports ``torch._dynamo`` on
+    its first call: 1-2 s of every run's startup on this project's CPU, for a compiler heron's
+    optimizer step never meets. This class calls the wrapped functions themselves and creates the
+    state of its first lean step with Adam's own initializer, so a run that does not compile never
+    imports it."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
         self._lean: list | None = None
+        super().__init__(*args, **kwargs)
 
     def _lean_lists(self) -> list | None:
         lists = []
@@ -120,6 +127,9 @@ class Adam(torch.optim.Adam):
 
     def lean_step(self) -> None:
         if self._lean is None:
+            if not self.state and all(p.grad is not None for g in self.param_groups for p in g["params"]):
+                for group in self.param_groups:  # the first step: Adam's state, as its step() creates it
+                    self._init_group(group, [], [], [], [], [], [])
             self._lean = self._lean_lists()
             if self._lean is None:
                 self.step()  # the first step creates the state; the next one builds the lists
@@ -136,6 +146,12 @@ class Adam(torch.optim.Adam):
                                lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _direct(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return _direct(torch.optim.Optimizer.state_dict)(self)
+
     def lean_zero_grad(self) -> None:
         """``zero_grad(set_to_none=True)`` without the machinery."""
         for group in self.param_groups:
@@ -143,12 +159,17 @@ class Adam(torch.optim.Adam):
                 p.grad = None
 
     def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
+        _direct(torch.optim.Optimizer.load_state_dict)(self, state_dict)
         self._lean = None  # new state tensors
 
     def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
+        _direct(torch.optim.Optimizer.add_param_group)(self, param_group)
         self._lean = None
+
+
+def _direct(method):
+    """The function inside torch's ``_disable_dynamo`` wrapper (``Adam``'s doc), or the method itself."""
+    return getattr(method, "__wrapped__", method)
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> Adam:

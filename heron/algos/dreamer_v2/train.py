@@ -45,7 +45,7 @@ from heron.core.graphs import GraphedStep
 from heron.core.memory import keep_freed_memory
 from heron.core.policy import Policy
 from heron.core.precision import Precision
-from heron.core.run import Run
+from heron.core.run import Run, compile_step
 
 
 # -- spaces -------------------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
 def wrap_update(cfg: Config, update):
     """``--compile`` or ``--cuda-graphs`` around the gradient step (both keep its semantics)."""
     if cfg.compile:
-        return torch.compile(update)
+        return compile_step(update)
     if cfg.cuda_graphs:
         return GraphedStep(update)
     return update

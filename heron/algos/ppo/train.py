@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from heron.algos.ppo import losses
+from heron.algos.ppo import lean, losses
 from heron.algos.ppo.config import Config
 from heron.algos.ppo.networks import ActorCritic
 from heron.config import HeronError
@@ -34,7 +34,7 @@ from heron.core.nets import adam
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.returns import RewardScaler, gae, nstep_returns
-from heron.core.run import Run
+from heron.core.run import Run, compile_step
 from heron.core.schedules import set_lr
 
 
@@ -225,7 +225,9 @@ def train(cfg: Config, run: Run) -> dict:
 
     update = make_update(cfg, model, opt, run.precision)
     if cfg.compile:
-        update = torch.compile(update)
+        update = compile_step(update)
+    elif cfg.fused_update and lean.supported(model, run.precision, cfg.compile) is None:
+        update = lean.LeanUpdate(cfg, model, opt)  # the same step, written out (2-4x faster on small MLPs)
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""

@@ -21,7 +21,7 @@ from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_, requires_grad
 from heron.core.policy import Policy
-from heron.core.run import Run
+from heron.core.run import Run, compile_step
 
 
 def check(cfg: Config) -> dict:
@@ -92,7 +92,7 @@ def train(cfg: Config, run: Run) -> dict:
         return metrics
 
     if cfg.compile:
-        update = torch.compile(update)
+        update = compile_step(update)
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}

@@ -1,0 +1,90 @@
+"""The hand-written PPO step (heron/algos/ppo/lean.py) against the autograd step it replaces: the same
+losses, gradients and parameters after several optimizer steps on fixed minibatches, over every
+option the lean step covers; and which models fall back to autograd."""
+
+import copy
+import importlib
+
+import pytest
+import torch
+
+from heron.algos.ppo import lean
+from heron.algos.ppo.config import Config
+from heron.core.nets import adam
+from heron.core.precision import Precision
+
+ppo_train = importlib.import_module("heron.algos.ppo.train")
+CPU = torch.device("cpu")
+
+
+def _spaces(kind: str) -> dict:
+    action = ({"kind": "discrete", "n": 3} if kind == "discrete"
+              else {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)})
+    return {"obs_shape": [5], "obs_dtype": "float32", "action": action, "obs_parts": None}
+
+
+def _minibatch(model, kind: str, B: int, g: torch.Generator) -> dict:
+    """A minibatch whose stored log-probs are the current ones perturbed, so that some ratios fall
+    outside the clip range on both sides and some inside."""
+    obs = torch.randn(B, 1, 5, generator=g) * 2
+    with torch.no_grad():
+        params, _, _ = model(obs, torch.zeros(B, 0), torch.zeros(B, 1, dtype=torch.bool))
+        actions = model.pi_head.sample_logp(params)[0]
+        logp = model.pi_head.log_prob(params, actions)
+    return {"obs": obs, "state0": torch.zeros(B, 0), "starts": torch.zeros(B, 1, dtype=torch.bool),
+            "actions": actions, "logp": logp + 0.4 * torch.randn(B, 1, generator=g),
+            "adv": torch.randn(B, 1, generator=g) * 3 + 0.5, "returns_n": torch.randn(B, 1, generator=g),
+            "values_n": 0.3 * torch.randn(B, 1, generator=g)}
+
+
+CASES = {
+    "discrete": ("discrete", {}),
+    "discrete, entropy, value clip, dual clip": ("discrete", dict(ent_coef=0.05, clip_vloss=True, dual_clip=3.0)),
+    "discrete, raw advantages, no grad clip, one layer": ("discrete", dict(norm_adv=False, max_grad_norm=0.0,
+                                                                            hidden_sizes=(16,))),
+    "box": ("box", dict(clip_vloss=False)),
+    "box, obs norm, entropy, value clip": ("box", dict(obs_norm=True, ent_coef=0.01, clip_vloss=True)),
+    "box, state-dependent std, dual clip, no hidden layers": ("box", dict(state_dependent_std=True, dual_clip=2.0,
+                                                                          init_log_std=-0.5, hidden_sizes=())),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lean_step_equals_the_autograd_step(case):
+    kind, overrides = CASES[case]
+    cfg = Config(**{"hidden_sizes": (32, 32), "clip_coef": 0.2, **overrides})
+    torch.manual_seed(0)
+    model = ppo_train._build(cfg, _spaces(kind))
+    if cfg.obs_norm:  # statistics away from the identity
+        model.norm.update(torch.randn(100, 5) * 3 + 1)
+    twin = copy.deepcopy(model)
+    plain = ppo_train.make_update(cfg, model, adam(model.parameters(), 1e-3, eps=1e-5), Precision("32", CPU))
+    assert lean.supported(twin, Precision("32", CPU), compiled=False) is None
+    fused = lean.LeanUpdate(cfg, twin, adam(twin.parameters(), 1e-3, eps=1e-5))
+    g = torch.Generator().manual_seed(1)
+    clipped = 0.0
+    for step in range(4):
+        mb = _minibatch(model, kind, 64, g)
+        expected, got = plain(mb), fused(mb)
+        assert expected.keys() == got.keys()
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-5, msg=f"{key} at step {step}")
+        clipped += float(expected["losses/clipfrac"])
+        for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=f"grad of {name} at step {step}")
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=f"{name} after step {step}")
+    assert clipped > 0  # the clipped branch was exercised
+
+
+def test_lean_step_applies_only_where_it_is_exact():
+    f32, bf16 = Precision("32", CPU), Precision("bf16-mixed", CPU)
+    box = ppo_train._build(Config(), _spaces("box"))
+    assert lean.supported(box, f32, compiled=False) is None
+    assert "compile" in lean.supported(box, f32, compiled=True)
+    assert "bf16-mixed" in lean.supported(box, bf16, compiled=False)
+    assert "recurrent" in lean.supported(ppo_train._build(Config(recurrent="gru"), _spaces("box")), f32, False)
+    assert "shared" in lean.supported(ppo_train._build(Config(shared_network=True), _spaces("box")), f32, False)
+    multi = {**_spaces("box"), "action": {"kind": "multidiscrete", "nvec": [2, 3]}}
+    assert "MultiDiscrete" in lean.supported(ppo_train._build(Config(), multi), f32, False)
+    image = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
+    assert "image" in lean.supported(ppo_train._build(Config(hidden_sizes=()), image), f32, False)
