@@ -174,3 +174,36 @@ def test_atari_standard_wrappers():
         episodes += v.step(rng.integers(4, size=1)).episodes
     v.close()
     assert episodes and all(length > 100 for _, _, length in episodes)  # 5 lives of random play each
+
+
+@pytest.mark.parametrize("env_id,num_envs", [("CartPole-v1", 4), ("Pendulum-v1", 2), ("Hopper-v5", 1)])
+def test_serial_envs_give_gymnasium_sync_vector_env_transitions(env_id, num_envs):
+    """heron's SerialEnvs (the sync backend) against Gymnasium's SyncVectorEnv (autoreset disabled)
+    driven by the same VecEnv code: the same observations, rewards, terminations, truncations and
+    episodes over several episodes each, and the same RNG states (what resume saves)."""
+    import gymnasium as gym
+
+    from heron.core import envs as heron_envs
+
+    ours = VecEnv(env_id, num_envs=num_envs, seed=3, max_episode_steps=60)
+    theirs = VecEnv(env_id, num_envs=num_envs, seed=3, max_episode_steps=60)
+    assert isinstance(ours.envs, heron_envs.SerialEnvs)
+    theirs.envs.close()
+    theirs.envs = gym.vector.SyncVectorEnv(
+        [lambda: make_env(env_id, max_episode_steps=60, training=True) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    np.testing.assert_array_equal(ours.reset(), theirs.reset())
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(150):
+        actions = np.stack([ours.single_action_space.sample() for _ in range(num_envs)])
+        if rng.random() < 0.05 and isinstance(ours.single_action_space, gym.spaces.Box):
+            actions = actions * 0  # (some repeated actions too)
+        a, b = ours.step(actions), theirs.step(actions)
+        for field in ("obs", "next_obs", "rewards", "terminated", "truncated"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+            assert getattr(a, field).dtype == getattr(b, field).dtype
+        assert a.episodes == b.episodes
+        ended += len(a.episodes)
+    assert ended >= num_envs  # resets were exercised
+    assert str(ours.state_dict()) == str(theirs.state_dict())

@@ -88,3 +88,24 @@ def test_lean_step_applies_only_where_it_is_exact():
     assert "MultiDiscrete" in lean.supported(ppo_train._build(Config(), multi), f32, False)
     image = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
     assert "image" in lean.supported(ppo_train._build(Config(hidden_sizes=()), image), f32, False)
+
+
+@pytest.mark.parametrize("kind,overrides", [("discrete", {}), ("box", dict(obs_norm=True)),
+                                            ("box", dict(state_dependent_std=True, hidden_sizes=()))])
+def test_acting_fast_path_gives_the_layers_numbers_exactly(kind, overrides):
+    """ActorCritic.step calls the layers' operations directly for feed-forward MLPs: bit for bit what
+    the modules compute (the sequence forward), and off under mixed precision."""
+    torch.manual_seed(0)
+    model = ppo_train._build(Config(**overrides), _spaces(kind))
+    model.norm.update(torch.randn(50, 5) * 2 + 1)  # (a no-op unless obs_norm)
+    obs = torch.randn(7, 5) * 3
+    with torch.no_grad():
+        params, values, _ = model.step(obs, torch.zeros(7, 0))
+        ref_params, ref_values, _ = model(obs[:, None], torch.zeros(7, 0), torch.zeros(7, 1, dtype=torch.bool))
+    assert model._direct is not None
+    assert torch.equal(params, ref_params[:, 0]) and torch.equal(values, ref_values[:, 0])
+    Precision("bf16-mixed", CPU).apply(model)
+    with torch.no_grad():
+        params16, _, _ = model.step(obs, torch.zeros(7, 0))
+        ref16, _, _ = model(obs[:, None], torch.zeros(7, 0), torch.zeros(7, 1, dtype=torch.bool))
+    assert torch.equal(params16, ref16[:, 0]) and not torch.equal(params16, params)

@@ -394,6 +394,63 @@ class Step:
     episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env, return, length) ended
 
 
+class SerialEnvs:
+    """Gymnasium's ``SyncVectorEnv`` with autoreset disabled, reduced to what ``VecEnv`` asks of it.
+
+    Each sub-env is stepped and reset with exactly the calls ``SyncVectorEnv`` makes (the same
+    actions from ``iterate``, seeds and options), so the transitions are the same
+    (``tests/test_envs.py`` checks it step by step). Left out: merging every sub-env's info dict
+    into batched arrays at every step and reset (heron reads infos only for Atari's whole-game
+    statistics, which keep ``SyncVectorEnv``), and the deep copy of the batched observations (each
+    call stacks new arrays). On Hopper-v5 with one env the info merging and copying cost about as
+    much as MuJoCo's simulation step."""
+
+    def __init__(self, fns: list[Callable[[], gym.Env]]):
+        self.envs = [fn() for fn in fns]
+        self.num_envs = len(self.envs)
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self._box = isinstance(self.single_observation_space, gym.spaces.Box)
+
+    def _batch(self, items: list) -> Any:
+        if self._box:
+            return np.stack(items)
+        out = gym.vector.utils.create_empty_array(self.single_observation_space, self.num_envs)
+        return gym.vector.utils.concatenate(self.single_observation_space, items, out)
+
+    def reset(self, seed: int | list[int | None] | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        seeds = ([seed + i for i in range(self.num_envs)] if isinstance(seed, int)
+                 else seed if seed is not None else [None] * self.num_envs)
+        mask = (options or {}).get("reset_mask", np.ones(self.num_envs, bool))
+        obs = list(self._last) if hasattr(self, "_last") else [None] * self.num_envs
+        for i, (env, single_seed) in enumerate(zip(self.envs, seeds, strict=True)):
+            if mask[i]:
+                obs[i], _ = env.reset(seed=single_seed, options=options)
+        self._last = obs
+        return self._batch(obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        n = self.num_envs
+        obs, rewards = [None] * n, np.zeros(n, np.float64)
+        terminated, truncated = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+        for i, action in enumerate(gym.vector.utils.iterate(self.action_space, actions)):
+            obs[i], rewards[i], terminated[i], truncated[i], _ = self.envs[i].step(action)
+        self._last = obs
+        return self._batch(obs), rewards, terminated, truncated, {}
+
+    def get_attr(self, name: str) -> list[Any]:
+        return [env.get_wrapper_attr(name) for env in self.envs]
+
+    def set_attr(self, name: str, values: list[Any]) -> None:
+        for env, value in zip(self.envs, values, strict=True):
+            env.set_wrapper_attr(name, value)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
 class VecEnv:
     """``num_envs`` copies of an env, stepped together, with heron's Step layout (module doc).
 
@@ -410,16 +467,20 @@ class VecEnv:
                                         max_episode_steps=max_episode_steps, training=True, **kwargs))
             for _ in range(num_envs)
         ]
-        cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
-        self.envs = cls(fns, autoreset_mode=AutoresetMode.DISABLED)
+        # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
+        # algorithm's own stack (env_fn, e.g. DreamerV2's) plays whole games as episodes
+        self.whole_games = atari.is_atari(env_id) and env_fn is None
+        if mode == "async":
+            self.envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+        elif self.whole_games:  # the game statistics arrive in infos
+            self.envs = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+        else:
+            self.envs = SerialEnvs(fns)
         self.single_observation_space = observation_space(self.envs.single_observation_space)
         self.single_action_space = self.envs.single_action_space
         space = self.envs.single_observation_space
         self.obs_dtype: Any = ({k: obs_dtype(v) for k, v in space.spaces.items()}
                                if isinstance(space, gym.spaces.Dict) else obs_dtype(space))
-        # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
-        # algorithm's own stack (env_fn, e.g. DreamerV2's) plays whole games as episodes
-        self.whole_games = atari.is_atari(env_id) and env_fn is None
         self._obs = obs_converter(space)
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)

@@ -66,6 +66,13 @@ def first_line(exc: BaseException) -> str:
 
 
 # -- divergence -------------------------------------------------------------------------------------
+def _scalar(v: torch.Tensor) -> torch.Tensor:
+    """A metric as one float32 number (a float32 scalar as it is: the guard runs every update)."""
+    if v.dim() == 0:
+        return v if v.dtype == torch.float32 else v.float()
+    return v.float().sum()
+
+
 class DivergenceGuard:
     """Non-finite metrics of the update steps, recorded without a host sync.
 
@@ -82,8 +89,7 @@ class DivergenceGuard:
         names = tuple(k for k, v in metrics.items() if isinstance(v, torch.Tensor))
         if not names:
             return metrics
-        values = torch.stack([metrics[k].float().reshape(()) if metrics[k].dim() == 0 else metrics[k].float().sum()
-                              for k in names])
+        values = torch.stack([_scalar(metrics[k]) for k in names])
         ok = self.ok
         self.step = torch.where(ok, step, self.step)
         slot = self.slots.get(names)

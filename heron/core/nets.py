@@ -229,17 +229,30 @@ class RunningNorm(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
+    def _float32(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 mean and sqrt(var + eps), computed again only when the statistics changed (their
+        tensors' version counters move with every in-place update, load_state_dict included): the
+        acting loop normalizes every env step, and four conversions a call were a third of it."""
+        if torch.compiler.is_compiling():
+            return self.mean.float(), torch.sqrt(self.var.float() + self.eps)
+        key = (self.mean._version, self.var._version, self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
+        if getattr(self, "_cache_key", None) != key:
+            self._cache = (self.mean.float(), torch.sqrt(self.var.float() + self.eps))
+            self._cache_key = key
+        return self._cache
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x.float()
-        mean, std = self.mean.float(), torch.sqrt(self.var.float() + self.eps)
+        mean, std = self._float32()
         return ((x.float() - mean) / std).clamp(-self.clip, self.clip)
 
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
         """The inverse of ``forward`` (without the clip): normalized values back to raw scale."""
         if not self.enabled:
             return x
-        return x * torch.sqrt(self.var.float() + self.eps) + self.mean.float()
+        mean, std = self._float32()
+        return x * std + mean
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0

@@ -284,7 +284,8 @@ def train(cfg: Config, run: Run) -> dict:
         for t in range(T):
             obs_t = torch.as_tensor(obs, device=device)
             starts_t = torch.as_tensor(starts, device=device)
-            state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
+            if S:
+                state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
             with torch.no_grad():
                 params, v, state = model.step(obs_t, state)
                 actions, w["logp"][t] = head.sample_logp(params)
