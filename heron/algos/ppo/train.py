@@ -281,25 +281,33 @@ def train(cfg: Config, run: Run) -> dict:
         # -- collect a rollout ----------------------------------------------------------------------
         w = buf.writing()
         w["state0"].copy_(state)
+        # each step's tensors and arrays are kept in lists and written to the buffer once per rollout
+        # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
+        seen = {name: [] for name in ("obs", "actions", "logp", "values")}
+        got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
         for t in range(T):
             obs_t = torch.as_tensor(obs, device=device)
-            starts_t = torch.as_tensor(starts, device=device)
             if S:
+                starts_t = torch.as_tensor(starts, device=device)
                 state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
             with torch.no_grad():
                 params, v, state = model.step(obs_t, state)
-                actions, w["logp"][t] = head.sample_logp(params)
+                actions, logp = head.sample_logp(params)
             step = envs.step(head.to_env(actions).cpu().numpy())
             global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated
-            rewards = torch.as_tensor(scaler(step.rewards, done) if scaler else step.rewards)
-            w["obs"][t], w["next_obs"][t], w["actions"][t] = obs_t, torch.as_tensor(step.next_obs), actions
-            w["values"][t] = model.value_norm.denormalize(v)
-            w["rewards"][t], w["starts"][t] = rewards, starts_t
-            w["terminated"][t], w["truncated"][t] = torch.as_tensor(step.terminated), torch.as_tensor(step.truncated)
+            for name, value in zip(seen, (obs_t, actions, logp, v)):
+                seen[name].append(value)
+            for name, value in zip(got, (step.next_obs, scaler(step.rewards, done) if scaler else step.rewards,
+                                         starts, step.terminated, step.truncated)):
+                got[name].append(value)
             obs, starts = step.obs, done
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
+        for name, values in seen.items():  # [T, N, ...]
+            w[name].copy_(torch.stack(values) if name != "values" else model.value_norm.denormalize(torch.stack(values)))
+        for name, arrays in got.items():
+            w[name].copy_(torch.from_numpy(np.stack(arrays)))
         buf.commit()
 
         # -- learn ----------------------------------------------------------------------------------
