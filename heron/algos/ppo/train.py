@@ -325,12 +325,14 @@ def train(cfg: Config, run: Run) -> dict:
                 units = as_units({**seq, "adv": adv, "returns_n": model.value_norm(returns),
                                   "values_n": model.value_norm(seq["values"])})
             order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
-            batches = order.split(mb_units)
-            adv_stats = dist.mean_std([units["adv"][idx] for idx in batches]) \
+            # one gather per field and epoch; minibatch j is then the slice [j * mb_units, (j + 1) * mb_units)
+            shuffled = {k: units[k][order] for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n",
+                                                      "values_n")}
+            batches = [slice(j * mb_units, (j + 1) * mb_units) for j in range(cfg.num_minibatches)]
+            adv_stats = dist.mean_std([shuffled["adv"][part] for part in batches]) \
                 if cfg.norm_adv and run.world.distributed else None  # one all-reduce for the epoch's minibatches
-            for j, idx in enumerate(batches):
-                mb = {k: units[k][idx] for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n",
-                                                 "values_n")}
+            for j, part in enumerate(batches):
+                mb = {k: v[part] for k, v in shuffled.items()}
                 if adv_stats:
                     mb["adv_mean"], mb["adv_std"] = adv_stats[j]
                 out = run.watch(update(mb), global_step)
