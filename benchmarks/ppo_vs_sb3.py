@@ -25,8 +25,8 @@ the same start seeds for both.
 
 Run (use a quiet machine: nothing else running)::
 
-    python benchmarks/ppo_vs_sb3.py --setting cartpole --threads 1
-    python benchmarks/ppo_vs_sb3.py --setting hopper --threads 1
+    python benchmarks/ppo_vs_sb3.py --setting cartpole --threads 1 --rounds 3
+    python benchmarks/ppo_vs_sb3.py --setting hopper --threads 1 --rounds 3
 """
 
 from __future__ import annotations
@@ -116,27 +116,36 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--total-steps", type=int, default=0, help="override the setting's step budget")
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="pairs of runs, the order alternating (heron first in odd rounds); the VM's speed drifts "
+                        "by tens of percent within minutes, so the median of the per-round ratios is reported")
     args = p.parse_args()
     s = dict(SETTINGS[args.setting])
     if args.total_steps:
         s["total_steps"] = args.total_steps
     run_dir = tempfile.mkdtemp(prefix="heron_ppo_bench_")
-    results = {}
+    runners = {"heron": lambda r: run_heron(s, args.seed, args.threads, f"{run_dir}/run{r}"),
+               "sb3": lambda r: run_sb3(s, args.seed, args.threads)}
+    results = {name: {"seconds": []} for name in runners}
     try:
-        for name, fn in (("heron", lambda: run_heron(s, args.seed, args.threads, run_dir + "/run")),
-                         ("sb3", lambda: run_sb3(s, args.seed, args.threads))):
-            elapsed, act = fn()
-            mean, std = evaluate(act, s["env_id"], args.eval_episodes, args.seed)
-            results[name] = {"seconds": round(elapsed, 1), "steps_per_s": round(s["total_steps"] / elapsed),
-                             "eval_mean": round(mean, 1), "eval_std": round(std, 1)}
-            print(f"{name:6s} {elapsed:7.1f} s  {s['total_steps'] / elapsed:7.0f} steps/s  "
-                  f"eval {mean:8.1f} +- {std:.1f}", flush=True)
+        for r in range(args.rounds):
+            for name in (("heron", "sb3") if r % 2 == 0 else ("sb3", "heron")):
+                elapsed, act = runners[name](r)
+                results[name]["seconds"].append(round(elapsed, 1))
+                line = f"round {r + 1} {name:6s} {elapsed:7.1f} s  {s['total_steps'] / elapsed:7.0f} steps/s"
+                if r == 0:  # the same seed gives the same policy every round
+                    mean, std = evaluate(act, s["env_id"], args.eval_episodes, args.seed)
+                    results[name].update(eval_mean=round(mean, 1), eval_std=round(std, 1))
+                    line += f"  eval {mean:8.1f} +- {std:.1f}"
+                print(line, flush=True)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    ratio = results["sb3"]["seconds"] / results["heron"]["seconds"]
-    print(f"heron speedup over SB3: {ratio:.2f}x")
+    ratios = [b / a for a, b in zip(results["heron"]["seconds"], results["sb3"]["seconds"])]
+    ratio = float(np.median(ratios))
+    print(f"heron speedup over SB3: {ratio:.2f}x (median of {len(ratios)}: "
+          f"{', '.join(f'{x:.2f}' for x in ratios)})")
     print(json.dumps({"setting": args.setting, "threads": args.threads, "seed": args.seed, **results,
-                      "speedup": round(ratio, 2)}))
+                      "ratios": [round(x, 2) for x in ratios], "speedup": round(ratio, 2)}))
 
 
 if __name__ == "__main__":

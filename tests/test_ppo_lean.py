@@ -104,8 +104,30 @@ def test_acting_fast_path_gives_the_layers_numbers_exactly(kind, overrides):
         ref_params, ref_values, _ = model(obs[:, None], torch.zeros(7, 0), torch.zeros(7, 1, dtype=torch.bool))
     assert model._direct is not None
     assert torch.equal(params, ref_params[:, 0]) and torch.equal(values, ref_values[:, 0])
+    with torch.no_grad():  # the critic alone, on sequences [B, L] (re-valuing a rollout)
+        seq_obs = torch.randn(3, 4, 5) * 3
+        v_only, _ = model.values(seq_obs, torch.zeros(3, 0), torch.zeros(3, 4, dtype=torch.bool))
+        assert torch.equal(v_only, model(seq_obs, torch.zeros(3, 0), torch.zeros(3, 4, dtype=torch.bool))[1])
     Precision("bf16-mixed", CPU).apply(model)
     with torch.no_grad():
         params16, _, _ = model.step(obs, torch.zeros(7, 0))
         ref16, _, _ = model(obs[:, None], torch.zeros(7, 0), torch.zeros(7, 1, dtype=torch.bool))
     assert torch.equal(params16, ref16[:, 0]) and not torch.equal(params16, params)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_acting_fast_path_in_act_gives_the_layers_actions(kind):
+    """ActorCritic.act (evaluation, heron.load, export) takes the same fast path: the same actions
+    as the sequence forward's head, deterministic and sampled from the same generator state."""
+    torch.manual_seed(0)
+    model = ppo_train._build(Config(obs_norm=True), _spaces(kind))
+    model.norm.update(torch.randn(50, 5) * 2 + 1)
+    obs = torch.randn(6, 5) * 3
+    with torch.no_grad():
+        params, _, _ = model(obs[:, None], torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool))
+        head = model.pi_head
+        assert torch.equal(model.act(obs, torch.zeros(6, 0), True)[0], head.to_env(head.mode(params[:, 0])))
+        torch.manual_seed(3)
+        sampled = model.act(obs, torch.zeros(6, 0), False)[0]
+        torch.manual_seed(3)
+        assert torch.equal(sampled, head.to_env(head.sample(params[:, 0])))

@@ -238,6 +238,18 @@ class ActorCritic(nn.Module):
             v_feats, v_states = self.v_body(x, state0[:, self.pi_state:], starts)
         return self.pi_head(pi_feats), self.v_head(v_feats).squeeze(-1), torch.cat([pi_states, v_states], -1)
 
+    def values(self, obs: torch.Tensor, state0: torch.Tensor,
+               starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critic alone: normalized values [B, L] and the states after each step [B, L, S] of
+        ``forward``; feed-forward MLPs without gradients run only the critic's layers (re-valuing a
+        rollout before every epoch, ``--recompute-adv``), with the same numbers."""
+        if self._direct is not None and self.pi_body.mlp.amp_dtype is None and not torch.is_grad_enabled():
+            B, L = obs.shape[:2]
+            x = self._in(obs).reshape(B * L, -1)  # [B, L, D] -> [B*L, D], as the bodies reshape it
+            return _direct(x, self._direct[1]).reshape(B, L), state0[:, None].expand(B, L, 0)
+        _, values, states = self(obs, state0, starts)
+        return values, states
+
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step: obs [B, ...], state [B, S] (zeroed by the caller at episode starts) ->
         params [B, P], normalized values [B], new state [B, S]."""
@@ -259,6 +271,12 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """For evaluation and ``heron.load``: actions for the env, and the new state (actor only)."""
+        if self._direct is not None and self.pi_body.mlp.amp_dtype is None and not torch.is_grad_enabled():
+            params = _direct(self._in(obs), self._direct[0])  # as in ``step``: the layers' operations
+            if self.pi_head.kind == "box" and not self.pi_head.state_dependent:
+                params = torch.cat([params, self.pi_head.log_std.expand_as(params)], -1)
+            actions = self.pi_head.mode(params) if deterministic else self.pi_head.sample(params)
+            return self.pi_head.to_env(actions), state
         no_starts = torch.zeros(obs.shape[0], 1, dtype=torch.bool, device=obs.device)
         feats, states = self.pi_body(self._in(obs[:, None]), state[:, :self.pi_state], no_starts)
         params = self.pi_head(feats[:, 0])

@@ -141,7 +141,7 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
     chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
     values, states = [], []
     for i in range(0, seq["obs"].shape[0], chunk):
-        _, v, st = model(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
+        v, st = model.values(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
         values.append(v)
         states.append(st)
     values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
@@ -152,7 +152,7 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
     for i in range(0, len(rows), 1024):
         part = (rows[i:i + 1024], cols[i:i + 1024])
         no_starts = torch.zeros(len(part[0]), 1, dtype=torch.bool, device=values.device)
-        _, v, _ = model(seq["next_obs"][part][:, None], states[part], no_starts)
+        v, _ = model.values(seq["next_obs"][part][:, None], states[part], no_starts)
         next_values[part] = v[:, 0]
     return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
 
