@@ -14,7 +14,9 @@ The loss is ``heron.algos.ppo.losses``' exactly: the clipped surrogate (with the
 entropy bonus, the (optionally clipped) value loss, advantages normalized over the minibatch.
 Where the autograd path has a tie (``torch.min`` of equal surrogates inside the clip range,
 ``torch.max`` of equal value errors) its gradient is split between the branches; the two
-branches' gradients are equal there, so writing either is the same. ``tests/test_ppo_lean.py``
+branches' gradients are equal there (for the value errors, but for the measure-zero case of a
+clipped value as far from the return as the unclipped one), so writing either is the same.
+Tensor operations only, no host sync. ``tests/test_ppo_lean.py``
 checks losses, gradients and whole optimizer steps against the autograd path.
 """
 
