@@ -178,7 +178,7 @@ class EnvPoolVecEnv:
             inv = np.argsort(order)
             next_obs, rewards, terminated, truncated = next_obs[inv], rewards[inv], terminated[inv], truncated[inv]
             info = {k: np.asarray(v)[inv] for k, v in info.items()}
-        next_obs = np.asarray(next_obs)
+        next_obs = np.array(next_obs)  # our own copy: callers keep each step's arrays for a whole rollout
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         self.game_returns += np.asarray(info["reward"], np.float64)  # raw score, before clipping
         self.game_lengths += 1
