@@ -1,0 +1,25 @@
+"""A run that does not compile never imports torch's compiler stack: importing torch._dynamo and
+Inductor's config cost every run 1-3 s of startup on this project's CPU (heron.core.nets.Adam,
+heron.core.run._deterministic_algorithms)."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys, tempfile
+import heron
+for algo, flags in (("sac", dict(env_id="Pendulum-v1", learning_starts=100, batch_size=16)),
+                    ("ppo", dict(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2))):
+    heron.train(algo, total_steps=200, hidden_sizes=(16,), eval_every=0, eval_episodes=1, checkpoint_every=100,
+                progress="none", run_dir=tempfile.mkdtemp() + "/r", **flags)
+    heron.resume(heron.train(algo, total_steps=100, hidden_sizes=(16,), eval_every=0, eval_episodes=1,
+                             progress="none", run_dir=tempfile.mkdtemp() + "/q", **flags)["run_dir"], total_steps=200)
+loaded = sorted(m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor")))
+print("LOADED", loaded[:5])
+"""
+
+
+def test_training_checkpointing_and_resume_import_no_compiler():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LOADED []" in out.stdout, out.stdout[-500:]
