@@ -412,6 +412,7 @@ class SerialEnvs:
         self.single_action_space = self.envs[0].action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self._box = isinstance(self.single_observation_space, gym.spaces.Box)
+        self._last: list[Any] = [None] * self.num_envs  # each sub-env's latest observation
 
     def _batch(self, items: list) -> Any:
         if self._box:
@@ -423,7 +424,7 @@ class SerialEnvs:
         seeds = ([seed + i for i in range(self.num_envs)] if isinstance(seed, int)
                  else seed if seed is not None else [None] * self.num_envs)
         mask = (options or {}).get("reset_mask", np.ones(self.num_envs, bool))
-        obs = list(self._last) if hasattr(self, "_last") else [None] * self.num_envs
+        obs = list(self._last)
         for i, (env, single_seed) in enumerate(zip(self.envs, seeds, strict=True)):
             if mask[i]:
                 obs[i], _ = env.reset(seed=single_seed, options=options)

@@ -50,10 +50,6 @@ def supported(model: ActorCritic, prec: Precision, compiled: bool) -> str | None
     return None
 
 
-def _linears(body: nn.Module, head: nn.Linear) -> list[nn.Linear]:
-    return [m for m in body.mlp if isinstance(m, nn.Linear)] + [head]
-
-
 def _forward(x: torch.Tensor, layers: list[nn.Linear]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """tanh layers, then the linear head: (output [B, out], the input of every layer). The products
     are ``TanhMLP``'s (``heron.core.fused``) and ``nn.Linear``'s; tanh goes through sigmoid (within
@@ -86,8 +82,7 @@ class LeanUpdate:
     def __init__(self, cfg, model: ActorCritic, opt: torch.optim.Optimizer):
         self.cfg, self.model, self.opt = cfg, model, opt
         self.head = model.pi_head
-        self.pi = _linears(model.pi_body, self.head.linear)
-        self.v = _linears(model.v_body, model.v_head)
+        self.pi, self.v = model._direct  # each body's linear layers, then its head
         self.params = [p for group in opt.param_groups for p in group["params"]]
         self.flat = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
         self.views, offset = [], 0
