@@ -344,6 +344,8 @@ class Run:
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world,
                   precision=precision)
+        if (slow := precision.slow_warning()) is not None:
+            logger.warn(slow)
         run._catch_signals()
         return run
 
