@@ -108,6 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="torch device for both libraries (default cpu)")
     p.add_argument("--precision", nargs="+", default=["32"], choices=["32", "bf16-mixed"],
                    help="heron's --precision; one heron training per value (SB3 runs float32)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="trainings per library, the order reversed every other round; the rates and the heron/SB3 "
+                        "ratios reported are the medians over rounds (this VM's speed drifts by tens of percent "
+                        "within minutes); the evaluation is the first round's")
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks.md")
     args = p.parse_args(argv)
@@ -161,8 +165,8 @@ def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_ever
 
 
 def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s0: int, s1: int,
-              precision: str = "32") -> dict:
-    run_dir = work / f"heron_{algo}_{precision}"
+              precision: str = "32", round_: int = 0) -> dict:
+    run_dir = work / f"heron_{algo}_{precision}_{round_}"
     torch.set_num_threads(args.threads)  # heron sets it too, from torch_threads
     t = time.perf_counter()
     summary = heron.train(algo, **heron_overrides(algo, args, run_dir, log_every, precision))
@@ -258,13 +262,20 @@ def evaluate(predict, reset, env_id: str, episodes: int, seed: int) -> np.ndarra
 
 # -- report -----------------------------------------------------------------------------------------
 def cpu_name() -> str:
+    """The CPU's model name and the vector instructions torch uses on it (the same "AMD EPYC" VM name
+    has come with AVX512-BF16 (Zen 4) and with AVX2 only (Zen 3), and the ratios differ between them)."""
+    from heron.core.precision import native_bf16
+
+    name = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+                name = line.split(":", 1)[1].strip()
+                break
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    bf16 = "bfloat16 native" if native_bf16(torch.device("cpu")) else "bfloat16 emulated"
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
 def versions() -> dict:
@@ -288,6 +299,18 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
 
+def median_ratio(h: dict, s: dict, key: str) -> float:
+    """The median over rounds of heron's rate over SB3's in the same round."""
+    return float(np.median([a / b for a, b in zip(h[f"{key}_rounds"], s[f"{key}_rounds"])]))
+
+
+def summarize_rounds(libs: dict) -> None:
+    """Each library's rates become the medians of its rounds (the per-round values kept beside them)."""
+    for r in libs.values():
+        for key in ("updates_per_s", "env_steps_per_s"):
+            r[key] = float(np.median(r[f"{key}_rounds"]))
+
+
 def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print()
     print(f"heron {info['versions']['heron']} vs Stable-Baselines3 {info['versions']['stable_baselines3']} "
@@ -301,6 +324,9 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
           .format(b=args.batch_size))
     print(f"updates/s: learning phase only, steps {s0} -> {s1} ({s1 - s0} updates); env steps/s: steps 0 -> {s1}; "
           f"eval: {args.eval_episodes} deterministic episode(s), same seeds for both")
+    if args.rounds > 1:
+        print(f"{args.rounds} rounds, the order reversed every other round: rates are medians over rounds, ratios "
+              "the medians of the per-round ratios")
     print()
     head = f"{'algo':<5} {'metric':<12} {'heron':>18} {'SB3':>18} {'heron/SB3':>10}"
     print(head)
@@ -308,9 +334,12 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     for (algo, lib), h in heron_rows(results):
         s = results[algo]["sb3"]
         print(f"{algo + lib[5:]:<5} {'updates/s':<12} {h['updates_per_s']:>18.1f} {s['updates_per_s']:>18.1f} "
-              f"{ratio(h['updates_per_s'], s['updates_per_s']):>10}")
+              f"{median_ratio(h, s, 'updates_per_s'):>9.2f}x")
         print(f"{'':<5} {'env steps/s':<12} {h['env_steps_per_s']:>18.1f} {s['env_steps_per_s']:>18.1f} "
-              f"{ratio(h['env_steps_per_s'], s['env_steps_per_s']):>10}")
+              f"{median_ratio(h, s, 'env_steps_per_s'):>9.2f}x")
+        if args.rounds > 1:
+            per = [f"{a / b:.2f}" for a, b in zip(h["updates_per_s_rounds"], s["updates_per_s_rounds"])]
+            print(f"{'':<5} {'rounds':<12} updates/s ratio per round: {', '.join(per)}")
         he, se = f"{h['eval_mean']:.1f} +- {h['eval_std']:.1f}", f"{s['eval_mean']:.1f} +- {s['eval_std']:.1f}"
         diff = h["eval_mean"] - s["eval_mean"]
         print(f"{'':<5} {'eval return':<12} {he:>18} {se:>18} {f'{diff:+.1f}':>10}")
@@ -325,7 +354,7 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
     for algo, r in results.items():
         for lib, x in r.items():
             name = f"SB3 {v['stable_baselines3']}" if lib == "sb3" else f"heron {v['heron']}{lib[5:]}"
-            rel = ratio(x["updates_per_s"], r["sb3"]["updates_per_s"]) if lib != "sb3" else ""
+            rel = f"{median_ratio(x, r['sb3'], 'updates_per_s'):.2f}x" if lib != "sb3" else ""
             print(f"| {algo.upper()} | {args.env_id} | {args.total_steps:,} | {name} | {x['updates_per_s']:.0f} | "
                   f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |")
     print()
@@ -335,7 +364,9 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
           f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
           f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
           f"--learning-starts {args.learning_starts} --threads {args.threads}"
-          f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}`*")
+          f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}"
+          f"{f' --rounds {args.rounds}' if args.rounds > 1 else ''}`*"
+          f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,20 +385,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for algo in args.algos:
             results[algo] = {}
-            for lib in [*map(heron_label, args.precision), "sb3"]:  # sequential, never in parallel
-                print(f"[{algo}] training {lib} ({args.total_steps} steps on {args.env_id}) ...", flush=True)
-                precision = lib[6:] or "32"
-                r = (run_heron(algo, args, work, log_every, s0, s1, precision) if lib != "sb3"
-                     else run_sb3(algo, args, s0, s1))
-                returns = evaluate(r.pop("predict"), r.pop("reset"), args.env_id, args.eval_episodes, args.seed)
-                r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()),
-                         eval_returns=returns.tolist())
-                if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
-                    print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this "
-                          f"script's ({r['eval_mean']:.3f}) on the same seeds", flush=True)
-                print(f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s, "
-                      f"eval {r['eval_mean']:.1f}, {r['wall_s']:.1f} s", flush=True)
-                results[algo][lib] = r
+            labels = [*map(heron_label, args.precision), "sb3"]
+            for round_ in range(args.rounds):
+                for lib in (labels if round_ % 2 == 0 else labels[::-1]):  # sequential, never in parallel
+                    tag = f" round {round_ + 1}/{args.rounds}" if args.rounds > 1 else ""
+                    print(f"[{algo}] training {lib} ({args.total_steps} steps on {args.env_id}){tag} ...", flush=True)
+                    precision = lib[6:] or "32"
+                    r = (run_heron(algo, args, work, log_every, s0, s1, precision, round_) if lib != "sb3"
+                         else run_sb3(algo, args, s0, s1))
+                    predict, reset = r.pop("predict"), r.pop("reset")
+                    if round_ == 0:  # the same seed trains the same policy every round
+                        returns = evaluate(predict, reset, args.env_id, args.eval_episodes, args.seed)
+                        r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()),
+                                 eval_returns=returns.tolist())
+                        if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
+                            print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from "
+                                  f"this script's ({r['eval_mean']:.3f}) on the same seeds", flush=True)
+                        results[algo][lib] = {**r, "updates_per_s_rounds": [], "env_steps_per_s_rounds": []}
+                    for key in ("updates_per_s", "env_steps_per_s"):
+                        results[algo][lib][f"{key}_rounds"].append(r[key])
+                    evaluated = f", eval {r['eval_mean']:.1f}" if round_ == 0 else ""
+                    print(f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s{evaluated}, "
+                          f"{r['wall_s']:.1f} s", flush=True)
+            summarize_rounds(results[algo])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -379,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                             "hidden_sizes": list(COMMON["hidden_sizes"]), "buffer_size": COMMON["buffer_size"],
                             "gamma": COMMON["gamma"], "tau": COMMON["tau"], "eval_seed_offset": EVAL_SEED_OFFSET},
                "machine": info, "results": results,
-               "ratios": {f"{a}{lib[5:]}": {k: h[k] / results[a]["sb3"][k] for k in ("updates_per_s", "env_steps_per_s")}
+               "ratios": {f"{a}{lib[5:]}": {k: median_ratio(h, results[a]["sb3"], k)
+                                             for k in ("updates_per_s", "env_steps_per_s")}
                           for (a, lib), h in heron_rows(results)}}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
