@@ -98,17 +98,10 @@ class _MLP(torch.autograd.Function):
             g = g_all if i is None else g_all[j]
             if last:
                 g = _act_backward(g, inputs[n], act)
-            for k in reversed(range(n)):
-                h = inputs[k]
-                if need[2 * k]:  # nn.Linear layout: W [out, in]; ensemble: W[i] [in, out]
-                    a, b = (g.t(), h) if i is None else (h.t(), g)
-                    _into(grads[2 * k] if i is None else grads[2 * k][i], a, b, dtype)
-                if need[2 * k + 1]:
-                    dst = grads[2 * k + 1] if i is None else grads[2 * k + 1][i]
-                    torch.sum(g, 0, out=dst) if dtype is None else dst.copy_(g.sum(0))
-                if k > 0 or need_x:
-                    gh = torch.mm(g, ws[k].t())
-                    g = _act_backward(gh, h, act) if k > 0 else gh
+            dws = [(grads[2 * k] if i is None else grads[2 * k][i]) if need[2 * k] else None for k in range(n)]
+            dbs = [(grads[2 * k + 1] if i is None else grads[2 * k + 1][i]) if need[2 * k + 1] else None
+                   for k in range(n)]
+            g = backprop(g, ws, inputs, dws, dbs, act, need_x, dtype, linear_layout=i is None)
             if need_x:
                 gx.append(g)
         gx_out = None
@@ -116,6 +109,26 @@ class _MLP(torch.autograd.Function):
             dim, x_dtype = ctx.x_meta
             gx_out = (torch.stack(gx) if dim == 3 else sum(gx[1:], gx[0])).to(x_dtype)
         return (gx_out, None, None, None, None, *grads)
+
+
+def backprop(g: torch.Tensor, ws: list[torch.Tensor], inputs: list[torch.Tensor], dws: list, dbs: list, act: str,
+             need_x: bool, dtype: torch.dtype | None = None, linear_layout: bool = True) -> torch.Tensor | None:
+    """One member's backward from the gradient ``g`` of its last layer's output (before any final
+    activation): weight and bias gradients written into ``dws``/``dbs`` (None: not wanted; weight
+    layout [out, in] with ``linear_layout``, else [in, out]), and the gradient of the input when
+    ``need_x`` (else None). ``ws`` are the weights as ``[in, out]`` (views), ``inputs`` every
+    layer's input from the forward (the activations' derivatives come from them)."""
+    for k in reversed(range(len(ws))):
+        h = inputs[k]
+        if dws[k] is not None:
+            a, b = (g.t(), h) if linear_layout else (h.t(), g)
+            _into(dws[k], a, b, dtype)
+        if dbs[k] is not None:
+            torch.sum(g, 0, out=dbs[k]) if dtype is None else dbs[k].copy_(g.sum(0))
+        if k > 0 or need_x:
+            gh = torch.mm(g, ws[k].t())
+            g = _act_backward(gh, h, act) if k > 0 else gh
+    return g if need_x else None
 
 
 def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None) -> None:

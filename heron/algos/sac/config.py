@@ -23,6 +23,8 @@ class Config(OffPolicyConfig):
     rnn_hidden_size: int = opt(128, "recurrent state size (with --recurrent)")
     sequence_length: int = opt(16, "length of sampled training sequences (with --recurrent)")
     burn_in: int = opt(0, "leading steps of each sequence that only warm up the recurrent state")
+    fused_update: bool = opt(True, "the hand-written gradient step (heron/algos/sac/lean.py) where it applies: "
+                             "feed-forward networks, float32, no --compile; off: autograd")
 
     def validate(self) -> None:
         super().validate()

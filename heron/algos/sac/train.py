@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-from heron.algos.sac import losses
+from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_, requires_grad
 from heron.core.policy import Policy
+from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
 from heron.core.schedules import lr_lambda, set_lr
 
@@ -40,50 +43,35 @@ def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
                  cfg.obs_norm, cfg.recurrent, cfg.rnn_hidden_size)
 
 
+@dataclass
+class Nets:
+    """What a gradient step works on."""
+    actor: Actor
+    critic: torch.nn.Module
+    critic_target: torch.nn.Module
+    actor_opt: torch.optim.Optimizer
+    q_opt: torch.optim.Optimizer
+    alpha_opt: torch.optim.Optimizer
+    log_alpha: torch.Tensor
+    current_alpha: Callable[[], torch.Tensor]
+    target_entropy: float
+
+
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
     actor, _ = _build(cfg, state["spaces"])
     actor.load_state_dict(state["actor"])
     return Policy(actor, tuple(state["spaces"]["obs_shape"]), actor.encoder.state_size, device)
 
 
-def train(cfg: Config, run: Run) -> dict:
-    device = run.device
-    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
-    act_space = envs.single_action_space
-    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
-    A = act_space.shape[0]
-
-    # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
-    actor, critic = _build(cfg, spaces)
-    actor, critic = actor.to(device), critic.to(device)
-    norm = actor.encoder.norm  # shared by actor and critics; statistics saved in their state_dicts
-    critic_target = copy.deepcopy(critic).requires_grad_(False)
-    for enc in critic_target.encoders:
-        enc.norm = norm  # targets normalize with the live statistics
-    run.sync_start(actor=actor, critic=critic)
-    prec = run.precision
-    prec.apply(actor, critic, critic_target)  # --precision: autocast around their layers
+def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
+    """The autograd gradient step: ``update(batch, update_actor) -> metrics`` (``lean.LeanUpdate`` is
+    the same step written out, for the feed-forward float32 case)."""
+    actor, critic, critic_target = nets.actor, nets.critic, nets.critic_target
+    log_alpha, current_alpha, target_entropy = nets.log_alpha, nets.current_alpha, nets.target_entropy
+    actor_opt, q_opt, alpha_opt = nets.actor_opt, nets.q_opt, nets.alpha_opt
+    S, E = actor.encoder.state_size, len(critic.encoders)
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
-    actor_opt = adam(actor_params, cfg.policy_lr)
-    q_opt = adam(critic_params, cfg.q_lr)
-    target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
-    log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, device=device, requires_grad=cfg.autotune)
-    fixed_alpha = torch.tensor(cfg.alpha, device=device)
 
-    def current_alpha() -> torch.Tensor:
-        return log_alpha.detach().exp() if cfg.autotune else fixed_alpha
-
-    alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
-    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // cfg.num_envs * cfg.gradient_steps)
-    lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
-    S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
-    E = len(critic.encoders)
-
-    rb = offpolicy.replay_buffer(cfg, run, envs, device, {"actor_state": (S,), "critic_state": (E, S)} if S else None)
-    np_rng = np.random.default_rng(run.rank_seed())  # uniform actions before learning starts
-
-    # -- one gradient step --------------------------------------------------------------------------
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
         obs, next_obs = batch["obs"], batch["next_obs"]  # [B, L, D]
         B, L = obs.shape[:2]
@@ -132,9 +120,53 @@ def train(cfg: Config, run: Run) -> dict:
             metrics["losses/alpha"] = current_alpha()
         prec.update()
         return metrics
+    return update
 
+
+def train(cfg: Config, run: Run) -> dict:
+    device = run.device
+    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
+    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
+    act_space = envs.single_action_space
+    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
+    A = act_space.shape[0]
+
+    # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
+    actor, critic = _build(cfg, spaces)
+    actor, critic = actor.to(device), critic.to(device)
+    norm = actor.encoder.norm  # shared by actor and critics; statistics saved in their state_dicts
+    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    for enc in critic_target.encoders:
+        enc.norm = norm  # targets normalize with the live statistics
+    run.sync_start(actor=actor, critic=critic)
+    prec = run.precision
+    prec.apply(actor, critic, critic_target)  # --precision: autocast around their layers
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    actor_opt = adam(actor_params, cfg.policy_lr)
+    q_opt = adam(critic_params, cfg.q_lr)
+    target_entropy = -cfg.target_entropy_scale * A  # -|A| (SAC v2)
+    log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, device=device, requires_grad=cfg.autotune)
+    fixed_alpha = torch.tensor(cfg.alpha, device=device)
+
+    def current_alpha() -> torch.Tensor:
+        return log_alpha.detach().exp() if cfg.autotune else fixed_alpha
+
+    alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
+    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // cfg.num_envs * cfg.gradient_steps)
+    lr_factor = lr_lambda(cfg.lr_schedule, total_updates)  # of the update count (skrl's schedulers)
+    S = actor.encoder.state_size  # recurrent state size (0 for the feed-forward variant)
+    E = len(critic.encoders)
+
+    rb = offpolicy.replay_buffer(cfg, run, envs, device, {"actor_state": (S,), "critic_state": (E, S)} if S else None)
+    np_rng = np.random.default_rng(run.rank_seed())  # uniform actions before learning starts
+
+    # -- one gradient step --------------------------------------------------------------------------
+    nets = Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)
+    update = make_update(cfg, nets, prec)
     if cfg.compile:
         update = compile_step(update)
+    elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
+        update = lean.LeanUpdate(cfg, nets)  # the same step, written out
 
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
 

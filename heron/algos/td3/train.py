@@ -10,17 +10,20 @@ The update is a pure tensor function ``batch -> metrics`` (no ``.item()``), so `
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-from heron.algos.td3 import losses
+from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.nets import adam, polyak_, requires_grad
 from heron.core.policy import Policy
+from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
 
 
@@ -44,28 +47,23 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
     return Policy(actor, tuple(state["spaces"]["obs_shape"]), 0, device)
 
 
-def train(cfg: Config, run: Run) -> dict:
-    device = run.device
-    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
-    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
-    A = len(spaces["action_low"])
+@dataclass
+class Nets:
+    """What a gradient step works on."""
+    actor: torch.nn.Module
+    critic: torch.nn.Module
+    actor_target: torch.nn.Module
+    critic_target: torch.nn.Module
+    actor_opt: torch.optim.Optimizer
+    q_opt: torch.optim.Optimizer
 
-    # -- steps 1-3: buffer, actor and twin critics with their targets ---------------------------------
-    actor, critic = _build(cfg, spaces)
-    actor, critic = actor.to(device), critic.to(device)
-    norm = actor.norm  # shared; targets normalize with the live statistics
-    actor_target = copy.deepcopy(actor).requires_grad_(False)
-    critic_target = copy.deepcopy(critic).requires_grad_(False)
-    actor_target.norm = critic_target.norm = norm
-    run.sync_start(actor=actor, critic=critic)
-    prec = run.precision
-    prec.apply(actor, critic, actor_target, critic_target)  # --precision: autocast around their layers
+
+def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
+    """The autograd gradient step: ``update(batch, update_actor) -> metrics`` (``lean.LeanUpdate`` is
+    the same step written out, in float32)."""
+    actor, critic, actor_target, critic_target = nets.actor, nets.critic, nets.actor_target, nets.critic_target
+    actor_opt, q_opt = nets.actor_opt, nets.q_opt
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
-    actor_opt = adam(actor_params, cfg.policy_lr)
-    q_opt = adam(critic_params, cfg.q_lr)
-    rb = offpolicy.replay_buffer(cfg, run, envs, device)
-    np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
     scale, low, high = actor.scale, actor.low, actor.high
 
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -90,9 +88,38 @@ def train(cfg: Config, run: Run) -> dict:
             metrics["losses/actor_loss"] = actor_loss.detach()
         prec.update()
         return metrics
+    return update
 
+
+def train(cfg: Config, run: Run) -> dict:
+    device = run.device
+    N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
+    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
+    spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
+    A = len(spaces["action_low"])
+
+    # -- steps 1-3: buffer, actor and twin critics with their targets ---------------------------------
+    actor, critic = _build(cfg, spaces)
+    actor, critic = actor.to(device), critic.to(device)
+    norm = actor.norm  # shared; targets normalize with the live statistics
+    actor_target = copy.deepcopy(actor).requires_grad_(False)
+    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    actor_target.norm = critic_target.norm = norm
+    run.sync_start(actor=actor, critic=critic)
+    prec = run.precision
+    prec.apply(actor, critic, actor_target, critic_target)  # --precision: autocast around their layers
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    actor_opt = adam(actor_params, cfg.policy_lr)
+    q_opt = adam(critic_params, cfg.q_lr)
+    rb = offpolicy.replay_buffer(cfg, run, envs, device)
+    np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
+
+    nets = Nets(actor, critic, actor_target, critic_target, actor_opt, q_opt)
+    update = make_update(cfg, nets, prec)
     if cfg.compile:
         update = compile_step(update)
+    elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
+        update = lean.LeanUpdate(cfg, nets)  # the same step, written out
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}

@@ -1,0 +1,78 @@
+"""TD3's gradient step written out by hand, in float32 (``--fused-update``, on by default where it
+applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/algos/sac/lean.py``,
+``heron.core.lean``): no autograd graph or engine, gradients in one flat buffer per optimizer,
+the actor loss asking the (updated) first critic for dQ1/da only.
+
+The step is ``heron/algos/td3/train.py``'s, steps 4-13 of the walkthrough, with the same noise
+draw; ``tests/test_sac_lean.py`` checks losses, gradients and whole steps against it. With
+a = tanh(z) * scale + bias and J = -mean Q1(s, a): dJ/dz = dJ/da * scale * (1 - tanh(z)^2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from heron.core.fused import _forward, _layers, backprop
+from heron.core.lean import FlatGrads, LeanCritics
+from heron.core.precision import Precision
+
+
+def supported(prec: Precision, compiled: bool) -> str | None:
+    """None when the hand-written step applies, else why not (the autograd step runs)."""
+    if compiled:
+        return "--compile wraps the autograd step"
+    if prec.mixed:
+        return f"--precision {prec.mode} runs under autocast"
+    return None
+
+
+def _linear_params(actor: nn.Module) -> tuple[list[nn.Linear], list[torch.Tensor]]:
+    linear = [m for m in actor.net if isinstance(m, nn.Linear)]
+    return linear, [t for m in linear for t in (m.weight, m.bias)]
+
+
+class LeanUpdate:
+    """``update(batch, update_actor) -> metrics``, the contract and results of ``train``'s autograd step."""
+
+    def __init__(self, cfg, nets):
+        """``nets``: ``heron.algos.td3.train.Nets`` (networks, targets, optimizers)."""
+        self.cfg, self.actor = cfg, nets.actor
+        self.a_linear, self.a_params = _linear_params(nets.actor)
+        self.t_params = _linear_params(nets.actor_target)[1]
+        self.a_grads = FlatGrads(nets.actor_opt)
+        assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, "the actor optimizer holds the actor"
+        self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
+        self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
+        self.critics = LeanCritics(nets.critic.q, nets.critic_target.q, nets.q_opt)
+
+    @torch.no_grad()
+    def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
+        cfg, actor, critics = self.cfg, self.actor, self.critics
+        obs, next_obs = actor.norm(batch["obs"]), actor.norm(batch["next_obs"])  # step 4: [B, D]
+        B, D = obs.shape
+
+        # steps 5-9: smoothed target actions, the target critics' minimum, y
+        noise = torch.randn_like(batch["actions"]) * cfg.policy_noise
+        z, _ = _forward(next_obs, _layers(self.t_params, None, None), "relu", False)
+        eps = noise.clamp(-cfg.noise_clip, cfg.noise_clip) * actor.scale
+        next_actions = torch.max(torch.min(torch.tanh(z) * actor.scale + actor.bias + eps, actor.high), actor.low)
+        next_q, _ = critics.forward(torch.cat([next_obs, next_actions], -1), target=True)
+        target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_q.min(0).values
+
+        # steps 10-12: both critics on their mean squared errors
+        q, qf_losses = critics.step(torch.cat([obs, batch["actions"]], -1), target, cfg.max_grad_norm)
+        metrics = {"losses/qf1_values": q[0].mean(), "losses/qf2_values": q[1].mean(),
+                   "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
+
+        if update_actor:  # step 13: J = -mean Q1(s, pi(s)), through the updated first critic
+            z, inputs = _forward(obs, _layers(self.a_params, None, None), "relu", False)
+            t = torch.tanh(z)
+            q1, kept = critics.forward(torch.cat([obs, t * actor.scale + actor.bias], -1), members=(0,))
+            metrics["losses/actor_loss"] = -q1[0].mean()
+            g_a = critics.input_grad(kept, (0,), [torch.full_like(q1[0], -1.0 / B)], D)
+            self.a_grads.attach()
+            backprop(g_a * actor.scale * (1 - t * t), [m.weight.t() for m in self.a_linear], inputs, self.a_dws,
+                     self.a_dbs, "relu", False, linear_layout=True)
+            self.a_grads.step(cfg.max_grad_norm)
+        return metrics

@@ -1,0 +1,97 @@
+"""The pieces of the off-policy algorithms' hand-written gradient steps (``heron/algos/sac/lean.py``,
+``heron/algos/td3/lean.py``): gradients in one flat buffer per optimizer, and twin (ensemble)
+ReLU critics run forward, trained on their mean squared error, and asked for dQ/da, without
+autograd. Their layers' arithmetic is ``heron.core.fused``'s (the same products in the same order
+as the autograd path's fused nodes)."""
+
+from __future__ import annotations
+
+import torch
+
+from heron.core import dist
+from heron.core.fused import _forward, _layers, backprop
+from heron.core.nets import Adam, EnsembleMLP
+
+
+class FlatGrads:
+    """The gradients of an optimizer's parameters as views of one buffer, attached as their ``.grad``
+    (clipping is one norm and one scale; the torchrun all-reduce and Adam see the usual ``.grad``)."""
+
+    def __init__(self, opt: torch.optim.Optimizer):
+        self.opt = opt
+        self.params = [p for group in opt.param_groups for p in group["params"]]
+        self.flat = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
+        self.views, offset = [], 0
+        for p in self.params:
+            self.views.append(self.flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self._of = {id(p): v for p, v in zip(self.params, self.views)}
+
+    def of(self, p: torch.Tensor) -> torch.Tensor:
+        """The gradient view of parameter ``p``."""
+        return self._of[id(p)]
+
+    def attach(self) -> None:
+        """Make the views the parameters' ``.grad`` (another step, torch's or a checkpoint load's, may
+        have replaced them); call before writing the gradients."""
+        if self.params[0].grad is not self.views[0]:
+            for p, v in zip(self.params, self.views):
+                p.grad = v
+
+    def step(self, max_norm: float) -> None:
+        """The all-reduce under torchrun, clipping to ``max_norm`` (0: none), the optimizer step."""
+        dist.all_reduce_grads(self.params)
+        if max_norm > 0:
+            norm = torch.linalg.vector_norm(self.flat)
+            self.flat.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        self.opt.lean_step() if isinstance(self.opt, Adam) else self.opt.step()
+
+
+class LeanCritics:
+    """Twin critics (an ``EnsembleMLP``) and their targets, written out. Inputs are ``[B, in]``
+    (observation features, then actions), shared by the members."""
+
+    def __init__(self, critic: EnsembleMLP, target: EnsembleMLP, opt: torch.optim.Optimizer):
+        self.params, self.t_params, self.E = critic._params(), target._params(), critic.members
+        self.grads = FlatGrads(opt)
+        assert {id(p) for p in self.grads.params} == {id(p) for p in self.params}, "the q optimizer holds the critics"
+        self.dws = [self.grads.of(layer.weight) for layer in critic.layers]
+        self.dbs = [self.grads.of(layer.bias) for layer in critic.layers]
+
+    def forward(self, x: torch.Tensor, members=None, target: bool = False) -> tuple[torch.Tensor, list]:
+        """Q values [len(members), B] of ``members`` (default all) and each one's layer inputs."""
+        params = self.t_params if target else self.params
+        outs, kept = [], []
+        for e in (range(self.E) if members is None else members):
+            y, inputs = _forward(x, _layers(params, e, None), "relu", False)
+            outs.append(y)
+            kept.append(inputs)
+        return torch.stack(outs).squeeze(-1), kept
+
+    def _weights(self, e: int) -> list[torch.Tensor]:
+        return [w for w, _ in _layers(self.params, e, None)]
+
+    def step(self, x: torch.Tensor, target: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on the sum of the members' mean squared errors against ``target`` [B];
+        returns q [E, B] (before the step) and the members' losses [E]."""
+        q, kept = self.forward(x)
+        diff = q - target
+        losses = diff.pow(2).mean(1)
+        g = diff.mul(2.0 / q.shape[1]).unsqueeze(-1)  # [E, B, 1]
+        self.grads.attach()
+        for e in range(self.E):
+            backprop(g[e], self._weights(e), kept[e], [dw[e] for dw in self.dws], [db[e] for db in self.dbs], "relu",
+                     False, linear_layout=False)
+        self.grads.step(max_norm)
+        return q, losses
+
+    def input_grad(self, kept: list, members, g_q: list[torch.Tensor], first: int) -> torch.Tensor:
+        """d/dx[:, first:] (the action columns) of sum_j g_q[j] . Q_members[j](x), from the layer inputs
+        ``kept`` of ``forward(x, members)``; the critics' weights get no gradient."""
+        total = None
+        for e, inputs, g in zip(members, kept, g_q):
+            n = len(inputs)
+            gx = backprop(g.unsqueeze(-1), self._weights(e), inputs, [None] * n, [None] * n, "relu", True,
+                          linear_layout=False)[:, first:]
+            total = gx if total is None else total + gx
+        return total

@@ -1,0 +1,140 @@
+"""SAC's and TD3's hand-written gradient steps (heron/algos/{sac,td3}/lean.py) against the autograd
+steps of their train.py: the same metrics, gradients and parameters, step after step, over the
+options they cover; and where they apply."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from heron.algos.sac import lean
+from heron.algos.sac.config import Config
+from heron.algos.sac.networks import build
+from heron.algos.sac.train import Nets, make_update
+from heron.algos.td3 import lean as td3_lean
+from heron.algos.td3.config import Config as TD3Config
+from heron.algos.td3.networks import build as td3_build
+from heron.algos.td3.train import Nets as TD3Nets
+from heron.algos.td3.train import make_update as td3_make_update
+from heron.core.nets import adam
+from heron.core.precision import Precision
+
+CPU = torch.device("cpu")
+D, A, B = 5, 3, 32
+
+
+LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
+
+
+def _perturbed_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A target network that differs from its source, as after some Polyak steps."""
+    target = copy.deepcopy(module).requires_grad_(False)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return target
+
+
+def make_nets(cfg: Config, seed: int = 0) -> Nets:
+    torch.manual_seed(seed)
+    low, high = LOW, HIGH
+    actor, critic = build(D, low, high, tuple(cfg.hidden_sizes), cfg.obs_norm, "none", 8)
+    if cfg.obs_norm:
+        actor.encoder.norm.update(torch.randn(50, D) * 3 + 1)
+    target = _perturbed_copy(critic)
+    for enc in target.encoders:
+        enc.norm = actor.encoder.norm
+    log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, requires_grad=cfg.autotune)
+    fixed = torch.tensor(cfg.alpha)
+    return Nets(actor, critic, target, adam(list(actor.parameters()), cfg.policy_lr),
+                adam(list(critic.parameters()), cfg.q_lr), adam([log_alpha], cfg.q_lr), log_alpha,
+                (lambda: log_alpha.detach().exp()) if cfg.autotune else (lambda: fixed), -float(A))
+
+
+def make_batch(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    low, high = LOW, HIGH
+    return {"obs": torch.randn(B, 1, D, generator=g) * 2, "next_obs": torch.randn(B, 1, D, generator=g) * 2,
+            "actions": low + (high - low) * torch.rand(B, 1, A, generator=g),
+            "rewards": torch.randn(B, 1, generator=g), "terminated": torch.rand(B, 1, generator=g) < 0.2,
+            "truncated": torch.rand(B, 1, generator=g) < 0.1}
+
+
+def all_params(nets) -> list[torch.Tensor]:
+    return [*nets.actor.parameters(), *nets.critic.parameters(), *([nets.log_alpha] if hasattr(nets, "log_alpha") else [])]
+
+
+def assert_same_steps(reference, written, ref, mine, batches, actor_steps) -> None:
+    """Both steps on the same batches with the same noise: metrics, latest gradients, parameters."""
+    for step, (batch, update_actor) in enumerate(zip(batches, actor_steps)):
+        torch.manual_seed(100 + step)  # the same noise for both: drawn in the same order
+        expected = reference(batch, update_actor)
+        torch.manual_seed(100 + step)
+        got = written(batch, update_actor)
+        assert expected.keys() == got.keys()
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-5, msg=f"step {step}: {key}")
+        for p, q in zip(all_params(ref), all_params(mine)):
+            if p.grad is not None or q.grad is not None:  # the latest gradients, still attached
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=f"step {step}: gradient")
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=f"step {step}: parameters")
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in mine.actor.parameters())
+
+
+MIXES = [
+    dict(),  # CleanRL's defaults: policy frequency 2, autotune
+    dict(policy_frequency=1, obs_norm=True),
+    dict(autotune=False, alpha=0.3, max_grad_norm=0.5),
+    dict(hidden_sizes=(16,), policy_frequency=3, max_grad_norm=100.0),
+    dict(hidden_sizes=(16, 16, 16), obs_norm=True, gamma=0.9),
+]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=[",".join(m) or "defaults" for m in MIXES])
+def test_lean_step_equals_the_autograd_step(mix):
+    cfg = Config(**{"hidden_sizes": (32, 32), **mix})
+    ref, mine = make_nets(cfg), make_nets(cfg)
+    reference, written = make_update(cfg, ref, Precision("32", CPU)), lean.LeanUpdate(cfg, mine)
+    actor_steps = [step % cfg.policy_frequency == 0 or step == 4 for step in range(5)]
+    assert_same_steps(reference, written, ref, mine, [make_batch(step) for step in range(5)], actor_steps)
+
+
+TD3_MIXES = [dict(), dict(obs_norm=True, max_grad_norm=0.5, hidden_sizes=(16, 16, 16)),
+             dict(policy_noise=0.5, noise_clip=0.3, gamma=0.9, hidden_sizes=(16,))]
+
+
+@pytest.mark.parametrize("mix", TD3_MIXES, ids=[",".join(m) or "defaults" for m in TD3_MIXES])
+def test_td3_lean_step_equals_the_autograd_step(mix):
+    cfg = TD3Config(**{"hidden_sizes": (32, 32), **mix})
+
+    def nets(seed: int = 0) -> TD3Nets:
+        torch.manual_seed(seed)
+        actor, critic = td3_build(D, LOW, HIGH, tuple(cfg.hidden_sizes), cfg.obs_norm)
+        if cfg.obs_norm:
+            actor.norm.update(torch.randn(50, D) * 3 + 1)
+        actor_target, critic_target = _perturbed_copy(actor), _perturbed_copy(critic)
+        actor_target.norm = critic_target.norm = actor.norm
+        return TD3Nets(actor, critic, actor_target, critic_target, adam(list(actor.parameters()), cfg.policy_lr),
+                       adam(list(critic.parameters()), cfg.q_lr))
+
+    ref, mine = nets(), nets()
+    reference = td3_make_update(cfg, ref, Precision("32", CPU))
+    written = td3_lean.LeanUpdate(cfg, mine)
+    batches = [{k: v[:, 0] for k, v in make_batch(step).items()} for step in range(5)]  # TD3's batches are [B, ...]
+    assert_same_steps(reference, written, ref, mine, batches, [step % 2 == 1 for step in range(5)])
+
+
+def test_where_the_lean_step_applies():
+    cfg = Config(hidden_sizes=(16,))
+    nets = make_nets(cfg)
+    assert lean.supported(nets.actor, Precision("32", CPU), compiled=False) is None
+    assert "compile" in lean.supported(nets.actor, Precision("32", CPU), compiled=True)
+    assert "bf16-mixed" in lean.supported(nets.actor, Precision("bf16-mixed", CPU), compiled=False)
+    actor, _ = build(D, -torch.ones(A), torch.ones(A), (16,), False, "gru", 8)
+    assert "recurrent" in lean.supported(actor, Precision("32", CPU), compiled=False)
+    assert td3_lean.supported(Precision("32", CPU), compiled=False) is None
+    assert "compile" in td3_lean.supported(Precision("32", CPU), compiled=True)
+    assert "bf16-mixed" in td3_lean.supported(Precision("bf16-mixed", CPU), compiled=False)
