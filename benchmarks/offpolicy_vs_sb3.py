@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """heron vs Stable-Baselines3: SAC and TD3 with identical settings, one after the other, on this machine.
 
-For each algorithm, heron trains first and SB3 second (never in parallel), with the same torch
+For each algorithm, heron trains first and SB3 second (never in parallel; each training in a fresh
+Python process; with ``--rounds N`` the order alternates), with the same torch
 thread count, device, seed and hyperparameters. Reported side by side, with heron/SB3 ratios:
 
 * **updates/s**: gradient updates per second during the learning phase (the random warm-up of
@@ -77,6 +78,7 @@ import math
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -114,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "within minutes); the evaluation is the first round's")
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks.md")
+    # internal: one training in a fresh process (what main() runs for every training)
+    p.add_argument("--one", nargs=4, metavar=("ALGO", "LIB", "ROUND", "RESULT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.learning_starts < 0 or args.total_steps - args.learning_starts < 2:
         p.error("need 0 <= --learning-starts <= --total-steps - 2 (the learning phase is what is timed)")
@@ -316,7 +320,7 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print(f"heron {info['versions']['heron']} vs Stable-Baselines3 {info['versions']['stable_baselines3']} "
           f"on {args.env_id}: {args.total_steps} steps, learning from step {args.learning_starts}, seed {args.seed}")
     print(f"machine: {info['cpu']}; torch {info['versions']['torch']}, {args.threads} torch thread(s), "
-          f"device {args.device}; trained one after the other")
+          f"device {args.device}; trained one after the other, each in a fresh process")
     print("settings (both): 256-256, batch {b}, buffer 1e6, gamma 0.99, tau 0.005, train_freq 1, gradient_steps 1; "
           "lr 3e-4 for everything (NOTE: heron's SAC default q-lr is 1e-3; set to 3e-4 here because SB3 "
           "has a single learning_rate); SAC: policy_frequency 1, target_network_frequency 1, alpha auto from 0.2; "
@@ -369,8 +373,39 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
           f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}")
 
 
+def train_in_subprocess(argv: list[str] | None, algo: str, lib: str, round_: int, work: Path) -> dict:
+    """One training (and, in the first round, its evaluation) in a fresh Python process, so that no
+    training runs in a process an earlier one left its memory, threads and caches in."""
+    result = work / f"{algo}_{lib.replace(' ', '_')}_{round_}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv),
+           "--one", algo, lib, str(round_), str(result)]
+    subprocess.run(cmd, check=True)
+    return json.loads(result.read_text())
+
+
+def one(args: argparse.Namespace) -> int:
+    """``--one ALGO LIB ROUND RESULT``: train, evaluate in round 0, write the result as JSON."""
+    algo, lib, round_, result = args.one[0], args.one[1], int(args.one[2]), Path(args.one[3])
+    torch.set_num_threads(args.threads)
+    log_every = choose_log_every(args.total_steps, args.learning_starts)
+    s0, s1 = window(args.total_steps, args.learning_starts, log_every)
+    r = (run_heron(algo, args, result.parent, log_every, s0, s1, lib[6:] or "32", round_) if lib != "sb3"
+         else run_sb3(algo, args, s0, s1))
+    predict, reset = r.pop("predict"), r.pop("reset")
+    if round_ == 0:
+        returns = evaluate(predict, reset, args.env_id, args.eval_episodes, args.seed)
+        r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()), eval_returns=returns.tolist())
+        if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
+            print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this script's "
+                  f"({r['eval_mean']:.3f}) on the same seeds", flush=True)
+    result.write_text(json.dumps(r))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.one:
+        return one(args)
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
@@ -390,17 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 for lib in (labels if round_ % 2 == 0 else labels[::-1]):  # sequential, never in parallel
                     tag = f" round {round_ + 1}/{args.rounds}" if args.rounds > 1 else ""
                     print(f"[{algo}] training {lib} ({args.total_steps} steps on {args.env_id}){tag} ...", flush=True)
-                    precision = lib[6:] or "32"
-                    r = (run_heron(algo, args, work, log_every, s0, s1, precision, round_) if lib != "sb3"
-                         else run_sb3(algo, args, s0, s1))
-                    predict, reset = r.pop("predict"), r.pop("reset")
+                    r = train_in_subprocess(argv, algo, lib, round_, work)
                     if round_ == 0:  # the same seed trains the same policy every round
-                        returns = evaluate(predict, reset, args.env_id, args.eval_episodes, args.seed)
-                        r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()),
-                                 eval_returns=returns.tolist())
-                        if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
-                            print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from "
-                                  f"this script's ({r['eval_mean']:.3f}) on the same seeds", flush=True)
                         results[algo][lib] = {**r, "updates_per_s_rounds": [], "env_steps_per_s_rounds": []}
                     for key in ("updates_per_s", "env_steps_per_s"):
                         results[algo][lib][f"{key}_rounds"].append(r[key])
