@@ -28,8 +28,7 @@ import torch
 from torch import nn
 
 from heron.algos.ppo.networks import ActorCritic
-from heron.core import dist
-from heron.core.nets import Adam
+from heron.core.lean import FlatGrads
 from heron.core.precision import Precision
 
 LOG_2PI = math.log(2 * math.pi)
@@ -83,27 +82,14 @@ class LeanUpdate:
         self.cfg, self.model, self.opt = cfg, model, opt
         self.head = model.pi_head
         self.pi, self.v = model._direct  # each body's linear layers, then its head
-        self.params = [p for group in opt.param_groups for p in group["params"]]
-        self.flat = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
-        self.views, offset = [], 0
-        for p in self.params:
-            self.views.append(self.flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
-        view_of = {id(p): v for p, v in zip(self.params, self.views)}
-        self.pi_grads = [(view_of[id(m.weight)], view_of[id(m.bias)]) for m in self.pi]
-        self.v_grads = [(view_of[id(m.weight)], view_of[id(m.bias)]) for m in self.v]
+        self.grads = grads = FlatGrads(opt)
+        self.pi_grads = [(grads.of(m.weight), grads.of(m.bias)) for m in self.pi]
+        self.v_grads = [(grads.of(m.weight), grads.of(m.bias)) for m in self.v]
         self.free_std = self.head.kind == "box" and not self.head.state_dependent
-        self.log_std_grad = view_of[id(self.head.log_std)] if self.free_std else None
-        self.lean_adam = isinstance(opt, Adam)
+        self.log_std_grad = grads.of(self.head.log_std) if self.free_std else None
         covered = [v for pair in self.pi_grads + self.v_grads for v in pair] + [self.log_std_grad] * self.free_std
-        assert sorted(v.data_ptr() for v in covered) == sorted(v.data_ptr() for v in self.views), \
+        assert sorted(v.data_ptr() for v in covered) == sorted(v.data_ptr() for v in grads.views), \
             "every parameter's gradient is written at every step"
-
-    def _attach(self) -> None:
-        """The parameters' gradients are views of ``flat`` (another step may have replaced them)."""
-        if self.params[0].grad is not self.views[0]:
-            for p, v in zip(self.params, self.views):
-                p.grad = v
 
     def _head(self, out: torch.Tensor, actions: torch.Tensor):
         """Log-probs [B], mean entropy, and ``backward(g_logp [B], g_ent) -> g_out``, where ``g_ent``
@@ -191,14 +177,10 @@ class LeanUpdate:
             g_v = g_v.mul_(cfg.vf_coef / B).unsqueeze(1)  # d (vf_coef * 0.5 mean err) / d v
 
             # -- backward into the flat gradient buffer
-            self._attach()
+            self.grads.attach()
             _backward(head_backward(g_logp, -cfg.ent_coef / B), self.pi, pi_inputs, self.pi_grads)
             _backward(g_v, self.v, v_inputs, self.v_grads)
-            dist.all_reduce_grads(self.params)  # torchrun: the global minibatch's gradient
-            if cfg.max_grad_norm > 0:
-                norm = torch.linalg.vector_norm(self.flat)
-                self.flat.mul_(torch.clamp(cfg.max_grad_norm / (norm + 1e-6), max=1.0))
-            self.opt.lean_step() if self.lean_adam else self.opt.step()
+            self.grads.step(cfg.max_grad_norm)  # torchrun all-reduce, clipping, the optimizer step
 
             approx_kl = ((ratio - 1) - log_ratio).mean()
             clipfrac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
