@@ -138,3 +138,25 @@ def test_where_the_lean_step_applies():
     assert td3_lean.supported(Precision("32", CPU), compiled=False) is None
     assert "compile" in td3_lean.supported(Precision("32", CPU), compiled=True)
     assert "bf16-mixed" in td3_lean.supported(Precision("bf16-mixed", CPU), compiled=False)
+
+
+def test_min_input_grad_split_rows_equal_masks_and_autograd():
+    """The actor loss's dQ/da through min(Q1, Q2): each member run on its own rows (the CPU path) and
+    the masked form (CUDA's) both equal autograd's gradient of sum_b min_e Q_e."""
+    torch.manual_seed(3)
+    _, critic = build(D, LOW, HIGH, (16, 16), False, "none", 8)
+    with torch.no_grad():  # members far enough apart that each gives some of the minima
+        for p in critic.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    critics = lean.LeanCritics(critic.q, copy.deepcopy(critic.q), adam(list(critic.parameters()), 1e-3))
+    x = torch.randn(B, D + A)
+    q, kept = critics.forward(x)
+    min_q, which = q.min(0)
+    assert 0 < int(which.sum()) < B, "both members give some minimum"
+    xg = x.clone().requires_grad_(True)
+    (-critic.q(xg).squeeze(-1).min(0).values.sum() / B).backward()
+    want = xg.grad[:, D:]
+    for split in (True, False):
+        with torch.no_grad():
+            got = critics.min_input_grad(kept, which, -1.0 / B, D, split=split)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)

@@ -55,7 +55,8 @@ def _forward(x: torch.Tensor, layers: list, act: str, last: bool) -> tuple[torch
 
 def _act_backward(g: torch.Tensor, out: torch.Tensor, act: str, inplace: bool = False) -> torch.Tensor:
     """The gradient through the activation, from its output; written over ``g`` when ``inplace``
-    (a buffer the caller just made: no second allocation of the layer's size)."""
+    (a buffer the caller just made: no second allocation of the layer's size; not under autograd,
+    which a double backward through the fused node would run it in)."""
     if act == "relu":
         f = torch.ops.aten.threshold_backward
         return f.grad_input(g, out, 0, grad_input=g) if inplace else f(g, out, 0)
@@ -115,24 +116,33 @@ class _MLP(torch.autograd.Function):
 
 
 def backprop(g: torch.Tensor, ws: list[torch.Tensor], inputs: list[torch.Tensor], dws: list, dbs: list, act: str,
-             need_x: bool, dtype: torch.dtype | None = None, linear_layout: bool = True) -> torch.Tensor | None:
+             need_x: bool, dtype: torch.dtype | None = None, linear_layout: bool = True,
+             x_from: int = 0) -> torch.Tensor | None:
     """One member's backward from the gradient ``g`` of its last layer's output (before any final
     activation): weight and bias gradients written into ``dws``/``dbs`` (None: not wanted; weight
-    layout [out, in] with ``linear_layout``, else [in, out]), and the gradient of the input when
-    ``need_x`` (else None). ``ws`` are the weights as ``[in, out]`` (views), ``inputs`` every
-    layer's input from the forward (the activations' derivatives come from them)."""
+    layout [out, in] with ``linear_layout``, else [in, out]), and the gradient of the input's
+    columns ``x_from:`` when ``need_x`` (else None). ``ws`` are the weights as ``[in, out]``
+    (views), ``inputs`` every layer's input from the forward (the activations' derivatives come
+    from them)."""
     for k in reversed(range(len(ws))):
         h = inputs[k]
         if dws[k] is not None:
-            a, b = (g.t(), h) if linear_layout else (h.t(), g)
-            _into(dws[k], a, b, dtype)
+            if not linear_layout:
+                _into(dws[k], h.t(), g, dtype)
+            elif h.shape[1] < g.shape[1]:
+                # a narrow input (the first layer on observations): g^T h with so few result
+                # columns runs several times slower than (h^T g), written transposed
+                dws[k].copy_(torch.mm(h.t(), g).t())
+            else:
+                _into(dws[k], g.t(), h, dtype)
         if dbs[k] is not None:
             torch.sum(g, 0, out=dbs[k]) if dtype is None else dbs[k].copy_(g.sum(0))
         if k > 0 or need_x:
+            w = ws[k] if k > 0 else ws[k][x_from:]  # [in, out]: only the input columns asked for
             # one output (a critic's last layer): the product is an outer product, exact as a
             # broadcast multiply and several times faster than a K=1 matrix product
-            gh = g * ws[k].t() if ws[k].shape[1] == 1 else torch.mm(g, ws[k].t())
-            g = _act_backward(gh, h, act, inplace=True) if k > 0 else gh
+            gh = g * w.t() if w.shape[1] == 1 else torch.mm(g, w.t())
+            g = _act_backward(gh, h, act, inplace=not torch.is_grad_enabled()) if k > 0 else gh
     return g if need_x else None
 
 

@@ -92,6 +92,34 @@ class LeanCritics:
         for e, inputs, g in zip(members, kept, g_q):
             n = len(inputs)
             gx = backprop(g.unsqueeze(-1), self._weights(e), inputs, [None] * n, [None] * n, "relu", True,
-                          linear_layout=False)[:, first:]
+                          linear_layout=False, x_from=first)
             total = gx if total is None else total + gx
         return total
+
+    def min_input_grad(self, kept: list, which: torch.Tensor, scale: float, first: int,
+                       split: bool | None = None) -> torch.Tensor:
+        """d/dx[:, first:] of ``scale * sum_b min_e Q_e(x_b)``, from the layer inputs ``kept`` of
+        ``forward(x)`` and ``which`` [B], the member that gave each row's minimum. A row's gradient
+        flows through that member alone: on the CPU each member's backward runs on its own rows
+        (one B x 256 x 256 product in all, not one per member); elsewhere the rows are masked (a
+        row index would be a host sync). ``split`` forces either way."""
+        if not (which.device.type == "cpu" if split is None else split):
+            dtype = kept[0][-1].dtype
+            g_q = [(which == e).to(dtype).mul_(scale) for e in range(self.E)]
+            return self.input_grad(kept, range(self.E), g_q, first)
+        out = None
+        for e in range(self.E):
+            rows = (which == e).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            # the first layer's input only sizes the result (no weight gradient is taken)
+            inputs = [kept[e][0]] + [h.index_select(0, rows) for h in kept[e][1:]]
+            n = len(inputs)
+            g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype)
+            gx = backprop(g, self._weights(e), inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
+                          x_from=first)
+            if out is None:
+                out = gx.new_zeros(which.shape[0], gx.shape[1])
+            out.index_copy_(0, rows, gx)
+        return out
+

@@ -140,8 +140,7 @@ class LeanUpdate:
         min_q, which = q.min(0)
         actor_loss = (alpha * log_prob - min_q).mean()
         # dJ/da through the member that gave each minimum: the critics' input gradients, action columns
-        g_q = [(which == e).to(q.dtype).mul_(-1.0 / B) for e in range(critics.E)]
-        g_a = critics.input_grad(kept, range(critics.E), g_q, obs.shape[1])
+        g_a = critics.min_input_grad(kept, which, -1.0 / B, obs.shape[1])
         g_logp = alpha / B
         g_u = t_u * (2.0 * g_logp) + g_a * self.actor.scale * (1 - t_u * t_u)
         g_log_std = g_u * std * eps - g_logp
