@@ -112,10 +112,10 @@ class LeanCritics:
             rows = (which == e).nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
-            # the first layer's input only sizes the result (no weight gradient is taken)
+            # the first layer's input is not read (no weight gradient, no activation below it)
             inputs = [kept[e][0]] + [h.index_select(0, rows) for h in kept[e][1:]]
             n = len(inputs)
-            g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype)
+            g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype, device=which.device)
             gx = backprop(g, self._weights(e), inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
                           x_from=first)
             if out is None:
