@@ -5,6 +5,7 @@ option the lean step covers; and which models fall back to autograd."""
 import copy
 import importlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,3 +132,53 @@ def test_acting_fast_path_in_act_gives_the_layers_actions(kind):
         sampled = model.act(obs, torch.zeros(6, 0), False)[0]
         torch.manual_seed(3)
         assert torch.equal(sampled, head.to_env(head.sample(params[:, 0])))
+
+
+def _multidiscrete_spaces() -> dict:
+    return {"obs_shape": [5], "obs_dtype": "float32", "action": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
+            "obs_parts": None}
+
+
+@pytest.mark.parametrize("kind,overrides", [("discrete", {}), ("multidiscrete", dict(obs_norm=True)),
+                                            ("box", dict(obs_norm=True)), ("box", dict(state_dependent_std=True)),
+                                            ("box", dict(hidden_sizes=(), init_log_std=-25.0))])
+def test_numpy_acting_samples_what_the_torch_step_samples(kind, overrides):
+    """The numpy acting step (feed-forward MLPs on the CPU) against ActorCritic.step and
+    ActionHead.sample_logp fed the same noise: the same discrete actions, and box actions,
+    log-probs and values within float32 rounding of the products."""
+    torch.manual_seed(0)
+    spaces = _multidiscrete_spaces() if kind == "multidiscrete" else _spaces(kind)
+    model = ppo_train._build(Config(**overrides), spaces)
+    model.norm.update(torch.randn(50, 5) * 2 + 1)  # (a no-op unless obs_norm)
+    with torch.no_grad():
+        for p in model.parameters():  # weights and log-std away from their initial values
+            p.add_(0.3 * torch.randn_like(p))
+    fast = model.numpy_acting(7)
+    assert fast is not None
+    head = model.pi_head
+    obs = (torch.randn(7, 5, dtype=torch.float64) * 20).numpy()  # some entries beyond the norm's clip
+    noise = head.noise((7,), "cpu")
+    to_env, actions, logp, values = fast(obs, noise.numpy())
+    with torch.no_grad():
+        params, ref_values, _ = model.step(torch.as_tensor(obs), torch.zeros(7, 0))
+        ref_actions, ref_logp = head.sample_logp(params, noise)
+    assert actions.shape == tuple(ref_actions.shape) and logp.dtype == values.dtype == np.float32
+    if kind == "box":
+        torch.testing.assert_close(torch.from_numpy(actions), ref_actions, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(to_env), head.to_env(ref_actions), rtol=1e-5, atol=1e-5)
+        assert (np.abs(to_env) == 1).any() and (np.abs(to_env) < 1).any()  # clipped and unclipped entries
+    else:
+        assert np.array_equal(actions, ref_actions.numpy()) and to_env is actions
+    torch.testing.assert_close(torch.from_numpy(logp), ref_logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(values), ref_values, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_acting_only_where_it_is_eligible():
+    """Torch keeps acting for recurrent bodies, mixed precision, and products big enough for numpy's
+    BLAS to go multi-threaded."""
+    assert ppo_train._build(Config(recurrent="gru"), _spaces("box")).numpy_acting(1) is None
+    assert ppo_train._build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(4) is None
+    assert ppo_train._build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(2) is not None
+    model = ppo_train._build(Config(), _spaces("box"))
+    Precision("bf16-mixed", CPU).apply(model)
+    assert model.numpy_acting(1) is None

@@ -285,15 +285,23 @@ def train(cfg: Config, run: Run) -> dict:
         # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
+        noise = head.noise((T, cfg.num_envs), device)  # the rollout's sampling noise, one draw
+        fast = model.numpy_acting(cfg.num_envs)  # numpy acting (feed-forward MLPs on the CPU) or None
+        noise_np = noise.numpy() if fast else None
         for t in range(T):
-            obs_t = torch.as_tensor(obs, device=device)
-            if S:
-                starts_t = torch.as_tensor(starts, device=device)
-                state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
-            with torch.no_grad():
-                params, v, state = model.step(obs_t, state)
-                actions, logp = head.sample_logp(params)
-            step = envs.step(head.to_env(actions).cpu().numpy())
+            if fast:
+                to_env, actions, logp, v = fast(obs, noise_np[t])
+                obs_t = obs
+            else:
+                obs_t = torch.as_tensor(obs, device=device)
+                if S:
+                    starts_t = torch.as_tensor(starts, device=device)
+                    state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
+                with torch.no_grad():
+                    params, v, state = model.step(obs_t, state)
+                    actions, logp = head.sample_logp(params, noise[t])
+                to_env = head.to_env(actions).cpu().numpy()
+            step = envs.step(to_env)
             global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated
             for name, value in zip(seen, (obs_t, actions, logp, v)):
@@ -305,7 +313,8 @@ def train(cfg: Config, run: Run) -> dict:
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
         for name, values in seen.items():  # [T, N, ...]
-            w[name].copy_(torch.stack(values) if name != "values" else model.value_norm.denormalize(torch.stack(values)))
+            stacked = torch.from_numpy(np.stack(values)).to(device) if fast else torch.stack(values)
+            w[name].copy_(stacked if name != "values" else model.value_norm.denormalize(stacked))
         for name, arrays in got.items():
             w[name].copy_(torch.from_numpy(np.stack(arrays)))
         buf.commit()
