@@ -206,12 +206,18 @@ def requires_grad(params: list[torch.Tensor], flag: bool) -> None:
         p.requires_grad_(flag)
 
 
-@torch.no_grad()
-def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- tau * source + (1 - tau) * target, in place, fused over all parameters."""
-    t_params = list(target.parameters())
-    s_params = list(source.parameters())
-    torch._foreach_lerp_(t_params, s_params, tau)
+class Polyak:
+    """Polyak averaging of (target, source) module pairs: target <- tau * source + (1 - tau) *
+    target, in place, fused over all parameters. The parameter lists are walked once, not at every
+    call (the module walks were half of the call's time for TD3's actor and critics)."""
+
+    def __init__(self, *pairs: tuple[nn.Module, nn.Module]):
+        self.pairs = [(list(target.parameters()), list(source.parameters())) for target, source in pairs]
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        for t_params, s_params in self.pairs:
+            torch._foreach_lerp_(t_params, s_params, tau)
 
 
 class RunningNorm(nn.Module):

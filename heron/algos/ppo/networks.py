@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from heron.core import acting
 from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, orthogonal_, tanh_mlp
 
 LOG_2PI = math.log(2 * math.pi)
@@ -181,33 +182,16 @@ def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
     return torch.addmm(head.bias, h, head.weight.t())
 
 
-# OpenBLAS (numpy's) splits a product over threads from M * N * K = 2^18 on; below it runs on the
-# calling thread, so numpy acting stays within the run's thread count
-_NUMPY_PRODUCT_MAX = 2 ** 18 - 1
-
-
 class NumpyActing:
-    """PPO's acting step for feed-forward MLPs on the CPU, in numpy: obs [N, D] (float64 or float32
-    arrays, as envs return them) and the step's noise [N, K] (``ActionHead.noise``) -> the actions
-    for the env, the actions, their log-probs and the normalized values, as arrays.
-
-    With a few envs each torch call on these tiny tensors costs microseconds of dispatch and numpy's
-    a fraction of one: Hopper-v5's acting step (one env, 64-64 MLPs, observation normalization)
-    takes a tenth of the time of the same step in torch. The operations are the torch path's in
-    the same order and precision (float32); only the products' and tanh's rounding may differ in
-    the last bits (the tests hold the two paths to 1e-5). It reads views of the parameters and the
-    observation statistics as they are when it is made: make one per rollout (the rollout's
-    weights and statistics do not change)."""
+    """PPO's acting step for feed-forward MLPs on the CPU in numpy (``heron.core.acting``): obs
+    [N, D] (float64 or float32 arrays, as envs return them) and the step's noise [N, K]
+    (``ActionHead.noise``) -> the actions for the env, the actions, their log-probs and the
+    normalized values, as arrays: ``ActorCritic.step`` and ``ActionHead.sample_logp``'s operations
+    in the same order, in float32."""
 
     def __init__(self, model: "ActorCritic"):
-        def arrays(layers: list[nn.Linear]) -> list[tuple[np.ndarray, np.ndarray]]:
-            return [(layer.weight.detach().numpy().T, layer.bias.detach().numpy()) for layer in layers]
-
-        self.pi, self.v = arrays(model._direct[0]), arrays(model._direct[1])
-        self.norm = None
-        if model.norm.enabled:
-            mean, std = model.norm._float32()
-            self.norm = (mean.numpy(), std.numpy(), model.norm.clip)
+        self.pi, self.v = (acting.NumpyMLP(layers, np.tanh) for layers in model._direct)
+        self.norm = model.norm
         head = self.head = model.pi_head
         if head.kind == "box":
             self.low, self.high = head.low.numpy(), head.high.numpy()
@@ -215,19 +199,9 @@ class NumpyActing:
         else:
             self.bounds = np.cumsum([0] + head.sizes).tolist()
 
-    @staticmethod
-    def _mlp(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        for w, b in layers[:-1]:
-            x = np.tanh(x @ w + b)
-        w, b = layers[-1]
-        return x @ w + b
-
     def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        x = np.asarray(obs).astype(np.float32)
-        if self.norm is not None:
-            mean, std, clip = self.norm
-            x = np.clip((x - mean) / std, -clip, clip)
-        out, values = self._mlp(x, self.pi), self._mlp(x, self.v)[:, 0]
+        x = acting.normalize(obs, self.norm)
+        out, values = self.pi(x), self.v(x)[:, 0]
         head = self.head
         if head.kind == "box":
             if self.log_std is None:
@@ -292,10 +266,8 @@ class ActorCritic(nn.Module):
         """The numpy acting step for this rollout (``NumpyActing``), or None where acting stays in
         torch: recurrent, CNN or shared bodies, mixed precision, a GPU, or products large enough
         for numpy's BLAS to take more threads than the run's."""
-        if self._direct is None or self.pi_body.mlp.amp_dtype is not None or self.v_head.weight.device.type != "cpu":
-            return None
-        shapes = [layer.weight.shape for layers in self._direct for layer in layers]
-        if any(num_envs * rows * cols > _NUMPY_PRODUCT_MAX for rows, cols in shapes):
+        if self._direct is None or not acting.eligible(num_envs, self._direct[0] + self._direct[1],
+                                                        self.pi_body.mlp.amp_dtype):
             return None
         return NumpyActing(self)
 

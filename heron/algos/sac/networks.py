@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
-from heron.core.nets import EnsembleMLP, Encoder, RunningNorm, mlp, squash_log_std, tanh_normal_sample
+from heron.core import acting
+from heron.core.nets import (LOG_STD_MAX, LOG_STD_MIN, EnsembleMLP, Encoder, RunningNorm, mlp, squash_log_std,
+                             tanh_normal_sample)
 
 
 class Actor(nn.Module):
@@ -38,6 +41,29 @@ class Actor(nn.Module):
         feats, state = self.encoder.step(obs, state)
         action = self.deterministic(feats) if deterministic else self.sample(feats)[0]
         return action, state
+
+
+class NumpyActor:
+    """``Actor.act`` (sampled actions, feed-forward) in numpy for acting on the CPU
+    (``heron.core.acting``): obs [N, D] arrays and standard normals [N, A] -> actions [N, A],
+    float32: the torch path's operations in its order, given the normals ``torch.randn_like`` would
+    draw there."""
+
+    def __init__(self, actor: Actor):
+        self.norm, self.mlp = actor.encoder.norm, acting.NumpyMLP(acting.linears(actor.net), acting.relu)
+        self.scale, self.bias, self.dim = actor.scale.numpy(), actor.bias.numpy(), actor.action_dim
+
+    @staticmethod
+    def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
+        """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None."""
+        ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net), actor.net.amp_dtype)
+        return NumpyActor(actor) if ok else None
+
+    def __call__(self, obs: np.ndarray, normals: np.ndarray) -> np.ndarray:
+        out = self.mlp(acting.normalize(obs, self.norm))
+        mean, raw = out[:, :self.dim], out[:, self.dim:]
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(raw) + 1)  # squash_log_std
+        return np.tanh(mean + np.exp(log_std) * normals) * self.scale + self.bias
 
 
 class Critic(nn.Module):

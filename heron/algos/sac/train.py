@@ -19,10 +19,10 @@ import torch
 
 from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
-from heron.algos.sac.networks import Actor, build
+from heron.algos.sac.networks import Actor, NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import adam, polyak_, requires_grad
+from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
@@ -199,6 +199,8 @@ def train(cfg: Config, run: Run) -> dict:
     low, high = act_space.low, act_space.high
 
     # -- the loop -----------------------------------------------------------------------------------
+    polyak = Polyak((critic_target, critic))
+    fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
     while global_step < cfg.total_steps:
         obs_t = torch.as_tensor(obs, device=device)
         if S:
@@ -208,6 +210,8 @@ def train(cfg: Config, run: Run) -> dict:
             actions = np_rng.uniform(low, high, size=(N, A)).astype(np.float32)
             if S:
                 _, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
+        elif fast_actor:
+            actions = fast_actor(obs, torch.randn(N, A).numpy())  # the normals actor.act would draw
         else:
             actions_t, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
             actions = actions_t.cpu().numpy()
@@ -233,7 +237,7 @@ def train(cfg: Config, run: Run) -> dict:
                 n_updates += 1
                 metrics.update(run.watch(update(sample_batch(), n_updates % cfg.policy_frequency == 0), global_step))
                 if n_updates % cfg.target_network_frequency == 0:
-                    polyak_(critic_target, critic, cfg.tau)
+                    polyak(cfg.tau)
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
                        policy, policy_state, checkpoint_state)

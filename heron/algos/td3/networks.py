@@ -3,9 +3,11 @@ evaluated as one ensemble, with member 0 as the Q1 path for the actor loss (step
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
+from heron.core import acting
 from heron.core.nets import EnsembleMLP, RunningNorm, mlp
 
 
@@ -27,6 +29,23 @@ class Actor(nn.Module):
         """Policy interface (heron.core.policy): the greedy action; exploration noise is added by
         the training loop."""
         return self(obs), state
+
+
+class NumpyActor:
+    """``Actor.forward`` in numpy for acting on the CPU (``heron.core.acting``): obs [N, D] arrays
+    -> greedy actions [N, A], float32, within float32 rounding of the torch forward."""
+
+    def __init__(self, actor: Actor):
+        self.norm, self.mlp = actor.norm, acting.NumpyMLP(acting.linears(actor.net), acting.relu)
+        self.scale, self.bias = actor.scale.numpy(), actor.bias.numpy()
+
+    @staticmethod
+    def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
+        """The numpy actor where it applies (``acting.eligible``), else None."""
+        return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net), actor.net.amp_dtype) else None
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return np.tanh(self.mlp(acting.normalize(obs, self.norm))) * self.scale + self.bias
 
 
 class Critic(nn.Module):

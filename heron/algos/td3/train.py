@@ -18,10 +18,10 @@ import torch
 
 from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
-from heron.algos.td3.networks import build
+from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.nets import adam, polyak_, requires_grad
+from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
@@ -141,13 +141,18 @@ def train(cfg: Config, run: Run) -> dict:
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
+    polyak = Polyak((actor_target, actor), (critic_target, critic))
+    fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
 
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
             actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)
         else:
-            with torch.no_grad():
-                greedy = actor(torch.as_tensor(obs, device=device)).cpu().numpy()
+            if fast_actor:
+                greedy = fast_actor(obs)
+            else:
+                with torch.no_grad():
+                    greedy = actor(torch.as_tensor(obs, device=device)).cpu().numpy()
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
             actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
@@ -165,8 +170,7 @@ def train(cfg: Config, run: Run) -> dict:
                 delayed = n_updates % cfg.policy_frequency == 0
                 metrics.update(run.watch(update(rb.sample(run.local(cfg.batch_size)), delayed), global_step))
                 if delayed:  # steps 14-15
-                    polyak_(actor_target, actor, cfg.tau)
-                    polyak_(critic_target, critic, cfg.tau)
+                    polyak(cfg.tau)
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
                        policy, policy_state, checkpoint_state)

@@ -1,0 +1,107 @@
+"""Acting in numpy (heron/core/acting.py) against the torch acting it replaces: SAC's and TD3's
+actors on fixed observations, their eligibility, and whole short runs from one seed either way.
+PPO's numpy acting has its tests in test_ppo_lean.py and test_ppo_runs.py."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+import heron
+from heron.algos.sac.networks import NumpyActor, build
+from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
+from heron.algos.td3.networks import build as td3_build
+from heron.core import acting
+from heron.core.checkpoint import latest_checkpoint
+from heron.core.precision import Precision
+
+LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
+
+
+def _shaken(module: torch.nn.Module, norm: torch.nn.Module) -> None:
+    """Weights away from their initial values; observation statistics away from the identity
+    (a no-op for a disabled normalizer)."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    norm.update(torch.randn(64, 5, dtype=torch.float64) * 3 + 1)
+
+
+def _obs(n: int) -> np.ndarray:
+    return (np.random.default_rng(0).standard_normal((n, 5)) * 15).astype(np.float64)  # some beyond the clip
+
+
+@pytest.mark.parametrize("obs_norm", [False, True])
+def test_td3_numpy_actor_gives_the_actors_greedy_actions(obs_norm):
+    actor, _ = td3_build(5, LOW, HIGH, (32, 32), obs_norm)
+    _shaken(actor, actor.norm)
+    fast = TD3NumpyActor.of(actor, 3)
+    assert fast is not None
+    obs = _obs(3)
+    with torch.no_grad():
+        ref = actor(torch.as_tensor(obs))
+    out = fast(obs)
+    assert out.dtype == np.float32
+    torch.testing.assert_close(torch.from_numpy(out), ref, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the views follow in-place optimizer steps
+        for p in actor.parameters():
+            p.mul_(0.5)
+        torch.testing.assert_close(torch.from_numpy(fast(obs)), actor(torch.as_tensor(obs)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("obs_norm", [False, True])
+def test_sac_numpy_actor_samples_what_act_samples(obs_norm):
+    """Given the normals ``actor.act`` would draw from the generator, the same actions."""
+    actor, _ = build(5, LOW, HIGH, (32, 32), obs_norm, "none", 8)
+    _shaken(actor, actor.encoder.norm)
+    fast = NumpyActor.of(actor, 4)
+    assert fast is not None
+    obs = _obs(4)
+    torch.manual_seed(7)
+    ref, _ = actor.act(torch.as_tensor(obs).float(), torch.zeros(4, 0), deterministic=False)
+    torch.manual_seed(7)
+    out = fast(obs, torch.randn(4, 3).numpy())
+    assert out.dtype == np.float32
+    torch.testing.assert_close(torch.from_numpy(out), ref, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(torch.from_numpy(fast(obs, torch.randn(4, 3).numpy())), ref)  # the noise matters
+
+
+def test_numpy_acting_only_where_it_applies():
+    """Torch keeps acting for recurrent encoders, mixed precision, and products large enough for
+    numpy's BLAS to use more threads than the run's."""
+    actor, _ = td3_build(11, -torch.ones(3), torch.ones(3), (256, 256), False)
+    assert TD3NumpyActor.of(actor, 3) is not None and TD3NumpyActor.of(actor, 4) is None  # 4 x 256 x 256 = 2^18
+    Precision("bf16-mixed", torch.device("cpu")).apply(actor)
+    assert TD3NumpyActor.of(actor, 1) is None
+    sac_actor, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
+    assert NumpyActor.of(sac_actor, 1) is None
+    assert acting.PRODUCT_MAX == 2 ** 18 - 1
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
+    """A short Pendulum run from one seed with numpy acting and with torch acting: the same
+    episode returns and final weights to float32 rounding (the actions differ by rounding only)."""
+    flags = dict(env_id="Pendulum-v1", total_steps=1000, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
+                 obs_norm=True, eval_every=0, eval_episodes=1, checkpoint_every=0, log_every=200, progress="none")
+    heron.train(algo, run_dir=str(tmp_path / "numpy"), **flags)
+    import heron.algos.sac.networks as sac_networks
+    import heron.algos.td3.networks as td3_networks
+    for module in (sac_networks, td3_networks):
+        monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
+    heron.train(algo, run_dir=str(tmp_path / "torch"), **flags)
+
+    def returns(run):
+        with open(tmp_path / run / "metrics.csv") as f:
+            return [float(r["value"]) for r in csv.DictReader(f) if r["metric"] == "charts/episodic_return"]
+
+    assert len(returns("numpy")) == 5
+    torch.testing.assert_close(torch.tensor(returns("numpy")), torch.tensor(returns("torch")), rtol=1e-4, atol=1e-2)
+    a, b = (torch.load(latest_checkpoint(tmp_path / run / "checkpoints"), weights_only=True)["actor"]
+            for run in ("numpy", "torch"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=1e-4, msg=name)
