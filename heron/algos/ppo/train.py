@@ -285,8 +285,8 @@ def train(cfg: Config, run: Run) -> dict:
         # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
-        noise = head.noise((T, cfg.num_envs), device)  # the rollout's sampling noise, one draw
-        fast = model.numpy_acting(cfg.num_envs)  # numpy acting (feed-forward MLPs on the CPU) or None
+        noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
+        fast = model.numpy_acting(N)  # numpy acting (feed-forward MLPs on the CPU) or None
         noise_np = noise.numpy() if fast else None
         for t in range(T):
             if fast:
