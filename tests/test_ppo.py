@@ -255,6 +255,27 @@ def test_reward_scaler_divides_by_the_return_std_and_round_trips_its_state():
     assert scaler(np.array([6.0, 6.0], np.float32), np.ones(2, bool))[0] == pytest.approx(2.0, rel=0.05)
 
 
+def test_reward_scaler_statistics_are_numpys_mean_and_var_exactly():
+    """The scaler's written-out moments and clip against np.mean, np.var and np.clip, bit for bit,
+    with episode ends resetting some envs' returns."""
+    scaler, rng = RewardScaler(5, gamma=0.99, clip=2.0), np.random.default_rng(1)
+    ret, mean, var, count, clipped = np.zeros(5), 0.0, 1.0, 1e-4, 0
+    for _ in range(50):
+        rewards, done = rng.normal(1.0, 4.0, 5), rng.random(5) < 0.2
+        out = scaler(rewards, done)
+        ret = ret * 0.99 + rewards
+        b_mean, b_var = float(ret.mean()), float(ret.var())
+        delta, total = b_mean - mean, count + 5
+        mean += delta * 5 / total
+        var = (var * count + b_var * 5 + delta * delta * count * 5 / total) / total
+        count = total
+        ret[done] = 0.0
+        np.testing.assert_array_equal(out, np.clip(rewards / np.sqrt(var + 1e-8), -2.0, 2.0).astype(np.float32))
+        assert (scaler.mean, scaler.var) == (mean, var)
+        clipped += int((np.abs(out) == 2.0).sum())
+    assert clipped > 0  # the clip was exercised
+
+
 def test_sample_logp_matches_sample_then_log_prob():
     for action in ({"kind": "box", "low": torch.tensor([-1.0]), "high": torch.tensor([1.0])},
                    {"kind": "multidiscrete", "nvec": [2, 3]}, None):

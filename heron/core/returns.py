@@ -121,14 +121,18 @@ class RewardScaler:
         if self.moments is not None:
             m, v, b = self.moments(torch.from_numpy(self.ret))
             b_mean, b_var = float(m), float(v)
-        else:
-            b_mean, b_var, b = float(self.ret.mean()), float(self.ret.var()), self.ret.size
+        else:  # numpy's mean and var written out (the same sums; their wrappers were most of the call)
+            b = self.ret.size
+            b_mean = self.ret.sum() / b
+            dev = self.ret - b_mean
+            b_mean, b_var = float(b_mean), float((dev * dev).sum() / b)
         delta, total = b_mean - self.mean, self.count + b
         self.mean += delta * b / total
         self.var = (self.var * self.count + b_var * b + delta * delta * self.count * b / total) / total
         self.count = total
         self.ret[done] = 0.0
-        return np.clip(rewards / np.sqrt(self.var + self.eps), -self.clip, self.clip).astype(np.float32)
+        scaled = rewards / np.sqrt(self.var + self.eps)
+        return np.minimum(np.maximum(scaled, -self.clip), self.clip).astype(np.float32)  # np.clip, without its wrapper
 
     def state_dict(self) -> dict:
         return {"ret": torch.from_numpy(self.ret.copy()), "mean": torch.tensor(self.mean, dtype=torch.float64),
