@@ -18,6 +18,7 @@ from heron.core import acting
 from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, orthogonal_, tanh_mlp
 
 LOG_2PI = math.log(2 * math.pi)
+LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and numpy acting)
 
 
 def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
@@ -117,7 +118,7 @@ class ActionHead(nn.Module):
 
     def _box(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = params.split(self.dim, -1)
-        return mean, log_std.clamp(-20.0, 2.0)
+        return mean, log_std.clamp(*LOG_STD_BOUNDS)
 
     def _logits(self, params: torch.Tensor) -> list[torch.Tensor]:
         return [torch.log_softmax(p, -1) for p in params.split(self.sizes, -1)]
@@ -187,7 +188,8 @@ class NumpyActing:
     [N, D] (float64 or float32 arrays, as envs return them) and the step's noise [N, K]
     (``ActionHead.noise``) -> the actions for the env, the actions, their log-probs and the
     normalized values, as arrays: ``ActorCritic.step`` and ``ActionHead.sample_logp``'s operations
-    in the same order, in float32."""
+    in the same order, in float32. Make one per rollout: a free log-std is read (clamped) when it is
+    made, and the optimizer moves it between rollouts."""
 
     def __init__(self, model: "ActorCritic"):
         self.pi, self.v = (acting.NumpyMLP(layers, np.tanh) for layers in model._direct)
@@ -195,7 +197,7 @@ class NumpyActing:
         head = self.head = model.pi_head
         if head.kind == "box":
             self.low, self.high = head.low.numpy(), head.high.numpy()
-            self.log_std = None if head.state_dependent else head.log_std.detach().clamp(-20.0, 2.0).numpy()
+            self.log_std = None if head.state_dependent else head.log_std.detach().clamp(*LOG_STD_BOUNDS).numpy()
         else:
             self.bounds = np.cumsum([0] + head.sizes).tolist()
 
@@ -205,7 +207,7 @@ class NumpyActing:
         head = self.head
         if head.kind == "box":
             if self.log_std is None:
-                out, log_std = out[:, :head.dim], np.clip(out[:, head.dim:], -20.0, 2.0)
+                out, log_std = out[:, :head.dim], np.clip(out[:, head.dim:], *LOG_STD_BOUNDS)
             else:
                 log_std = self.log_std
             actions = out + np.exp(log_std) * noise
@@ -263,7 +265,8 @@ class ActorCritic(nn.Module):
         return self._direct is not None and self.pi_body.mlp.amp_dtype is None and not torch.is_grad_enabled()
 
     def numpy_acting(self, num_envs: int) -> NumpyActing | None:
-        """The numpy acting step for this rollout (``NumpyActing``), or None where acting stays in
+        """The numpy acting step for one rollout (``NumpyActing``: it keeps the rollout's clamped
+        log-std), or None where acting stays in
         torch: recurrent, CNN or shared bodies, mixed precision, a GPU, or products large enough
         for numpy's BLAS to take more threads than the run's."""
         if self._direct is None or not acting.eligible(num_envs, self._direct[0] + self._direct[1],

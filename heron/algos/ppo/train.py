@@ -286,7 +286,7 @@ def train(cfg: Config, run: Run) -> dict:
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
         noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
-        fast = model.numpy_acting(N)  # numpy acting (feed-forward MLPs on the CPU) or None
+        fast = model.numpy_acting(N)  # numpy acting (feed-forward MLPs on the CPU) or None; per rollout
         noise_np = noise.numpy() if fast else None
         for t in range(T):
             if fast:
