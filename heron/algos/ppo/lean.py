@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from heron.algos.ppo.networks import ActorCritic
+from heron.algos.ppo.networks import LOG_STD_BOUNDS, ActorCritic
 from heron.core.lean import FlatGrads
 from heron.core.precision import Precision
 
@@ -113,8 +113,9 @@ class LeanUpdate:
         A = head.dim
         mean = out[:, :A]
         raw_std = out[:, A:] if head.state_dependent else head.log_std.expand_as(mean)
-        log_std = raw_std.clamp(-20.0, 2.0)
-        inside = (raw_std >= -20.0) & (raw_std <= 2.0)  # clamp passes gradients at its bounds too
+        lo, hi = LOG_STD_BOUNDS
+        log_std = raw_std.clamp(lo, hi)
+        inside = (raw_std >= lo) & (raw_std <= hi)  # clamp passes gradients at its bounds too
         z = (actions.reshape(mean.shape) - mean) / log_std.exp()
         logp = (-0.5 * z.pow(2) - log_std - 0.5 * LOG_2PI).sum(1)
         ent = (0.5 + 0.5 * LOG_2PI + log_std).sum(1)
