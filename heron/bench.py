@@ -40,7 +40,10 @@ from heron.core.logger import complete_rows, write_csv
 from heron.core.run import best_logged_eval
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
-                  "wall_s", "heron_version", "git_commit"]
+                  "wall_s", "heron_version", "git_commit", "train_return"]
+# results.csv as written before train_return: read, its rows padded, and rewritten whole by record()
+_EARLIER_HEADER = RESULTS_HEADER[:-1]
+TRAIN_WINDOW = 0.1  # train_return: the training episodes that ended in the last tenth of the steps
 STATE_FILE = "bench.json"  # in each run directory: what the bench knows of it (wall time, attempts, outcome)
 
 
@@ -187,6 +190,24 @@ def eval_summary(run_dir: Path) -> tuple[int, float, float, float] | None:
         return None
     step, mean, std = int(rows[-1][0]), float(rows[-1][1]), float(rows[-1][2])
     return step, mean, std, best_logged_eval(run_dir / "eval.csv")
+
+
+def train_summary(run_dir: Path, window: float = TRAIN_WINDOW) -> float | None:
+    """The mean return of the training episodes (``charts/episodic_return``, the stochastic policy)
+    that ended in the last ``window`` of the run's logged steps: the figure CleanRL's and the SB3
+    zoo's tables report, beside our deterministic evaluations. None without such episodes."""
+    episodes = []
+    for row in complete_rows(run_dir / "metrics.csv", 4):
+        if row[2] == "charts/episodic_return":
+            try:
+                episodes.append((int(row[0]), float(row[3])))
+            except ValueError:
+                pass
+    if not episodes:
+        return None
+    start = max(step for step, _ in episodes) * (1 - window)
+    last = [ret for step, ret in episodes if step >= start]
+    return sum(last) / len(last)
 
 
 # -- choosing the runs --------------------------------------------------------------------------------
@@ -383,9 +404,12 @@ def _ended(job: Job, code: int, suite: str, commit: str, out: Path, failed: list
     summary = eval_summary(job.run_dir)
     if code == 0 and summary is not None and summary[0] >= job.total_steps:
         step, final, std, best = summary
-        job.save_state(wall_s=wall, done=True, steps=step, final_return=final, final_std=std, best_return=best)
+        train = train_summary(job.run_dir)
+        job.save_state(wall_s=wall, done=True, steps=step, final_return=final, final_std=std, best_return=best,
+                       train_return=train)
         record(out / "results.csv", [suite, job.entry.algo, job.entry.env_id, job.seed, step, f"{final:.2f}",
-                                     f"{std:.2f}", f"{best:.2f}", f"{wall:.0f}", __version__, commit])
+                                     f"{std:.2f}", f"{best:.2f}", f"{wall:.0f}", __version__, commit,
+                                     "" if train is None else f"{train:.2f}"])
         echo(f"[done] {job.label}: {step} steps in {_duration(wall)}; final {final:.1f} +- {std:.1f}, best {best:.1f}")
         return
     job.save_state(wall_s=wall, done=False, last_exit=code)
@@ -435,6 +459,8 @@ def _read_rows(path: Path) -> list[list[str]]:
         return []
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
+    if rows and rows[0] == _EARLIER_HEADER:  # written before train_return: that column left empty
+        return [r + [""] for r in rows[1:] if len(r) == len(_EARLIER_HEADER)]
     if not rows or rows[0][:len(RESULTS_HEADER)] != RESULTS_HEADER:
         raise HeronError(f"{path} is not a heron bench results file (header {rows[0] if rows else 'missing'})")
     return [r for r in rows[1:] if len(r) == len(RESULTS_HEADER)]
@@ -450,13 +476,22 @@ def read_results(path: str | Path) -> list[dict]:
                 row[key] = int(row[key])
             for key in ("final_return", "final_std", "best_return", "wall_s"):
                 row[key] = float(row[key])
+            row["train_return"] = float(row["train_return"]) if row["train_return"] else None
         except ValueError as exc:
             raise HeronError(f"{path}: a row that does not parse ({', '.join(r)}): {exc}") from None
+        if row["train_return"] is None:  # a row from before the column: from its run, where that is here
+            row["train_return"] = train_summary(Path(path).parent / row["suite"] / _run_name(row))
         out.append(row)
     return out
 
 
-def _mean_std(values: list[float]) -> str:
+def _run_name(row: dict) -> str:
+    return Entry(row["algo"], row["env_id"], (), 0).name(row["seed"])
+
+
+def _mean_std(values: list) -> str:
+    if any(v is None for v in values):
+        return "-"
     if len(values) == 1:
         return f"{values[0]:.1f}"
     mean = sum(values) / len(values)
@@ -472,20 +507,23 @@ def table(rows: list[dict], suite: str) -> str:
         if row["suite"] == suite:
             groups.setdefault((row["env_id"], row["algo"]), []).append(row)
     lines = [f"### {suite}", "",
-             "| Env | Algorithm | Steps | Seeds | Final eval | Best eval | Published | Wall time per run |",
-             "|---|---|---:|---:|---:|---:|---|---:|"]
+             "| Env | Algorithm | Steps | Seeds | Final eval | Best eval | Training return (last 10%) | Published "
+             "| Wall time per run |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for (env, algo), group in groups.items():
         group.sort(key=lambda r: r["seed"])
         published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
         steps = sorted({r["steps"] for r in group})
         lines.append(f"| {env} | {algo} | {'/'.join(f'{s:,}' for s in steps)} | {len(group)} "
                      f"| {_mean_std([r['final_return'] for r in group])} | {_mean_std([r['best_return'] for r in group])} "
-                     f"| {published} | {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
+                     f"| {_mean_std([r['train_return'] for r in group])} | {published} | {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
     if len(lines) == 4:
-        lines.append("| (no finished runs) | | | | | | | |")
+        lines.append("| (no finished runs) | | | | | | | | |")
     commits = sorted({r["git_commit"] or "?" for r in rows if r["suite"] == suite})
     lines += ["", f"Final: the deterministic evaluation at the end of training; best: the highest periodic "
-              f"evaluation. Mean ± sample standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}."]
+              f"evaluation; training return: the mean return of the training episodes (the exploring policy) "
+              f"that ended in the last 10% of the steps, the figure CleanRL's tables give. Mean ± sample "
+              f"standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}."]
     return "\n".join(lines) + "\n"
 
 
@@ -518,7 +556,7 @@ def _plots(out: Path, suite: str, rows: list[dict]) -> list[Path]:
 
     by_env: dict[str, dict[str, list[str]]] = {}
     for row in rows:
-        run_dir = out / suite / Entry(row["algo"], row["env_id"], (), 0).name(row["seed"])
+        run_dir = out / suite / _run_name(row)
         if (run_dir / "eval.csv").is_file():
             by_env.setdefault(row["env_id"], {}).setdefault(row["algo"], []).append(str(run_dir))
     written = []

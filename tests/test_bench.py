@@ -47,28 +47,56 @@ def _dmc_pixels() -> bool:
 
 def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, capsys):
     out = tmp_path / "b"
-    for seed, final, best in ((1, 3000, 3100), (2, 3200, 3300), (3, 3400, 3500)):
+    for seed, final, best, train in ((1, 3000, 3100, 2500), (2, 3200, 3300, 2700), (3, 3400, 3500, 2900)):
         bench.record(out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", seed, 1_000_000, final, 10.0, best,
-                                           3600 * seed, "0.1.0", "abc123"])
+                                           3600 * seed, "0.1.0", "abc123", train])
     bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3300, 5.0, 3400, 600,
-                                       "0.1.0", "abc123"])
-    # a run recorded again (it was trained further) replaces its row, it does not add one
+                                       "0.1.0", "abc123", 3000])
+    # a run recorded again (it was trained further) replaces its row, it does not add one; this one
+    # ended no training episode in its last tenth (an empty training return)
     bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3310, 5.0, 3410, 1200,
-                                       "0.1.0", "def456"])
+                                       "0.1.0", "def456", ""])
     assert len(_rows(out)) == 4
     assert main(["bench", "--report", "--out", str(out)]) == 0
     sac = (out / "mujoco-sac.md").read_text()
-    # finals 3000/3200/3400: mean 3200, sample std 200; bests 3300 +- 200; wall times 1h, 2h, 3h: 2h mean
-    assert "| Hopper-v5 | sac | 1,000,000 | 3 | 3200.0 ± 200.0 | 3300.0 ± 200.0 |" in sac
+    # finals 3000/3200/3400: mean 3200, sample std 200; bests 3300 +- 200; training returns 2700 +- 200;
+    # wall times 1h, 2h, 3h: 2h mean
+    assert "| Hopper-v5 | sac | 1,000,000 | 3 | 3200.0 ± 200.0 | 3300.0 ± 200.0 | 2700.0 ± 200.0 |" in sac
     assert "2686 ± 762 (CleanRL, v2, 1M, training return); ~3250 (SAC paper)" in sac
     assert "| 2h00m |" in sac and "abc123" in sac
     td3 = (out / "mujoco-td3.md").read_text()
-    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | 3564 (TD3 paper, v1, 1M) | 20m00s |" in td3
+    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 (TD3 paper, v1, 1M) | 20m00s |" in td3
     assert "def456" in td3 and "abc123" not in td3
     # a results file of something else is refused in one line, and left as it was
     (out / "results.csv").write_text("a,b\n1,2\n")
     assert "is not a heron bench results file" in cli_error(capsys, ["bench", "--report", "--out", str(out)])
     assert (out / "results.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_training_return_of_the_last_tenth_and_results_from_before_the_column(tmp_path):
+    out = tmp_path / "b"
+    run = out / "mujoco-sac" / "sac__Hopper-v5__s1"
+    run.mkdir(parents=True)
+    # training episodes ended at steps 100 .. 1000; the last tenth is steps >= 900: 30, 40, 50 -> 40.
+    # Other metrics are not episodes, and a line torn by a kill (no newline) is not read.
+    (run / "metrics.csv").write_text(
+        "step,wall_time,metric,value\n100,0,charts/episodic_return,1000\n500,0,charts/episodic_return,20\n"
+        "899,0,charts/episodic_return,7\n900,0,charts/episodic_return,30\n950,0,losses/qf_loss,9999\n"
+        "960,0,charts/episodic_return,40\n1000,0,charts/episodic_return,50\n1000,0,charts/episodic_return,99")
+    assert bench.train_summary(run) == pytest.approx(40.0)
+    assert bench.train_summary(out / "nowhere") is None
+    # results.csv as heron bench wrote it before the column: read, its run's training return computed
+    # from the run directory, and rewritten with the column when a run is recorded
+    (out / "results.csv").write_text(",".join(bench.RESULTS_HEADER[:-1]) + "\n"
+                                     "mujoco-sac,sac,Hopper-v5,1,1000,3000,10,3100,60,0.1.0,abc\n"
+                                     "mujoco-sac,sac,Hopper-v5,2,1000,3200,10,3300,60,0.1.0,abc\n")
+    rows = bench.read_results(out / "results.csv")
+    assert [r["train_return"] for r in rows] == [pytest.approx(40.0), None]  # seed 2's run is not here
+    assert main(["bench", "--report", "--out", str(out)]) == 0
+    assert "| Hopper-v5 | sac | 1,000 | 2 | 3100.0 ± 141.4 | 3200.0 ± 141.4 | - |" in (out / "mujoco-sac.md").read_text()
+    bench.record(out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", 3, 1000, 3400, 10, 3500, 60, "0.1.0", "abc",
+                                       "41.00"])
+    assert [r["train_return"] for r in _rows(out)] == ["", "", "41.00"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -158,6 +186,8 @@ def test_smoke_suite_end_to_end(tmp_path):
         assert int(r["steps"]) >= next(e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) ==
                                        (r["algo"], r["env_id"]))
         assert float(r["wall_s"]) > 0 and r["heron_version"]
+        if r["env_id"] == "Hopper-v5":  # its early episodes are short: some end in the last tenth
+            assert float(r["train_return"]) > 0
     table = (out / "smoke.md").read_text()
     assert table.count("\n| ") == 1 + len(rows)  # the header and one line per (env, algo)
     assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == \
