@@ -207,3 +207,62 @@ def test_serial_envs_give_gymnasium_sync_vector_env_transitions(env_id, num_envs
         ended += len(a.episodes)
     assert ended >= num_envs  # resets were exercised
     assert str(ours.state_dict()) == str(theirs.state_dict())
+
+
+class _FakePool:
+    """EnvPool's Atari interface as EnvPoolVecEnv uses it: env i's frame is filled with 10*i + its
+    step count; env 1 loses a life on its 2nd step (terminated, the game goes on) and its game ends on
+    its 3rd after the reset; resets are steps given ``env_id``, which return the new first frame."""
+
+    def __init__(self, num_envs):
+        self.n, self.t = num_envs, np.zeros(num_envs, np.int64)
+        self.reset_calls = []
+        self.observation_space = self.action_space = None
+
+    def _frames(self, ids):
+        return np.stack([np.full((4, 2, 2), 10 * i + self.t[i], np.uint8) for i in ids])
+
+    def reset(self):
+        self.t[:] = 0
+        return self._frames(range(self.n)), {}
+
+    def step(self, actions, env_id=None):
+        if env_id is not None:  # the finished envs' reset
+            self.reset_calls.append(list(env_id))
+            self.t[env_id] = 0
+            zeros = np.zeros(len(env_id))
+            return self._frames(env_id), zeros, zeros.astype(bool), zeros.astype(bool), {"env_id": np.asarray(env_id)}
+        self.t += 1
+        ids = np.arange(self.n)
+        life_lost = (ids == 1) & (self.t == 2) & (len(self.reset_calls) == 0)
+        game_over = (ids == 1) & (self.t == 3) & (len(self.reset_calls) > 0)
+        info = {"env_id": ids, "reward": np.full(self.n, 2.5), "terminated": game_over}
+        return self._frames(ids), np.ones(self.n), life_lost | game_over, np.zeros(self.n, bool), info
+
+    def close(self):
+        pass
+
+
+def test_envpool_backend_resets_finished_envs_and_reports_whole_games(monkeypatch):
+    """EnvPoolVecEnv against a fake pool (EnvPool itself is not installed in CI): a finished env
+    (a lost life) is reset at once through ``step(..., env_id=...)``, ``obs`` is then its new first
+    frame and ``next_obs`` its final one; games are reported whole with their raw rewards."""
+    import sys
+    import types
+
+    from heron.core.atari import EnvPoolVecEnv
+
+    pools = []
+    fake = types.SimpleNamespace(make=lambda game, seed, **kw: pools.append(_FakePool(kw["num_envs"])) or pools[-1])
+    monkeypatch.setitem(sys.modules, "envpool", fake)
+    envs = EnvPoolVecEnv("ALE/Breakout-v5", num_envs=2, seed=0)
+    assert envs.reset()[:, 0, 0, 0].tolist() == [0, 10]
+    step = envs.step(np.zeros(2, np.int64))
+    assert not step.terminated.any() and step.episodes == []
+    step = envs.step(np.zeros(2, np.int64))  # env 1 loses a life
+    assert step.terminated.tolist() == [False, True] and pools[0].reset_calls == [[1]]
+    assert step.next_obs[:, 0, 0, 0].tolist() == [2, 12] and step.obs[:, 0, 0, 0].tolist() == [2, 10]
+    assert step.episodes == []  # the game goes on
+    for _ in range(3):
+        step = envs.step(np.zeros(2, np.int64))
+    assert step.terminated.tolist() == [False, True] and step.episodes == [(1, 12.5, 5)]  # 5 steps x 2.5

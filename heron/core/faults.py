@@ -47,7 +47,7 @@ class WriteFailed(Fault):
     """A checkpoint or log could not be written (disk full, I/O error)."""
 
 
-def env_call(env_id: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def env_call(env_id: str, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, an env's step or reset: an exception from it (the env raised, its
     worker process died) becomes EnvCrashed naming the env; heron's own errors pass through."""
     try:
