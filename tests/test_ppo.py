@@ -283,3 +283,16 @@ def test_sample_logp_matches_sample_then_log_prob():
         params = model.pi_head(torch.randn(6, 16))
         a, logp = model.pi_head.sample_logp(params)
         torch.testing.assert_close(logp, model.pi_head.log_prob(params, a))
+
+
+def test_nature_cnn_scales_frames_without_touching_its_input():
+    """uint8 frames are scaled in the network's own float copy; a float input (the caller's tensor)
+    gives the same features and is left as it was."""
+    from heron.core.nets import NatureCNN
+    torch.manual_seed(0)
+    cnn = NatureCNN(4)
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    as_float = frames.float()
+    expected = cnn.fc(cnn.convs(as_float / 255.0))
+    assert torch.equal(cnn(frames), expected) and torch.equal(cnn(as_float), expected)
+    assert torch.equal(as_float, frames.float())

@@ -88,7 +88,10 @@ class NatureCNN(nn.Module):
         self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(x.float() / 255.0))
+        f = x.float()
+        # uint8 frames: scaled in the fresh float copy (the same numbers, one frame-sized buffer fewer);
+        # a float input is the caller's tensor and is not written to
+        return self.fc(self.convs(f.div_(255.0) if f is not x else f / 255.0))
 
 
 class Adam(torch.optim.Adam):
