@@ -194,8 +194,8 @@ def eval_summary(run_dir: Path) -> tuple[int, float, float, float] | None:
 
 def train_summary(run_dir: Path, window: float = TRAIN_WINDOW) -> float | None:
     """The mean return of the training episodes (``charts/episodic_return``, the stochastic policy)
-    that ended in the last ``window`` of the run's logged steps: the figure CleanRL's and the SB3
-    zoo's tables report, beside our deterministic evaluations. None without such episodes."""
+    that ended in the last ``window`` of the run's logged steps: the figure CleanRL's tables report,
+    beside our deterministic evaluations. None without such episodes."""
     episodes = []
     for row in complete_rows(run_dir / "metrics.csv", 4):
         if row[2] == "charts/episodic_return":
@@ -479,7 +479,7 @@ def read_results(path: str | Path) -> list[dict]:
             row["train_return"] = float(row["train_return"]) if row["train_return"] else None
         except ValueError as exc:
             raise HeronError(f"{path}: a row that does not parse ({', '.join(r)}): {exc}") from None
-        if row["train_return"] is None:  # a row from before the column: from its run, where that is here
+        if row["train_return"] is None:  # empty (a row from before the column): from its run, if it is here
             row["train_return"] = train_summary(Path(path).parent / row["suite"] / _run_name(row))
         out.append(row)
     return out
@@ -516,7 +516,8 @@ def table(rows: list[dict], suite: str) -> str:
         steps = sorted({r["steps"] for r in group})
         lines.append(f"| {env} | {algo} | {'/'.join(f'{s:,}' for s in steps)} | {len(group)} "
                      f"| {_mean_std([r['final_return'] for r in group])} | {_mean_std([r['best_return'] for r in group])} "
-                     f"| {_mean_std([r['train_return'] for r in group])} | {published} | {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
+                     f"| {_mean_std([r['train_return'] for r in group])} | {published} "
+                     f"| {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
     if len(lines) == 4:
         lines.append("| (no finished runs) | | | | | | | | |")
     commits = sorted({r["git_commit"] or "?" for r in rows if r["suite"] == suite})
