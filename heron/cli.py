@@ -269,7 +269,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_tune(argv: list[str]) -> int:
     from heron import tune
-    from heron.core.run import choose_threads
+    from heron.core.cores import choose_threads
 
     p = _Parser(prog="heron tune", allow_abbrev=False, description="Search hyperparameters with Optuna (TPE, "
                 "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "

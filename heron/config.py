@@ -47,7 +47,8 @@ class RunConfig:
     keep_checkpoints: int = opt(3, "step-numbered checkpoints kept on disk (latest and best are always kept)")
     log_every: int = opt(1000, "write losses every N env steps (the only host syncs of training)")
     progress: str = opt("auto", "progress display: auto, bar, log (plain lines) or none", ("auto", "bar", "log", "none"))
-    torch_threads: int = opt(0, "torch intra-op threads (0 = choose from the cores and envs)")
+    torch_threads: int = opt(0, "torch intra-op threads (0 = one per free core, at most 4: "
+                            "cores other processes keep busy are left out, also during the run)")
     torch_deterministic: bool = opt(True, "use deterministic torch kernels")
     compile: bool = opt(False, "torch.compile the update step")
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")

@@ -1,5 +1,6 @@
 """Same seed -> bitwise-identical parameters; a run killed right after a checkpoint and resumed
-ends bitwise where the uninterrupted run ends (CPU)."""
+ends bitwise where the uninterrupted run ends (CPU). The thread count is fixed: float results
+depend on it, and the automatic count follows the machine's load (heron.core.cores)."""
 
 import os
 import subprocess
@@ -14,7 +15,7 @@ from heron.core.checkpoint import latest_checkpoint
 # Pendulum-v1 episodes last 200 steps; checkpoints every 1000 fall on episode boundaries.
 ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "2000", "--learning-starts", "500", "--checkpoint-every", "1000",
         "--eval-every", "1500", "--eval-episodes", "1", "--batch-size", "64", "--hidden-sizes", "32", "32",
-        "--progress", "none", "--log-every", "500"]
+        "--progress", "none", "--log-every", "500", "--torch-threads", "1"]
 
 
 def _state(run_dir):
@@ -89,7 +90,7 @@ def _read(path):
 
 def test_same_seed_is_bitwise_identical_and_other_seed_differs(tmp_path, tiny):
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
-        heron.train("sac", seed=seed, run_dir=str(tmp_path / name), **tiny)
+        heron.train("sac", seed=seed, run_dir=str(tmp_path / name), **{**tiny, "torch_threads": 1})
     a, b, c = (_state(tmp_path / n) for n in "abc")
     _assert_same(a, b, ["actor", "critic"])
     assert not torch.equal(a["actor"]["net.0.weight"], c["actor"]["net.0.weight"])
@@ -109,7 +110,7 @@ def test_resume_to_a_new_step_target(tmp_path, tiny):
 PPO_ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "3000", "--num-envs", "1", "--num-steps", "200",
             "--num-minibatches", "4", "--update-epochs", "2", "--checkpoint-every", "1000", "--eval-every", "1500",
             "--eval-episodes", "1", "--hidden-sizes", "16", "--progress", "none", "--log-every", "200",
-            "--obs-norm", "--reward-scale", "--value-norm"]
+            "--obs-norm", "--reward-scale", "--value-norm", "--torch-threads", "1"]
 
 
 @pytest.mark.parametrize("extra", [[], ["--mode", "off-policy", "--replay-rollouts", "3"],
@@ -136,7 +137,7 @@ def test_ppo_resume_after_kill_equals_uninterrupted(extra, tmp_path):
 # three optimizers and the random streams all come back, so the resumed run ends bitwise equal.
 DREAMER_ARGS = ["--preset", "debug", "--env-id", "Pendulum-v1", "--total-steps", "600", "--learning-starts", "100",
                 "--train-every", "10", "--checkpoint-every", "200", "--eval-every", "300", "--log-every", "50",
-                "--critic-target-update-freq", "3", "--progress", "none"]
+                "--critic-target-update-freq", "3", "--progress", "none", "--torch-threads", "1"]
 
 
 @pytest.mark.parametrize("extra", [["--buffer-type", "episode"], ["--buffer-type", "sequential", "--prioritize-ends"]])

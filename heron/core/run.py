@@ -28,7 +28,7 @@ import yaml
 
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
-from heron.core import dist
+from heron.core import cores, dist
 from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
     nonfinite_tensor, release
@@ -68,16 +68,25 @@ def join(cfg: Any) -> tuple[dist.World, torch.device]:
     return world, device
 
 
-def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks: int = 1) -> int:
-    """Intra-op threads. Small RL networks gain little from a second thread, and torch stalls badly
-    when its threads compete with env subprocesses or other ranks for cores, so we stay at one
-    thread per free core: the cores are shared among the ranks on this machine, then each rank's
-    async env workers take theirs (``num_envs``: this rank's envs)."""
-    if requested > 0:
-        return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    free = cores // max(local_ranks, 1) - (num_envs if vector_mode == "async" else 0)
-    return max(1, min(free, 4))
+def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | None, cores.ThreadGovernor | None]:
+    """Set torch's intra-op threads for a run (``heron.core.cores``): ``--torch-threads N``, or one per
+    free core, leaving out the cores other processes keep busy, then a governor that follows the
+    load. Returns a note when other processes took cores, and the governor (None for a fixed count,
+    or where this run's own ranks or env workers hold the other cores)."""
+    if cfg.torch_threads > 0:
+        torch.set_num_threads(cfg.torch_threads)
+        return None, None
+    ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size)
+    if world.local_size > 1 or cfg.vector_mode == "async" or ceiling == 1:
+        torch.set_num_threads(ceiling)
+        return None, None
+    others = cores.others_now()
+    threads = cores.choose_threads(0, local_envs, cfg.vector_mode, 1, cores.busy_cores(others))
+    torch.set_num_threads(threads)
+    note = None if threads == ceiling else (
+        f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
+        f"not {ceiling} (a thread that shares a core stalls every operation; --torch-threads N fixes the count)")
+    return note, cores.ThreadGovernor(ceiling)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -220,6 +229,7 @@ class Run:
     synced: dict = field(default_factory=dict)  # modules that must be identical on every rank
     finished: bool = False
     precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
+    governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -321,13 +331,12 @@ class Run:
     @classmethod
     def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
               world: dist.World, device: torch.device) -> "Run":
-        local_envs = cfg.num_envs // world.size
-        torch.set_num_threads(choose_threads(cfg.torch_threads, local_envs, cfg.vector_mode, world.local_size))
+        thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
         precision = Precision(cfg.precision, device, cfg.torch_deterministic)
         if not world.is_main:
             run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=DivergenceGuard(device),
-                      world=world, precision=precision)
+                      world=world, precision=precision, governor=governor)
             run._catch_signals()
             return run
         wandb_run = None
@@ -343,7 +352,9 @@ class Run:
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world,
-                  precision=precision)
+                  precision=precision, governor=governor)
+        if thread_note is not None:
+            logger.print(f"heron: note: {thread_note}")  # no action asked for: quiet under --progress none
         if (slow := precision.slow_warning()) is not None:
             logger.warn(slow)
         run._catch_signals()
@@ -456,6 +467,8 @@ class Run:
         if self.due(step, prev_step, cfg.checkpoint_every) or timed:
             self.checkpoint(step, *full_state())
         self.stop_if_requested(step, full_state)
+        if self.governor is not None and (note := self.governor.poll()) is not None:
+            self.logger.warn(note)
         self.logger.progress(step)
 
     def timed_checkpoint_due(self) -> bool:
