@@ -106,7 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-episodes", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both libraries")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both libraries; 0: each "
+                   "library's own default (heron's follows the free cores, SB3's is torch's: one per core)")
+    p.add_argument("--busy", type=int, default=0, metavar="K", help="K other busy processes (a Python loop each) "
+                   "during the whole benchmark: a machine where something else runs")
     p.add_argument("--device", default="cpu", help="torch device for both libraries (default cpu)")
     p.add_argument("--precision", nargs="+", default=["32"], choices=["32", "bf16-mixed"],
                    help="heron's --precision; one heron training per value (SB3 runs float32)")
@@ -121,9 +124,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.learning_starts < 0 or args.total_steps - args.learning_starts < 2:
         p.error("need 0 <= --learning-starts <= --total-steps - 2 (the learning phase is what is timed)")
-    if args.batch_size <= 0 or args.eval_episodes <= 0 or args.threads <= 0:
-        p.error("--batch-size, --eval-episodes and --threads must be positive")
+    if args.batch_size <= 0 or args.eval_episodes <= 0 or args.threads < 0 or args.busy < 0:
+        p.error("--batch-size and --eval-episodes must be positive, --threads and --busy >= 0")
     return args
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    if args.threads:  # 0: left to each library
+        torch.set_num_threads(args.threads)
+
+
+def threads_label(args: argparse.Namespace) -> str:
+    busy = f", {args.busy} other busy process(es)" if args.busy else ""
+    return (f"{args.threads} torch thread(s)" if args.threads else "each library's default torch threads") + busy
 
 
 COMMON = dict(hidden_sizes=(256, 256), buffer_size=1_000_000, gamma=0.99, tau=0.005, lr=3e-4)
@@ -171,7 +184,7 @@ def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_ever
 def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s0: int, s1: int,
               precision: str = "32", round_: int = 0) -> dict:
     run_dir = work / f"heron_{algo}_{precision}_{round_}"
-    torch.set_num_threads(args.threads)  # heron sets it too, from torch_threads
+    set_threads(args)  # heron sets it too, from torch_threads
     t = time.perf_counter()
     summary = heron.train(algo, **heron_overrides(algo, args, run_dir, log_every, precision))
     wall = time.perf_counter() - t
@@ -218,7 +231,7 @@ def run_sb3(algo: str, args: argparse.Namespace, s0: int, s1: int) -> dict:
         def _on_step(self) -> bool:
             return True
 
-    torch.set_num_threads(args.threads)
+    set_threads(args)
     t_start = time.perf_counter()
     env = make_vec_env(lambda: make_env(args.env_id), n_envs=1, seed=args.seed)
     shared = dict(learning_rate=COMMON["lr"], buffer_size=COMMON["buffer_size"],
@@ -319,7 +332,7 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print()
     print(f"heron {info['versions']['heron']} vs Stable-Baselines3 {info['versions']['stable_baselines3']} "
           f"on {args.env_id}: {args.total_steps} steps, learning from step {args.learning_starts}, seed {args.seed}")
-    print(f"machine: {info['cpu']}; torch {info['versions']['torch']}, {args.threads} torch thread(s), "
+    print(f"machine: {info['cpu']}; torch {info['versions']['torch']}, {threads_label(args)}, "
           f"device {args.device}; trained one after the other, each in a fresh process")
     print("settings (both): 256-256, batch {b}, buffer 1e6, gamma 0.99, tau 0.005, train_freq 1, gradient_steps 1; "
           "lr 3e-4 for everything (NOTE: heron's SAC default q-lr is 1e-3; set to 3e-4 here because SB3 "
@@ -362,12 +375,13 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
             print(f"| {algo.upper()} | {args.env_id} | {args.total_steps:,} | {name} | {x['updates_per_s']:.0f} | "
                   f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |")
     print()
-    print(f"*{info['cpu']}, device {args.device}, {args.threads} torch thread(s), torch {v['torch']}; "
+    print(f"*{info['cpu']}, device {args.device}, {threads_label(args)}, torch {v['torch']}; "
           f"learning starts at {args.learning_starts:,}, updates/s over steps {s0:,}–{s1:,}; batch {args.batch_size}, "
           f"256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
           f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
           f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
           f"--learning-starts {args.learning_starts} --threads {args.threads}"
+          f"{f' --busy {args.busy}' if args.busy else ''}"
           f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}"
           f"{f' --rounds {args.rounds}' if args.rounds > 1 else ''}`*"
           f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}")
@@ -386,12 +400,13 @@ def train_in_subprocess(argv: list[str] | None, algo: str, lib: str, round_: int
 def one(args: argparse.Namespace) -> int:
     """``--one ALGO LIB ROUND RESULT``: train, evaluate in round 0, write the result as JSON."""
     algo, lib, round_, result = args.one[0], args.one[1], int(args.one[2]), Path(args.one[3])
-    torch.set_num_threads(args.threads)
+    set_threads(args)
     log_every = choose_log_every(args.total_steps, args.learning_starts)
     s0, s1 = window(args.total_steps, args.learning_starts, log_every)
     r = (run_heron(algo, args, result.parent, log_every, s0, s1, lib[6:] or "32", round_) if lib != "sb3"
          else run_sb3(algo, args, s0, s1))
     predict, reset = r.pop("predict"), r.pop("reset")
+    r["threads"] = torch.get_num_threads()  # heron's at the end of its run
     if round_ == 0:
         returns = evaluate(predict, reset, args.env_id, args.eval_episodes, args.seed)
         r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()), eval_returns=returns.tolist())
@@ -411,12 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads)
+    set_threads(args)
     log_every = choose_log_every(args.total_steps, args.learning_starts)
     s0, s1 = window(args.total_steps, args.learning_starts, log_every)
     info = {"cpu": cpu_name(), "cores": os.cpu_count(), "versions": versions()}
     results: dict[str, dict] = {}
     work = Path(tempfile.mkdtemp(prefix="heron_vs_sb3_"))
+    others = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
         for algo in args.algos:
             results[algo] = {}
@@ -432,9 +448,12 @@ def main(argv: list[str] | None = None) -> int:
                         results[algo][lib][f"{key}_rounds"].append(r[key])
                     evaluated = f", eval {r['eval_mean']:.1f}" if round_ == 0 else ""
                     print(f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s{evaluated}, "
-                          f"{r['wall_s']:.1f} s", flush=True)
+                          f"{r['wall_s']:.1f} s, {r['threads']} torch thread(s)", flush=True)
             summarize_rounds(results[algo])
     finally:
+        for proc in others:
+            proc.kill()
+            proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
     print_table(args, results, s0, s1, info)
