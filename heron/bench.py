@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from heron import __version__
 from heron.config import HeronError
+from heron.core.cores import busy_cores, others_now, usable_cpus
 from heron.core.logger import complete_rows, write_csv
 from heron.core.run import best_logged_eval
 
@@ -239,10 +240,6 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
         registry.get(e.algo).check(cfg)
 
 
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def git_commit() -> str:
     """The commit of heron's source tree (with ``-dirty`` for uncommitted changes), or '' if it is not a checkout."""
     root = Path(__file__).resolve().parent.parent
@@ -283,11 +280,16 @@ def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel:
     out = Path(out)
     suite_dir = out / suite
     jobs = [Job(suite, e, s, suite_dir / e.name(s), steps or e.total_steps) for e in entries for s in seeds]
-    n_cores = cores()
-    threads = threads or max(1, n_cores // parallel)
-    if parallel * threads > n_cores:
-        echo(f"heron bench: note: {parallel} run(s) x {threads} thread(s) on {n_cores} cores: they compete for "
-             "cores, and torch slows down badly when its threads wait for one")
+    n_cores = len(usable_cpus())
+    others = None if threads else others_now()  # a run's count is fixed at its start
+    busy = min(busy_cores(others), n_cores - 1)
+    threads = threads or max(1, (n_cores - busy) // parallel)
+    if busy:
+        echo(f"heron bench: note: other processes keep {others:.1f} of {n_cores} cores busy: {threads} torch "
+             "thread(s) per run (--threads N to choose)")
+    if parallel * threads > n_cores - busy:
+        echo(f"heron bench: note: {parallel} run(s) x {threads} thread(s) on {n_cores - busy} free cores: they "
+             "compete for cores, and torch slows down badly when its threads wait for one")
     pending = []
     for job in jobs:
         if job.finished():

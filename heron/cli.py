@@ -237,7 +237,7 @@ def cmd_bench(argv: list[str]) -> int:
     p.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="runs at once, the cores divided among them (default: 1)")
     p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="torch threads per run (default: 0, the cores divided among the --parallel runs)")
+                   help="torch threads per run (default: 0, the free cores divided among the --parallel runs)")
     p.add_argument("--out", default="bench", metavar="DIR", help="output folder (default: bench)")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="total steps of every run instead of "
                    "the suite's")

@@ -193,3 +193,16 @@ def test_smoke_suite_end_to_end(tmp_path):
     assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == \
         sorted({f"{bench.safe_name(e.env_id)}.png" for e in entries})
     assert "about" in text and "left" in text  # the overall progress line with its estimate
+
+
+def test_threads_per_run_come_from_the_free_cores(tmp_path, monkeypatch):
+    lines = []
+    monkeypatch.setattr(bench, "usable_cpus", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(bench, "others_now", lambda: 1.1)  # another process keeps a core busy
+    assert bench.run_suite("smoke", [1], tmp_path, parallel=1, only=["td3"], dry_run=True, echo=lines.append) == 0
+    assert "other processes keep 1.1 of 4 cores busy: 3 torch thread(s) per run" in lines[0]
+    assert lines[-1].split("--torch-threads ")[1].startswith("3 ")
+    lines.clear()
+    monkeypatch.setattr(bench, "others_now", lambda: pytest.fail("a chosen count reads no load"))
+    bench.run_suite("smoke", [1], tmp_path, parallel=2, only=["td3"], dry_run=True, threads=2, echo=lines.append)
+    assert lines[-1].split("--torch-threads ")[1].startswith("2 ") and not any("busy" in x for x in lines)
