@@ -269,7 +269,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_tune(argv: list[str]) -> int:
     from heron import tune
-    from heron.core.cores import choose_threads
+    from heron.core.cores import busy_cores, choose_threads, others_now
 
     p = _Parser(prog="heron tune", allow_abbrev=False, description="Search hyperparameters with Optuna (TPE, "
                 "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "
@@ -290,7 +290,7 @@ def cmd_tune(argv: list[str]) -> int:
     p.add_argument("--pruner", default="median", choices=["median", "none"], help="default: median")
     p.add_argument("--startup-trials", type=int, default=5, metavar="N",
                    help="trials sampled at random and never pruned before TPE and the pruner start (default: 5)")
-    p.add_argument("--threads", type=int, default=0, metavar="N", help="torch threads per trial (default: the "
+    p.add_argument("--threads", type=int, default=0, metavar="N", help="torch threads per trial (default: the free "
                    "cores divided among the jobs)")
     p.add_argument("--plot", action="store_true", help="write the optimization history and parameter importances")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -305,7 +305,7 @@ def cmd_tune(argv: list[str]) -> int:
     out = Path(args.out or Path("tune") / study)
     if args.startup_trials < 0:
         raise HeronError(f"--startup-trials must be >= 0, got {args.startup_trials}")
-    threads = args.threads or choose_threads(0, 0, "sync", args.jobs)
+    threads = args.threads or choose_threads(0, 0, "sync", args.jobs, busy_cores(others_now()))  # the free cores
     opts = tune.Options(args.algo, env_id, args.trials, out, study, args.storage or f"sqlite:///{out.resolve() / 'study.db'}",
                         tuple(args.preset), args.config, args.space, args.seed, args.startup_trials, args.pruner, threads,
                         overrides, [a for a in argv])
