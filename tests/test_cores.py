@@ -46,40 +46,37 @@ class _Readings:
         return self.values.pop(0)
 
 
-def test_governor_changes_the_count_only_when_two_readings_agree(monkeypatch):
-    before = torch.get_num_threads()
-    clock = [0.0]
-    monkeypatch.setattr(cores, "_now", lambda: clock[0])
-    try:
-        torch.set_num_threads(2)
-        gov = cores.ThreadGovernor(ceiling=2)
-        gov.meter = _Readings([1.0, 0.0, 1.0, 1.2, 0.1, 0.0])
-        notes = []
-        for _ in range(6):
-            assert gov.poll() is None  # nothing read before the window has passed
-            clock[0] += cores.WINDOW
-            notes.append(gov.poll())
-            notes[-1] = (notes[-1], torch.get_num_threads())
-        assert [n is not None for n, _ in notes] == [False, False, False, True, False, True]
-        assert [t for _, t in notes] == [2, 2, 2, 1, 1, 2]
-        assert "2 -> 1" in notes[3][0] and "1.2 of 2 cores busy" in notes[3][0] and "1 -> 2" in notes[5][0]
-    finally:
-        torch.set_num_threads(before)
+@pytest.fixture
+def clock(monkeypatch):
+    """The governor's clock, moved by hand; torch's thread count restored afterwards."""
+    now, before = [0.0], torch.get_num_threads()
+    monkeypatch.setattr(cores, "_now", lambda: now[0])
+    yield now
+    torch.set_num_threads(before)
 
 
-def test_governor_never_goes_above_its_ceiling(monkeypatch):
-    before = torch.get_num_threads()
-    clock = [0.0]
-    monkeypatch.setattr(cores, "_now", lambda: clock[0])
-    try:
-        torch.set_num_threads(1)
-        gov = cores.ThreadGovernor(ceiling=1)
-        gov.meter = _Readings([0.0, 0.0, 0.0])
-        for _ in range(3):
-            clock[0] += cores.WINDOW
-            assert gov.poll() is None and torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+def test_governor_changes_the_count_only_when_two_readings_agree(clock):
+    torch.set_num_threads(2)
+    gov = cores.ThreadGovernor(ceiling=2)
+    gov.meter = _Readings([1.0, 0.0, 1.0, 1.2, 0.1, 0.0])
+    notes, threads = [], []
+    for _ in range(6):
+        assert gov.poll() is None  # nothing read before the window has passed
+        clock[0] += cores.WINDOW
+        notes.append(gov.poll())
+        threads.append(torch.get_num_threads())
+    assert [n is not None for n in notes] == [False, False, False, True, False, True]
+    assert threads == [2, 2, 2, 1, 1, 2]
+    assert "2 -> 1" in notes[3] and "1.2 of 2 cores busy" in notes[3] and "1 -> 2" in notes[5]
+
+
+def test_governor_never_goes_above_its_ceiling(clock):
+    torch.set_num_threads(1)
+    gov = cores.ThreadGovernor(ceiling=1)
+    gov.meter = _Readings([0.0, 0.0, 0.0])
+    for _ in range(3):
+        clock[0] += cores.WINDOW
+        assert gov.poll() is None and torch.get_num_threads() == 1
 
 
 @linux

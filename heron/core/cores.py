@@ -24,7 +24,7 @@ MAX_THREADS = 4  # small RL networks gain little beyond this
 BUSY = 0.4  # a core another process uses this much of (time-sliced) is not free
 WINDOW = 5.0  # seconds of load per governor reading; a change needs two readings in a row
 _now = time.monotonic  # the governor's clock (tests replace it)
-_TICKS_PER_FIELD = 8  # /proc/stat: user nice system idle iowait irq softirq steal (guest is in user)
+_STAT_FIELDS = 8  # /proc/stat: user nice system idle iowait irq softirq steal (guest is in user)
 
 
 def usable_cpus() -> list[int]:
@@ -42,7 +42,7 @@ def _cpu_ticks(cpus: list[int]) -> tuple[int, int] | None:
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in wanted:
-                    ticks = [int(v) for v in fields[1:1 + _TICKS_PER_FIELD]]
+                    ticks = [int(v) for v in fields[1:1 + _STAT_FIELDS]]
                     total += sum(ticks)
                     busy += sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
     except (OSError, ValueError, IndexError):
