@@ -70,6 +70,19 @@ def test_governor_changes_the_count_only_when_two_readings_agree(clock):
     assert "2 -> 1" in notes[3] and "1.2 of 2 cores busy" in notes[3] and "1 -> 2" in notes[5]
 
 
+def test_governor_leaves_the_async_env_workers_their_cores(clock):
+    torch.set_num_threads(2)
+    gov = cores.ThreadGovernor(ceiling=2, workers=2)
+    gov.meter = _Readings([0.2, 0.2, 1.0, 1.0])
+    gov.meter.cpus = [0, 1, 2, 3]
+    threads = []
+    for _ in range(4):
+        clock[0] += cores.WINDOW
+        gov.poll()
+        threads.append(torch.get_num_threads())
+    assert threads == [2, 2, 2, 1]  # 4 cores - 2 workers - 1 busy
+
+
 def test_governor_never_goes_above_its_ceiling(clock):
     torch.set_num_threads(1)
     gov = cores.ThreadGovernor(ceiling=1)
@@ -79,27 +92,45 @@ def test_governor_never_goes_above_its_ceiling(clock):
         assert gov.poll() is None and torch.get_num_threads() == 1
 
 
+def _spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
 @linux
-def test_a_busy_process_on_this_core_reads_as_other_load_and_our_own_work_does_not():
+def test_a_busy_process_on_this_core_reads_as_other_load_and_this_runs_own_work_does_not():
     saved = os.sched_getaffinity(0)
     core = min(saved)
     os.sched_setaffinity(0, {core})
-    spinner = None
+    spin = [sys.executable, "-c", "while True: pass"]  # inherits the one core
+    child = stranger = None
     try:
         meter = cores.LoadMeter([core])
-        deadline = time.monotonic() + 0.5
-        while time.monotonic() < deadline:  # this process keeps the core busy itself
-            pass
+        _spin(0.5)  # this process keeps the core busy itself
         assert meter.others() < 0.5
-        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # inherits the one core
+        child = subprocess.Popen(spin)  # a process of this run's (an async env worker's place)
         time.sleep(0.3)  # its start-up
+        meter.others()
+        time.sleep(0.7)
+        assert meter.others() < 0.5
+        child.kill()
+        child.wait()
+        child = None
+        # not ours: started by a shell that exits at once, so the spinner is nobody's child here
+        out = subprocess.run(["sh", "-c", '"$@" >/dev/null 2>&1 & echo $!', "sh", *spin],
+                             capture_output=True, text=True, check=True).stdout
+        stranger = int(out)
+        time.sleep(0.3)
         meter.others()
         time.sleep(0.7)
         assert meter.others() > 0.7
     finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
+        if child is not None:
+            child.kill()
+            child.wait()
+        if stranger is not None:
+            os.kill(stranger, 9)
         os.sched_setaffinity(0, saved)
 
 

@@ -9,8 +9,9 @@ with one thread it stays at full speed on the free core. So the automatic count 
 others are using, when the run starts and, through ``ThreadGovernor``, while it runs.
 
 The load is read from Linux's /proc (elsewhere nothing is measured and the count is the cores').
-Busy time of the cores this process may run on, less this process's own (all its threads), over
-a window: what other processes used, in cores.
+Busy time of the cores this process may run on, less this run's own (all threads of this process
+and of its descendants, such as async env workers), over a window: what other processes used, in
+cores.
 """
 
 from __future__ import annotations
@@ -50,14 +51,40 @@ def _cpu_ticks(cpus: list[int]) -> tuple[int, int] | None:
     return (busy, total) if total else None
 
 
-def _own_ticks() -> int | None:
-    """Clock ticks this process (every thread of it) has run, user and system."""
+def _proc_ticks(pid: int | str, reaped: bool = False) -> int:
+    """utime + stime of one process (fields 14 and 15 of proc(5)), plus cutime + cstime (its
+    children that ended and were waited for) when ``reaped``; 0 when it has gone."""
     try:
-        with open("/proc/self/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
-        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+        return sum(int(v) for v in fields[11:15 if reaped else 13])
     except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _children(pid: int | str) -> list[str]:
+    """Live child processes of ``pid`` (any of its threads may have started them)."""
+    found: list[str] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += f.read().split()
+    except OSError:
+        pass
+    return found
+
+
+def _own_ticks() -> int | None:
+    """Clock ticks this run has used, user and system: this process (every thread of it), the
+    processes it started that still run (async env workers and theirs) and those that ended."""
+    if not os.path.exists("/proc/self/stat"):
         return None
+    total, todo = _proc_ticks("self", reaped=True), _children("self")
+    while todo:
+        pid = todo.pop()
+        total += _proc_ticks(pid, reaped=True)
+        todo += _children(pid)
+    return total
 
 
 class LoadMeter:
@@ -103,6 +130,11 @@ def others_now(min_window: float = 0.25) -> float | None:
     return _STARTUP.others()
 
 
+def env_workers(num_envs: int, vector_mode: str) -> int:
+    """Cores a rank's env workers keep: one per env in async subprocesses, none in process."""
+    return num_envs if vector_mode == "async" else 0
+
+
 def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks: int = 1,
                    busy: int = 0) -> int:
     """Intra-op threads: ``requested`` when it is > 0, else one per free core, at most MAX_THREADS.
@@ -110,7 +142,7 @@ def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks:
     theirs (``num_envs``: this rank's envs), and ``busy`` cores are kept by other processes."""
     if requested > 0:
         return requested
-    free = len(usable_cpus()) // max(local_ranks, 1) - (num_envs if vector_mode == "async" else 0) - busy
+    free = len(usable_cpus()) // max(local_ranks, 1) - env_workers(num_envs, vector_mode) - busy
     return max(1, min(free, MAX_THREADS))
 
 
@@ -118,12 +150,12 @@ class ThreadGovernor:
     """``--torch-threads 0`` during a run: ``poll()`` (cheap; once per env step) reads the load every
     WINDOW seconds and sets torch's thread count to the free cores, at most ``ceiling`` (the count
     on an idle machine), when two readings in a row agree. Returns a note when it changed the count.
+    ``workers``: cores this run's async env workers keep (their ticks count as the run's own).
 
-    Only for a run whose other cores hold nothing of its own (one rank per machine, no async env
-    workers: their processes would read as other load)."""
+    Only for one rank per machine: other ranks' processes would read as other load."""
 
-    def __init__(self, ceiling: int):
-        self.ceiling, self.meter = ceiling, LoadMeter()
+    def __init__(self, ceiling: int, workers: int = 0):
+        self.ceiling, self.workers, self.meter = ceiling, workers, LoadMeter()
         self.next_reading = _now() + WINDOW
         self.pending: int | None = None
 
@@ -135,7 +167,7 @@ class ThreadGovernor:
         others = self.meter.others()
         if others is None:
             return None
-        want = max(1, min(self.ceiling, len(self.meter.cpus) - busy_cores(others)))
+        want = max(1, min(self.ceiling, len(self.meter.cpus) - self.workers - busy_cores(others)))
         have = torch.get_num_threads()
         if want == have or self.pending != want:
             self.pending = None if want == have else want

@@ -72,12 +72,12 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
     """Set torch's intra-op threads for a run (``heron.core.cores``): ``--torch-threads N``, or one per
     free core, leaving out the cores other processes keep busy, then a governor that follows the
     load. Returns a note when other processes took cores, and the governor (None for a fixed count,
-    or where this run's own ranks or env workers hold the other cores)."""
+    with several ranks on this machine, or where one thread is all there is room for)."""
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
         return None, None
     ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size)
-    if world.local_size > 1 or cfg.vector_mode == "async" or ceiling == 1:
+    if world.local_size > 1 or ceiling == 1:
         torch.set_num_threads(ceiling)
         return None, None
     others = cores.others_now()
@@ -86,7 +86,7 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
     note = None if threads == ceiling else (
         f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
         f"not {ceiling} (a thread that shares a core stalls every operation; --torch-threads N fixes the count)")
-    return note, cores.ThreadGovernor(ceiling)
+    return note, cores.ThreadGovernor(ceiling, cores.env_workers(local_envs, cfg.vector_mode))
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
