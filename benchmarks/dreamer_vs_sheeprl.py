@@ -3,6 +3,7 @@
 
     python benchmarks/dreamer_vs_sheeprl.py --sizes tiny --steps 20                # CPU, one thread
     python benchmarks/dreamer_vs_sheeprl.py --sizes atari --warmup 1 --steps 5
+    python benchmarks/dreamer_vs_sheeprl.py --sizes atari --warmup 1 --steps 5 --precision bf16-mixed
     python benchmarks/dreamer_vs_sheeprl.py --device cuda --sizes dmc --continuous --batch-size 50
     python benchmarks/dreamer_vs_sheeprl.py --device cuda --sizes dmc --cuda-graphs --skip-sheeprl
 
@@ -24,6 +25,10 @@ On CUDA both sides run with sheeprl's default numerics (TF32 matrix products, cu
 non-deterministic kernels) unless ``--heron-defaults`` gives heron its own training defaults
 (full fp32 matrix products, deterministic kernels). ``--cuda-graphs`` times heron's
 ``--cuda-graphs`` step (3 eager steps, a capture, then replays: give ``--warmup`` 4 or more).
+
+``--precision`` runs heron's step in that ``--precision`` (``heron.core.precision``) and sheeprl's
+with the same Fabric precision (``32`` is sheeprl's ``32-true``); ``--sheeprl-precision`` gives
+sheeprl another one, e.g. heron in bf16-mixed beside sheeprl's float32 default.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,13 +59,14 @@ SIZES = {
 
 def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int, actions: int,
                     continuous: bool = False, device: str = "cpu", cuda_graphs: bool = False,
-                    heron_defaults: bool = False) -> dict:
+                    heron_defaults: bool = False, precision: str = "32") -> dict:
     import numpy as np
     import torch
 
     from heron.algos.dreamer_v2.config import Config
     from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
     from heron.core.memory import keep_freed_memory
+    from heron.core.precision import Precision
     from heron.core.run import seed_everything
 
     keep_freed_memory()  # as heron's training loop does
@@ -75,7 +82,9 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     if continuous:
         spaces.update(action_low=torch.full((actions,), -1.0), action_high=torch.full((actions,), 1.0))
     agent = build(cfg, spaces).to(device)
-    update = wrap_update(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values()))
+    prec = Precision(precision, torch.device(device), deterministic=heron_defaults)
+    prec.apply(agent)  # as heron's training does
+    update = wrap_update(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), prec))
     rng = np.random.default_rng(0)
 
     def make_batch():
@@ -104,17 +113,19 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in
               (("world_model", agent.world), ("actor", agent.actor), ("critic", agent.critic))}
     return {"impl": "heron", "sizes": sizes, "device": device, "cuda_graphs": cuda_graphs,
-            "numerics": "heron defaults" if heron_defaults else "sheeprl defaults",
+            "numerics": "heron defaults" if heron_defaults else "sheeprl defaults", "precision": precision,
             "batch": [length, batch], "continuous": continuous, "sec_per_grad_step": statistics.mean(times),
-            "median": statistics.median(times), "min": min(times), "steps": steps, "params": params}
+            "median": statistics.median(times), "min": min(times), "steps": steps, "params": params,
+            # the peak resident memory of this process, which runs heron alone (sheeprl reports its own)
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def sheeprl_step_time(python: str, sizes: str, warmup: int, steps: int, batch: int, length: int,
-                      continuous: bool = False, device: str = "cpu") -> dict:
+                      continuous: bool = False, device: str = "cpu", precision: str = "32-true") -> dict:
     script = Path(__file__).with_name("sheeprl_dreamer_v2_step.py")
     argv = [python, str(script), "--sizes", sizes, "--warmup", str(warmup), "--steps", str(steps),
             "--batch-size", str(batch), "--sequence-length", str(length), "--accelerator",
-            "cuda" if device.startswith("cuda") else "cpu"]
+            "cuda" if device.startswith("cuda") else "cpu", "--precision", precision]
     out = subprocess.run(argv + (["--continuous"] if continuous else []), capture_output=True, text=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     if out.returncode != 0:
@@ -136,18 +147,24 @@ def main() -> None:
                    help="CUDA: heron with its training defaults (fp32 matmuls, deterministic) instead of sheeprl's")
     p.add_argument("--sheeprl-python", default="/work/venv-sheeprl/bin/python")
     p.add_argument("--skip-sheeprl", action="store_true")
+    p.add_argument("--precision", default="32", choices=["32", "tf32", "bf16-mixed", "16-mixed"],
+                   help="heron's --precision, and sheeprl's Fabric precision unless --sheeprl-precision")
+    p.add_argument("--sheeprl-precision", default=None, help="sheeprl's fabric.precision (32-true, bf16-mixed, ...)")
     args = p.parse_args()
     heron = heron_step_time(args.sizes, args.warmup, args.steps, args.batch_size, args.sequence_length, 6,
-                            args.continuous, args.device, args.cuda_graphs, args.heron_defaults)
+                            args.continuous, args.device, args.cuda_graphs, args.heron_defaults, args.precision)
     print(json.dumps(heron), flush=True)
     if args.skip_sheeprl:
         return
     peer = sheeprl_step_time(args.sheeprl_python, args.sizes, args.warmup, args.steps, args.batch_size,
-                             args.sequence_length, args.continuous, args.device)
+                             args.sequence_length, args.continuous, args.device,
+                             args.sheeprl_precision or {"32": "32-true", "tf32": "32-true"}.get(args.precision,
+                                                                                                args.precision))
     print(json.dumps(peer), flush=True)
     print(json.dumps({"sizes": args.sizes, "device": args.device, "heron_s": round(heron["sec_per_grad_step"], 4),
                       "sheeprl_s": round(peer["sec_per_grad_step"], 4),
-                      "speedup": round(peer["sec_per_grad_step"] / heron["sec_per_grad_step"], 2)}))
+                      "speedup": round(peer["sec_per_grad_step"] / heron["sec_per_grad_step"], 2),
+                      "heron_peak_rss_mb": heron["peak_rss_mb"], "sheeprl_peak_rss_mb": peer.get("peak_rss_mb")}))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ interaction and the sampling of the batches (sheeprl's own ``training_timer`` ex
 The configuration is sheeprl's, composed with Hydra from the package's configs exactly as its CLI does
 (``exp=dreamer_v2`` for the Atari sizes, ``exp=dreamer_v2_benchmarks`` for the tiny ones), then resolved to a
 ``dotdict`` as ``sheeprl.cli.run`` does. The agent is built with sheeprl's ``build_agent`` and optimizers with its
-``build_optimizer`` on a ``lightning.fabric.Fabric`` (``--accelerator`` cpu or cuda, 1 device, 32-true). The batches come from sheeprl's own
+``build_optimizer`` on a ``lightning.fabric.Fabric`` (``--accelerator`` cpu or cuda, 1 device, ``--precision``: 32-true by default). The batches come from sheeprl's own
 replay buffer (``build_buffer`` + ``sample_batches``: float32 tensors shaped [sequence, batch, ...]) filled with
 random uint8 64x64 RGB frames under key ``rgb`` and one-hot Discrete(6) actions (Pong's action space), or
 with ``--continuous`` 6-dimensional actions in [-1, 1] (walker's). ``--sizes dmc``: the seed's DMC block
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -64,6 +65,7 @@ def parse_args(argv=None):
                    help="pass sheeprl's MetricAggregator to train (also computes the posterior/prior entropies), as "
                         "a run with metric.log_level=1 does; default: aggregator=None")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--precision", default="32-true", help="fabric.precision (32-true, bf16-mixed, 16-mixed)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override, e.g. algo.horizon=15 (repeatable)")
@@ -83,7 +85,7 @@ def compose_cfg(args, log_dir):
         "env.capture_video=False",
         f"fabric.accelerator={args.accelerator}",
         "fabric.devices=1",
-        "fabric.precision=32-true",
+        f"fabric.precision={args.precision}",
         "~fabric.callbacks",
         f"num_threads={args.threads}",
         f"seed={args.seed}",
@@ -268,6 +270,9 @@ def main(argv=None):
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "sheeprl": getattr(sheeprl, "__version__", "?"),
+        "precision": args.precision,
+        # the peak resident memory of this process (CPU runs: activations, weights, optimizer state)
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     shutil.rmtree(log_dir, ignore_errors=True)
     print(json.dumps(result), flush=True)

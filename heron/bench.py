@@ -262,11 +262,21 @@ def _duration(seconds: float) -> str:
 
 
 # -- running a suite ----------------------------------------------------------------------------------
+def suite_label(suite: str, precision: str = "32") -> str:
+    """The name a suite's runs and rows go under: the suite's, with the precision when it is not
+    float32 (``mujoco-sac.bf16-mixed``), so runs at two precisions never mix in one table."""
+    return suite if precision == "32" else f"{suite}.{precision}"
+
+
 def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel: int = 1, steps: int | None = None,
               only: Iterable[str] = (), device: str = "auto", status_every: float = 60.0, dry_run: bool = False,
-              threads: int = 0, echo: Any = print) -> int:
+              threads: int = 0, echo: Any = print, precision: str = "32") -> int:
     """Run (or continue) a suite; returns the exit code: 0 when every run finished, 1 when some
-    failed (the others still ran), 130 when interrupted (every running child checkpoints first)."""
+    failed (the others still ran), 130 when interrupted (every running child checkpoints first).
+    ``precision`` is every run's ``--precision``; its runs go under ``suite_label``."""
+    from heron.core.precision import check
+
+    check(precision, device)
     if parallel < 1:
         raise HeronError(f"--parallel must be at least 1, got {parallel}")
     if threads < 0:
@@ -278,6 +288,9 @@ def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel:
     entries = suite_entries(suite, only)
     check_entries(entries, steps)
     out = Path(out)
+    if precision != "32":
+        entries = [dataclasses.replace(e, overrides=(*e.overrides, ("precision", precision))) for e in entries]
+    suite = suite_label(suite, precision)  # from here on, the name its runs, rows and table go under
     suite_dir = out / suite
     jobs = [Job(suite, e, s, suite_dir / e.name(s), steps or e.total_steps) for e in entries for s in seeds]
     n_cores = len(usable_cpus())

@@ -244,6 +244,8 @@ def cmd_bench(argv: list[str]) -> int:
     p.add_argument("--only", nargs="+", default=[], metavar="TEXT",
                    help="only the entries whose algorithm or env id contains one of these")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--precision", default="32", help="every run's --precision (default: 32); runs at another "
+                   "precision go under SUITE.PRECISION (their own folder, rows and table)")
     p.add_argument("--status-every", type=float, default=60.0, metavar="S",
                    help="seconds between progress lines (default: 60; 0: none)")
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
@@ -258,13 +260,15 @@ def cmd_bench(argv: list[str]) -> int:
                 print(f"  {e.algo:<11} {e.env_id:<22} --preset {' '.join(e.presets):<14} {e.total_steps:>11,} steps")
         return 0
     if args.report:
-        for path in bench.write_report(args.out, [args.suite] if args.suite else None):
+        suites = [bench.suite_label(args.suite, args.precision)] if args.suite else None
+        for path in bench.write_report(args.out, suites):
             print(path)
         return 0
     if not args.suite:
         raise HeronError(f"name a suite: heron bench SUITE (one of {', '.join(bench.SUITES)}), or --list")
     return bench.run_suite(args.suite, args.seeds, args.out, args.parallel, args.steps, args.only, args.device,
-                           args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True))
+                           args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True),
+                           precision=args.precision)
 
 
 def cmd_tune(argv: list[str]) -> int:

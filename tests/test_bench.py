@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from heron import bench
 from heron.cli import main
@@ -206,3 +207,24 @@ def test_threads_per_run_come_from_the_free_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "others_now", lambda: pytest.fail("a chosen count reads no load"))
     bench.run_suite("smoke", [1], tmp_path, parallel=2, only=["td3"], dry_run=True, threads=2, echo=lines.append)
     assert lines[-1].split("--torch-threads ")[1].startswith("2 ") and not any("busy" in x for x in lines)
+
+
+def test_a_precision_runs_under_its_own_label(tmp_path, capsys):
+    """--precision bf16-mixed: every run gets the flag, its runs, rows and table go under
+    SUITE.bf16-mixed (never beside the float32 runs), and a precision the device lacks is refused."""
+    lines = []
+    assert bench.run_suite("smoke", [1, 2], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append,
+                           precision="bf16-mixed") == 0
+    commands = [line for line in lines if " train " in line]
+    assert len(commands) == 2 and all("--precision bf16-mixed" in c for c in commands)
+    assert all(f"{tmp_path / 'smoke.bf16-mixed' / 'td3__Hopper-v5__s'}" in c for c in commands)
+    lines.clear()
+    bench.run_suite("smoke", [1], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append)
+    assert "--precision" not in lines[-1] and f"{tmp_path / 'smoke' / 'td3__Hopper-v5__s1'}" in lines[-1]
+    bench.record(tmp_path / "results.csv", ["smoke.bf16-mixed", "td3", "Hopper-v5", 1, 1500, 30, 2, 35, 9, "0.1.0",
+                                            "abc", "20.00"])
+    assert main(["bench", "smoke", "--precision", "bf16-mixed", "--report", "--out", str(tmp_path)]) == 0
+    assert "### smoke.bf16-mixed" in (tmp_path / "smoke.bf16-mixed.md").read_text()
+    if not torch.cuda.is_available():
+        assert "16-mixed needs CUDA" in cli_error(capsys, ["bench", "smoke", "--precision", "16-mixed", "--device",
+                                                             "cpu", "--dry-run"])

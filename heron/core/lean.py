@@ -2,7 +2,9 @@
 ``heron/algos/td3/lean.py``): gradients in one flat buffer per optimizer, and twin (ensemble)
 ReLU critics run forward, trained on their mean squared error, and asked for dQ/da, without
 autograd. Their layers' arithmetic is ``heron.core.fused``'s (the same products in the same order
-as the autograd path's fused nodes)."""
+as the autograd path's fused nodes), in float32 or, under ``--precision bf16-mixed``, with the
+products in bfloat16 as the fused nodes run them: weights and inputs cast once per pass,
+activations in bfloat16 between layers, the Q values, dQ/da and every gradient back in float32."""
 
 from __future__ import annotations
 
@@ -49,27 +51,32 @@ class FlatGrads:
 
 class LeanCritics:
     """Twin critics (an ``EnsembleMLP``) and their targets, written out. Inputs are ``[B, in]``
-    (observation features, then actions), shared by the members."""
+    (observation features, then actions), shared by the members; ``dtype`` is the products' type
+    (None: float32; ``torch.bfloat16`` under bf16-mixed). What ``forward`` keeps for a backward,
+    per member, is its (cast) weights and every layer's input."""
 
-    def __init__(self, critic: EnsembleMLP, target: EnsembleMLP, opt: torch.optim.Optimizer):
+    def __init__(self, critic: EnsembleMLP, target: EnsembleMLP, opt: torch.optim.Optimizer,
+                 dtype: torch.dtype | None = None):
         self.params, self.t_params, self.E = critic._params(), target._params(), critic.members
+        self.dtype = dtype
         self.grads = FlatGrads(opt)
         assert {id(p) for p in self.grads.params} == {id(p) for p in self.params}, "the q optimizer holds the critics"
         self.dws = [self.grads.of(layer.weight) for layer in critic.layers]
         self.dbs = [self.grads.of(layer.bias) for layer in critic.layers]
 
     def forward(self, x: torch.Tensor, members=None, target: bool = False) -> tuple[torch.Tensor, list]:
-        """Q values [len(members), B] of ``members`` (default all) and each one's layer inputs."""
-        params = self.t_params if target else self.params
+        """Q values [len(members), B] (float32) of ``members`` (default all) and, per member, its
+        weights and layer inputs (``kept``, for ``step``/``input_grad``/``min_input_grad``)."""
+        params, dtype = (self.t_params if target else self.params), self.dtype
+        xc = x if dtype is None else x.to(dtype)
         outs, kept = [], []
         for e in (range(self.E) if members is None else members):
-            y, inputs = _forward(x, _layers(params, e, None), "relu", False)
+            layers = _layers(params, e, dtype)
+            y, inputs = _forward(xc, layers, "relu", False)
             outs.append(y)
-            kept.append(inputs)
-        return torch.stack(outs).squeeze(-1), kept
-
-    def _weights(self, e: int) -> list[torch.Tensor]:
-        return [w for w, _ in _layers(self.params, e, None)]
+            kept.append(([w for w, _ in layers], inputs))
+        q = torch.stack(outs).squeeze(-1)
+        return (q if dtype is None else q.float()), kept
 
     def step(self, x: torch.Tensor, target: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on the sum of the members' mean squared errors against ``target`` [B];
@@ -78,21 +85,24 @@ class LeanCritics:
         diff = q - target
         losses = diff.pow(2).mean(1)
         g = diff.mul(2.0 / q.shape[1]).unsqueeze(-1)  # [E, B, 1]
+        if self.dtype is not None:
+            g = g.to(self.dtype)
         self.grads.attach()
-        for e in range(self.E):
-            backprop(g[e], self._weights(e), kept[e], [dw[e] for dw in self.dws], [db[e] for db in self.dbs], "relu",
-                     False, linear_layout=False)
+        for e, (ws, inputs) in enumerate(kept):
+            backprop(g[e], ws, inputs, [dw[e] for dw in self.dws], [db[e] for db in self.dbs], "relu",
+                     False, self.dtype, linear_layout=False)
         self.grads.step(max_norm)
         return q, losses
 
     def input_grad(self, kept: list, members, g_q: list[torch.Tensor], first: int) -> torch.Tensor:
         """d/dx[:, first:] (the action columns) of sum_j g_q[j] . Q_members[j](x), from the layer inputs
-        ``kept`` of ``forward(x, members)``; the critics' weights get no gradient."""
+        ``kept`` of ``forward(x, members)``; the critics' weights get no gradient. float32."""
         total = None
-        for e, inputs, g in zip(members, kept, g_q):
+        for (ws, inputs), g in zip(kept, g_q):
             n = len(inputs)
-            gx = backprop(g.unsqueeze(-1), self._weights(e), inputs, [None] * n, [None] * n, "relu", True,
-                          linear_layout=False, x_from=first)
+            g = g.unsqueeze(-1) if self.dtype is None else g.unsqueeze(-1).to(self.dtype)
+            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, self.dtype, linear_layout=False,
+                          x_from=first).float()
             total = gx if total is None else total + gx
         return total
 
@@ -102,22 +112,21 @@ class LeanCritics:
         ``forward(x)`` and ``which`` [B], the member that gave each row's minimum. A row's gradient
         flows through that member alone: on the CPU each member's backward runs on its own rows
         (one B x 256 x 256 product in all, not one per member); elsewhere the rows are masked (a
-        row index would be a host sync). ``split`` forces either way."""
+        row index would be a host sync). ``split`` forces either way. float32."""
         if not (which.device.type == "cpu" if split is None else split):
-            dtype = kept[0][-1].dtype
-            g_q = [(which == e).to(dtype).mul_(scale) for e in range(self.E)]
+            g_q = [(which == e).float().mul_(scale) for e in range(self.E)]
             return self.input_grad(kept, range(self.E), g_q, first)
         out = None
-        for e in range(self.E):
+        for e, (ws, held) in enumerate(kept):
             rows = (which == e).nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
             # the first layer's input is not read (no weight gradient, no activation below it)
-            inputs = [kept[e][0]] + [h.index_select(0, rows) for h in kept[e][1:]]
+            inputs = [held[0]] + [h.index_select(0, rows) for h in held[1:]]
             n = len(inputs)
             g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype, device=which.device)
-            gx = backprop(g, self._weights(e), inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
-                          x_from=first)
+            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, self.dtype, linear_layout=False,
+                          x_from=first).float()
             if out is None:
                 out = gx.new_zeros(which.shape[0], gx.shape[1])
             out.index_copy_(0, rows, gx)

@@ -1,6 +1,6 @@
 """SAC's gradient step written out by hand, for the runs most SAC users make: feed-forward ReLU
-actor and twin critics on vector observations, in float32 (``--fused-update``, on by default where
-it applies; ``supported`` says where).
+actor and twin critics on vector observations, in float32 or bf16-mixed (``--fused-update``, on by
+default where it applies; ``supported`` says where).
 
 At batch 256 and 256-wide layers a SAC step is 16 matrix products and, through autograd, about 250
 small operations, the engine's graph and a fresh gradient tensor per parameter around them: on this
@@ -17,7 +17,9 @@ project's CPU about half of a step's time besides the products. Here:
 The losses are ``heron.algos.sac.losses``' exactly, with the same random draws in the same order
 (the target's noise, then the actor's), so a run takes the same path as the autograd step up to
 float rounding; ``tests/test_sac_lean.py`` checks losses, gradients and whole steps against it.
-Tensor operations only, no host sync.
+Tensor operations only, no host sync. Under ``--precision bf16-mixed`` the networks' products run in
+bfloat16 as the autograd path's fused nodes run them (``heron.core.lean``); the Gaussian, the
+tanh, log-probs, targets, losses and every gradient outside the layers stay float32.
 
 The derivatives of the tanh-Gaussian, with u = mean + std * eps, a = tanh(u) * scale + bias and
 log pi = sum_i [log N(u_i; mean_i, std_i) - log(scale_i (1 - tanh(u_i)^2))]: d log pi / du_i =
@@ -45,8 +47,8 @@ def supported(actor, prec: Precision, compiled: bool) -> str | None:
     """None when the hand-written step applies, else why not (the autograd step runs)."""
     if compiled:
         return "--compile wraps the autograd step"
-    if prec.mixed:
-        return f"--precision {prec.mode} runs under autocast"
+    if prec.scaler is not None:
+        return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
     if actor.encoder.state_size:
         return "recurrent networks"
     return None
@@ -55,8 +57,10 @@ def supported(actor, prec: Precision, compiled: bool) -> str | None:
 class LeanUpdate:
     """``update(batch, update_actor) -> metrics``, the contract and results of ``train``'s autograd step."""
 
-    def __init__(self, cfg, nets):
-        """``nets``: ``heron.algos.sac.train.Nets`` (networks, optimizers, the entropy coefficient)."""
+    def __init__(self, cfg, nets, dtype: torch.dtype | None = None):
+        """``nets``: ``heron.algos.sac.train.Nets`` (networks, optimizers, the entropy coefficient);
+        ``dtype``: the products' type (None: float32; ``torch.bfloat16`` under bf16-mixed)."""
+        self.dtype = dtype
         self.cfg, self.actor, self.critic, self.target = cfg, nets.actor, nets.critic, nets.critic_target
         self.actor_opt, self.q_opt, self.alpha_opt = nets.actor_opt, nets.q_opt, nets.alpha_opt
         self.log_alpha, self.alpha_fn, self.target_entropy = nets.log_alpha, nets.current_alpha, nets.target_entropy
@@ -66,19 +70,22 @@ class LeanUpdate:
         assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, "the actor optimizer holds the actor"
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
-        self.critics = LeanCritics(self.critic.q, self.target.q, self.q_opt)
+        self.critics = LeanCritics(self.critic.q, self.target.q, self.q_opt, dtype)
         self.log_scale = torch.log(self.actor.scale)
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _actor_forward(self, feats: torch.Tensor):
         """The actor on ``feats`` [N, D]: the Gaussian's mean and log-std (and std, and tanh of the raw
-        log-std output, for the backward) [N, A], and every layer's input."""
-        out, inputs = _forward(feats, _layers(self.a_params, None, None), "relu", False)
-        mean, raw = out.chunk(2, -1)
+        log-std output, for the backward) [N, A] in float32, and what the backward keeps: the
+        (cast) weights as [in, out] and every layer's input."""
+        dtype = self.dtype
+        layers = _layers(self.a_params, None, dtype)
+        out, inputs = _forward(feats if dtype is None else feats.to(dtype), layers, "relu", False)
+        mean, raw = (out if dtype is None else out.float()).chunk(2, -1)
         t_raw = torch.tanh(raw)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t_raw + 1)
         std = log_std.exp()
-        return mean, log_std, std, t_raw, inputs
+        return mean, log_std, std, t_raw, ([w for w, _ in layers], inputs)
 
     def _sample(self, mean, log_std, std, eps):
         """``heron.core.nets.tanh_normal_sample`` with the noise given: actions, log-probs, tanh(u)."""
@@ -122,7 +129,7 @@ class LeanUpdate:
                     rows = slice(B, None)
                     m, ls, sd, tr, u_t, a, lp, ep = (mean[rows], log_std[rows], std[rows], t_raw[rows], t_u[rows],
                                                      actions[rows], log_prob[rows], eps[rows])
-                    inputs = [h[rows] for h in a_inputs]
+                    inputs = (a_inputs[0], [h[rows] for h in a_inputs[1]])
                     first_actor = False
                 else:  # CleanRL's further actor steps: the updated actor, new noise
                     m, ls, sd, tr, inputs = self._actor_forward(obs)
@@ -146,8 +153,10 @@ class LeanUpdate:
         g_log_std = g_u * std * eps - g_logp
         g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t_raw * t_raw)
         self.a_grads.attach()
-        backprop(torch.cat([g_u, g_raw], -1), [m.weight.t() for m in self.a_linear], inputs, self.a_dws, self.a_dbs,
-                 "relu", False, linear_layout=True)
+        g = torch.cat([g_u, g_raw], -1)
+        ws, held = inputs
+        backprop(g if self.dtype is None else g.to(self.dtype), ws, held, self.a_dws, self.a_dbs, "relu", False,
+                 self.dtype, linear_layout=True)
         self.a_grads.step(cfg.max_grad_norm)
         metrics = {"losses/actor_loss": actor_loss}
         if cfg.autotune:  # J(alpha) = mean(-log_alpha (log pi + H_target)), log pi held fixed

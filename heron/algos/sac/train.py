@@ -166,7 +166,7 @@ def train(cfg: Config, run: Run) -> dict:
     if cfg.compile:
         update = compile_step(update)
     elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets)  # the same step, written out
+        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
 

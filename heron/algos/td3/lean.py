@@ -1,5 +1,5 @@
-"""TD3's gradient step written out by hand, in float32 (``--fused-update``, on by default where it
-applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/algos/sac/lean.py``,
+"""TD3's gradient step written out by hand, in float32 or bf16-mixed (``--fused-update``, on by
+default where it applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/algos/sac/lean.py``,
 ``heron.core.lean``): no autograd graph or engine, gradients in one flat buffer per optimizer,
 the actor loss asking the (updated) first critic for dQ1/da only.
 
@@ -22,8 +22,8 @@ def supported(prec: Precision, compiled: bool) -> str | None:
     """None when the hand-written step applies, else why not (the autograd step runs)."""
     if compiled:
         return "--compile wraps the autograd step"
-    if prec.mixed:
-        return f"--precision {prec.mode} runs under autocast"
+    if prec.scaler is not None:
+        return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
     return None
 
 
@@ -35,16 +35,25 @@ def _linear_params(actor: nn.Module) -> tuple[list[nn.Linear], list[torch.Tensor
 class LeanUpdate:
     """``update(batch, update_actor) -> metrics``, the contract and results of ``train``'s autograd step."""
 
-    def __init__(self, cfg, nets):
-        """``nets``: ``heron.algos.td3.train.Nets`` (networks, targets, optimizers)."""
-        self.cfg, self.actor = cfg, nets.actor
+    def __init__(self, cfg, nets, dtype: torch.dtype | None = None):
+        """``nets``: ``heron.algos.td3.train.Nets`` (networks, targets, optimizers); ``dtype``: the
+        products' type (None: float32; ``torch.bfloat16`` under bf16-mixed, as ``heron.core.lean``)."""
+        self.cfg, self.actor, self.dtype = cfg, nets.actor, dtype
         self.a_linear, self.a_params = _linear_params(nets.actor)
         self.t_params = _linear_params(nets.actor_target)[1]
         self.a_grads = FlatGrads(nets.actor_opt)
         assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, "the actor optimizer holds the actor"
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
-        self.critics = LeanCritics(nets.critic.q, nets.critic_target.q, nets.q_opt)
+        self.critics = LeanCritics(nets.critic.q, nets.critic_target.q, nets.q_opt, dtype)
+
+    def _actor(self, params: list[torch.Tensor], obs: torch.Tensor):
+        """tanh of the actor's (or its target's) last layer on ``obs``, float32, and what its
+        backward keeps: the (cast) weights as [in, out] and every layer's input."""
+        dtype = self.dtype
+        layers = _layers(params, None, dtype)
+        z, inputs = _forward(obs if dtype is None else obs.to(dtype), layers, "relu", False)
+        return torch.tanh(z if dtype is None else z.float()), [w for w, _ in layers], inputs
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -54,9 +63,9 @@ class LeanUpdate:
 
         # steps 5-9: smoothed target actions, the target critics' minimum, y
         noise = torch.randn_like(batch["actions"]) * cfg.policy_noise
-        z, _ = _forward(next_obs, _layers(self.t_params, None, None), "relu", False)
+        t_next = self._actor(self.t_params, next_obs)[0]
         eps = noise.clamp(-cfg.noise_clip, cfg.noise_clip) * actor.scale
-        next_actions = torch.max(torch.min(torch.tanh(z) * actor.scale + actor.bias + eps, actor.high), actor.low)
+        next_actions = torch.max(torch.min(t_next * actor.scale + actor.bias + eps, actor.high), actor.low)
         next_q, _ = critics.forward(torch.cat([next_obs, next_actions], -1), target=True)
         target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_q.min(0).values
 
@@ -66,13 +75,13 @@ class LeanUpdate:
                    "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
 
         if update_actor:  # step 13: J = -mean Q1(s, pi(s)), through the updated first critic
-            z, inputs = _forward(obs, _layers(self.a_params, None, None), "relu", False)
-            t = torch.tanh(z)
+            t, ws, inputs = self._actor(self.a_params, obs)
             q1, kept = critics.forward(torch.cat([obs, t * actor.scale + actor.bias], -1), members=(0,))
             metrics["losses/actor_loss"] = -q1[0].mean()
             g_a = critics.input_grad(kept, (0,), [torch.full_like(q1[0], -1.0 / B)], D)
             self.a_grads.attach()
-            backprop(g_a * actor.scale * (1 - t * t), [m.weight.t() for m in self.a_linear], inputs, self.a_dws,
-                     self.a_dbs, "relu", False, linear_layout=True)
+            g_z = g_a * actor.scale * (1 - t * t)
+            backprop(g_z if self.dtype is None else g_z.to(self.dtype), ws, inputs, self.a_dws, self.a_dbs, "relu",
+                     False, self.dtype, linear_layout=True)
             self.a_grads.step(cfg.max_grad_norm)
         return metrics

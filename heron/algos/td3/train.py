@@ -119,7 +119,7 @@ def train(cfg: Config, run: Run) -> dict:
     if cfg.compile:
         update = compile_step(update)
     elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets)  # the same step, written out
+        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
