@@ -85,6 +85,48 @@ def test_ppo_and_dreamer_distributions_are_float32():
     assert h2.dtype == z2.dtype == torch.float32
 
 
+def test_value_heads_stay_float32():
+    """PPO's value head and DreamerV2's reward and critic heads (heron.core.nets.float32_out) run in
+    float32 under bf16-mixed: a bfloat16 value near 300 moves in steps of 2. The layers before them
+    still run in bfloat16."""
+    def outputs(modules, run):
+        seen = {}
+        hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+                 for name, m in modules.items()]
+        run()
+        for h in hooks:
+            h.remove()
+        return seen
+
+    def exact(layer, x, y, dtype):
+        want = F.linear(x.to(dtype), layer.weight.to(dtype), layer.bias.to(dtype)).float()
+        return torch.equal(y, want)
+
+    torch.manual_seed(1)
+    ppo = _train_module("ppo")
+    spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
+    model = ppo._build(PPOConfig(hidden_sizes=(16,)), spaces)
+    Precision("bf16-mixed", torch.device("cpu")).apply(model)
+    seen = outputs({"v": model.v_head, "pi": model.pi_head.linear},
+                   lambda: model(torch.randn(6, 1, 4) * 30, torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool)))
+    assert exact(model.v_head, *seen["v"], torch.float32) and not exact(model.v_head, *seen["v"], torch.bfloat16)
+    assert exact(model.pi_head.linear, *seen["pi"], torch.bfloat16)
+
+    dreamer = _train_module("dreamer_v2")
+    cfg = DreamerConfig(hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16,
+                        mlp_layers=1)
+    agent = dreamer.build(cfg, {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
+                                "discrete": True, "action_dim": 2})
+    Precision("bf16-mixed", torch.device("cpu")).apply(agent)
+    heads = {"critic": agent.critic[-1], "target": agent.target_critic[-1], "reward": agent.world.reward[-1],
+             "hidden": agent.critic[0]}
+    feat = torch.randn(7, 32) * 30
+    seen = outputs(heads, lambda: (agent.critic(feat), agent.target_critic(feat), agent.world.reward(feat)))
+    for name in ("critic", "target", "reward"):
+        assert exact(heads[name], *seen[name], torch.float32), name
+    assert exact(heads["hidden"], *seen["hidden"], torch.bfloat16)
+
+
 def test_16_mixed_needs_cuda(capsys, tmp_path):
     if torch.cuda.is_available():
         return

@@ -17,7 +17,11 @@ weights and biases are cast once per call and the products run in that type, the
 stay in it between layers (for ReLU exactly what autocast around each layer gives, since ReLU
 commutes with rounding; tanh is then evaluated on the bfloat16 product and rounded, where the
 layer-by-layer path kept its float32 result until the next layer rounded it), and outputs and
-gradients come back as float32.
+gradients come back as float32. An MLP whose last layer is linear (the critics' Q values, the
+actors' Gaussian parameters and actions) runs that layer in float32 on the float32 copy of its
+input: a bfloat16 output keeps 8 significant bits, so a Q value near 300 would move in steps of 2,
+coarser than a MuJoCo task's reward per step, and the TD error would be mostly rounding. That
+layer is a few percent of the MLP's products (one output per row for a critic).
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ import torch
 from torch import nn
 
 
-def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None) -> list:
-    """[(W [in, out], b [out])] of one member, cast to ``dtype`` when given. ``member`` None: the
-    nn.Linear layout (W [out, in]); else the ensemble layout (W [E, in, out], b [E, out])."""
-    out = []
-    for k in range(0, len(params), 2):
-        w, b = params[k], params[k + 1]
+def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None,
+            float32_out: bool = False) -> list:
+    """[(W [in, out], b [out])] of one member, cast to ``dtype`` when given, but for the last layer
+    with ``float32_out`` (module doc). ``member`` None: the nn.Linear layout (W [out, in]); else the
+    ensemble layout (W [E, in, out], b [E, out])."""
+    out, n = [], len(params) // 2
+    for k in range(n):
+        w, b = params[2 * k], params[2 * k + 1]
         w, b = (w.t(), b) if member is None else (w[member], b[member])
-        if dtype is not None:
+        if dtype is not None and not (float32_out and k == n - 1):
             w, b = w.to(dtype), b.to(dtype)
         out.append((w, b))
     return out
@@ -41,9 +47,12 @@ def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.d
 
 def _forward(x: torch.Tensor, layers: list, act: str, last: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """One member: the output and the input of every layer (what the backward needs), then the
-    output when it went through the activation (``last``)."""
+    output when it went through the activation (``last``). Each layer runs in its weights' type:
+    its input is cast to it first, and kept so."""
     inputs, h = [], x
     for k, (w, b) in enumerate(layers):
+        if h.dtype != w.dtype:
+            h = h.to(w.dtype)
         inputs.append(h)
         h = torch.addmm(b, h, w)
         if k < len(layers) - 1 or last:
@@ -70,11 +79,10 @@ class _MLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, members, dtype, act, last, *params):
-        xc = x if dtype is None else x.to(dtype)
         outs, saved = [], []
         for j, i in enumerate(members):
-            layers = _layers(params, i, dtype)
-            y, inputs = _forward(xc[j] if x.dim() == 3 else xc, layers, act, last)
+            layers = _layers(params, i, dtype, float32_out=not last)
+            y, inputs = _forward(x[j] if x.dim() == 3 else x, layers, act, last)
             outs.append(y)
             saved += [w for w, _ in layers] + inputs
         ctx.members, ctx.dtype, ctx.x_meta, ctx.act, ctx.last = members, dtype, (x.dim(), x.dtype), act, last
@@ -95,48 +103,50 @@ class _MLP(torch.autograd.Function):
         alloc = torch.empty if whole else torch.zeros
         grads = [alloc(shape, dtype=torch.float32, device=grad.device) if need[k] else None
                  for k, shape in enumerate(shapes)]
-        g_all = grad if dtype is None else grad.to(dtype)
+        g_all = grad  # backprop casts it to each layer's type
         gx = []
         for j, i in enumerate(members):
             ws, inputs = saved[per * j: per * j + n], saved[per * j + n: per * (j + 1)]
             g = g_all if i is None else g_all[j]
             if last:
-                g = _act_backward(g, inputs[n], act)
+                g = _act_backward(g.to(inputs[n].dtype), inputs[n], act)
             dws = [(grads[2 * k] if i is None else grads[2 * k][i]) if need[2 * k] else None for k in range(n)]
             dbs = [(grads[2 * k + 1] if i is None else grads[2 * k + 1][i]) if need[2 * k + 1] else None
                    for k in range(n)]
-            g = backprop(g, ws, inputs, dws, dbs, act, need_x, dtype, linear_layout=i is None)
+            g = backprop(g, ws, inputs, dws, dbs, act, need_x, linear_layout=i is None)
             if need_x:
                 gx.append(g)
         gx_out = None
         if need_x:
             dim, x_dtype = ctx.x_meta
-            gx_out = (torch.stack(gx) if dim == 3 else sum(gx[1:], gx[0])).to(x_dtype)
+            gx_out = (torch.stack([v.to(x_dtype) for v in gx]) if dim == 3 else sum(gx[1:], gx[0]).to(x_dtype))
         return (gx_out, None, None, None, None, *grads)
 
 
 def backprop(g: torch.Tensor, ws: list[torch.Tensor], inputs: list[torch.Tensor], dws: list, dbs: list, act: str,
-             need_x: bool, dtype: torch.dtype | None = None, linear_layout: bool = True,
-             x_from: int = 0) -> torch.Tensor | None:
+             need_x: bool, linear_layout: bool = True, x_from: int = 0) -> torch.Tensor | None:
     """One member's backward from the gradient ``g`` of its last layer's output (before any final
     activation): weight and bias gradients written into ``dws``/``dbs`` (None: not wanted; weight
-    layout [out, in] with ``linear_layout``, else [in, out]), and the gradient of the input's
-    columns ``x_from:`` when ``need_x`` (else None). ``ws`` are the weights as ``[in, out]``
-    (views), ``inputs`` every layer's input from the forward (the activations' derivatives come
-    from them)."""
+    layout [out, in] with ``linear_layout``, else [in, out]; float32 whatever the layer's type), and
+    the gradient of the input's columns ``x_from:`` when ``need_x`` (else None), in the first
+    layer's type. ``ws`` are the weights as ``[in, out]`` (views, or casts in the layer's type),
+    ``inputs`` every layer's input from the forward (the activations' derivatives come from them);
+    each layer's products run in its type, ``g`` cast to it on the way down."""
     for k in reversed(range(len(ws))):
         h = inputs[k]
+        if g.dtype != h.dtype:
+            g = g.to(h.dtype)
         if dws[k] is not None:
             if not linear_layout:
-                _into(dws[k], h.t(), g, dtype)
+                _into(dws[k], h.t(), g)
             elif h.shape[1] < g.shape[1]:
                 # a narrow input (the first layer on observations): g^T h with so few result
                 # columns runs several times slower than (h^T g), written transposed
                 dws[k].copy_(torch.mm(h.t(), g).t())
             else:
-                _into(dws[k], g.t(), h, dtype)
+                _into(dws[k], g.t(), h)
         if dbs[k] is not None:
-            torch.sum(g, 0, out=dbs[k]) if dtype is None else dbs[k].copy_(g.sum(0))
+            torch.sum(g, 0, out=dbs[k]) if g.dtype == dbs[k].dtype else dbs[k].copy_(g.sum(0))
         if k > 0 or need_x:
             w = ws[k] if k > 0 else ws[k][x_from:]  # [in, out]: only the input columns asked for
             # one output (a critic's last layer): the product is an outer product, exact as a
@@ -146,9 +156,9 @@ def backprop(g: torch.Tensor, ws: list[torch.Tensor], inputs: list[torch.Tensor]
     return g if need_x else None
 
 
-def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None) -> None:
-    """dst <- a @ b (computed in ``dtype`` when given, stored as float32)."""
-    if dtype is None:
+def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """dst <- a @ b (computed in a's type, stored in dst's)."""
+    if a.dtype == dst.dtype:
         torch.mm(a, b, out=dst)
     else:
         dst.copy_(torch.mm(a, b))
@@ -165,8 +175,7 @@ def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torc
             return run(x, params, members, dtype or torch.get_autocast_dtype(device_type), act, last)
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
         return _MLP.apply(x, members, dtype, act, last, *params)
-    xc = x if dtype is None else x.to(dtype)
-    outs = [_forward(xc[j] if x.dim() == 3 else xc, _layers(params, i, dtype), act, last)[0]
+    outs = [_forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
             for j, i in enumerate(members)]
     y = outs[0] if members == (None,) else torch.stack(outs)
     return y if dtype is None else y.float()

@@ -4,7 +4,8 @@ ReLU critics run forward, trained on their mean squared error, and asked for dQ/
 autograd. Their layers' arithmetic is ``heron.core.fused``'s (the same products in the same order
 as the autograd path's fused nodes), in float32 or, under ``--precision bf16-mixed``, with the
 products in bfloat16 as the fused nodes run them: weights and inputs cast once per pass,
-activations in bfloat16 between layers, the Q values, dQ/da and every gradient back in float32."""
+activations in bfloat16 between layers, the last layer (the Q value) in float32, dQ/da and every
+gradient back in float32."""
 
 from __future__ import annotations
 
@@ -67,16 +68,15 @@ class LeanCritics:
     def forward(self, x: torch.Tensor, members=None, target: bool = False) -> tuple[torch.Tensor, list]:
         """Q values [len(members), B] (float32) of ``members`` (default all) and, per member, its
         weights and layer inputs (``kept``, for ``step``/``input_grad``/``min_input_grad``)."""
-        params, dtype = (self.t_params if target else self.params), self.dtype
-        xc = x if dtype is None else x.to(dtype)
+        params = self.t_params if target else self.params
+        xc = x if self.dtype is None else x.to(self.dtype)  # once for all members
         outs, kept = [], []
         for e in (range(self.E) if members is None else members):
-            layers = _layers(params, e, dtype)
+            layers = _layers(params, e, self.dtype, float32_out=True)
             y, inputs = _forward(xc, layers, "relu", False)
             outs.append(y)
             kept.append(([w for w, _ in layers], inputs))
-        q = torch.stack(outs).squeeze(-1)
-        return (q if dtype is None else q.float()), kept
+        return torch.stack(outs).squeeze(-1), kept
 
     def step(self, x: torch.Tensor, target: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on the sum of the members' mean squared errors against ``target`` [B];
@@ -85,12 +85,10 @@ class LeanCritics:
         diff = q - target
         losses = diff.pow(2).mean(1)
         g = diff.mul(2.0 / q.shape[1]).unsqueeze(-1)  # [E, B, 1]
-        if self.dtype is not None:
-            g = g.to(self.dtype)
         self.grads.attach()
         for e, (ws, inputs) in enumerate(kept):
             backprop(g[e], ws, inputs, [dw[e] for dw in self.dws], [db[e] for db in self.dbs], "relu",
-                     False, self.dtype, linear_layout=False)
+                     False, linear_layout=False)
         self.grads.step(max_norm)
         return q, losses
 
@@ -100,8 +98,7 @@ class LeanCritics:
         total = None
         for (ws, inputs), g in zip(kept, g_q):
             n = len(inputs)
-            g = g.unsqueeze(-1) if self.dtype is None else g.unsqueeze(-1).to(self.dtype)
-            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, self.dtype, linear_layout=False,
+            gx = backprop(g.unsqueeze(-1), ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
                           x_from=first).float()
             total = gx if total is None else total + gx
         return total
@@ -125,7 +122,7 @@ class LeanCritics:
             inputs = [held[0]] + [h.index_select(0, rows) for h in held[1:]]
             n = len(inputs)
             g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype, device=which.device)
-            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, self.dtype, linear_layout=False,
+            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
                           x_from=first).float()
             if out is None:
                 out = gx.new_zeros(which.shape[0], gx.shape[1])

@@ -12,6 +12,17 @@ from heron.core import fused
 from heron.core.fused import ReluMLP, TanhMLP
 
 
+FLOAT32_OUT = "_heron_float32"  # heron.core.precision leaves layers marked so in float32
+
+
+def float32_out(layer: nn.Module) -> nn.Module:
+    """Mark an output layer that produces values (a PPO value head, DreamerV2's reward and critic
+    heads): under ``--precision bf16-mixed``/``16-mixed`` it runs in float32, as the fused MLPs run
+    their last layer (heron.core.fused: a bfloat16 value near 300 moves in steps of 2)."""
+    setattr(layer, FLOAT32_OUT, True)
+    return layer
+
+
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> ReluMLP:
     """Linear-ReLU-...-Linear (an ``nn.Sequential``; forward and backward fused, heron.core.fused)."""
     return ReluMLP(in_dim, hidden, out_dim)

@@ -12,7 +12,10 @@
 Where autocast applies, and where it must not. ``Precision.apply(module)`` puts autocast around
 the forward pass of each compute layer (``nn.Linear``, convolutions, recurrent cells) and casts
 its output back to float32; heron's fused MLPs (``EnsembleMLP``, ``ReluMLP``, ``TanhMLP``) get the type
-instead and cast inside (``heron.core.fused``), with the same result. So parameters, optimizer state, normalizer
+instead and cast inside (``heron.core.fused``), with the same result for their hidden layers; their
+last layer, when linear (Q values, the actors' outputs), runs in float32 (``heron.core.fused``), and
+so do the value heads marked with ``heron.core.nets.float32_out`` (PPO's, DreamerV2's reward and
+critic). So parameters, optimizer state, normalizer
 statistics, activations between layers, layer norms, and everything computed from network outputs
 stay float32: distributions (tanh-normal, categorical, truncated normal), log-probs, entropies, KL
 terms, returns, GAE, lambda-returns, targets and losses. Networks and losses know nothing about
@@ -31,7 +34,7 @@ from torch import nn
 
 from heron.config import HeronError
 from heron.core import dist
-from heron.core.nets import Adam, EnsembleMLP, ReluMLP, TanhMLP
+from heron.core.nets import FLOAT32_OUT, Adam, EnsembleMLP, ReluMLP, TanhMLP
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
 COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,
@@ -127,7 +130,7 @@ class Precision:
                 f.amp_dtype = self.dtype
             for layer in module.modules():
                 if (isinstance(layer, COMPUTE_LAYERS) and id(layer) not in inside
-                        and not getattr(layer, "_heron_autocast", False)):
+                        and not getattr(layer, "_heron_autocast", False) and not getattr(layer, FLOAT32_OUT, False)):
                     layer.register_forward_pre_hook(functools.partial(_enter, self._hook_state))
                     layer.register_forward_hook(functools.partial(_exit, self._hook_state))
                     layer._heron_autocast = True

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heron.core.nets import float32_out
+
 
 def mlp(in_dim: int, units: int, layers: int, out_dim: int | None = None) -> nn.Sequential:
     """``layers`` Linear+ELU layers of ``units``, then a linear output when ``out_dim`` is given."""
@@ -323,6 +325,7 @@ class WorldModel(nn.Module):
         feat = self.rssm.feat_dim
         self.decoder = Decoder(obs_spec, cnn_keys, mlp_keys, feat, depth, units, layers)
         self.reward = mlp(feat, units, layers, 1)
+        float32_out(self.reward[-1])  # --precision: rewards in float32 (heron.core.nets.float32_out)
         self.continue_model = mlp(feat, units, layers, 1) if cfg.use_continues else None
 
 
@@ -337,6 +340,8 @@ class Agent(nn.Module):
         self.actor = Actor(feat, action_dim, discrete, cfg.dense_units, cfg.mlp_layers)
         self.critic = mlp(feat, cfg.dense_units, cfg.mlp_layers, 1)
         self.target_critic = mlp(feat, cfg.dense_units, cfg.mlp_layers, 1)
+        for critic in (self.critic, self.target_critic):
+            float32_out(critic[-1])  # --precision: values in float32
         for part in (self.world.encoder, self.world.decoder, self.world.reward, self.world.continue_model,
                      self.actor, self.critic):
             if part is not None:

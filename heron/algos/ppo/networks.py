@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from heron.core import acting
-from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, orthogonal_, tanh_mlp
+from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, float32_out, orthogonal_, tanh_mlp
 
 LOG_2PI = math.log(2 * math.pi)
 LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and numpy acting)
@@ -250,7 +250,7 @@ class ActorCritic(nn.Module):
         self.pi_body = Body(parts, self.flat, recurrent, rnn_hidden, hidden)
         self.v_body = None if shared else Body(parts, self.flat, recurrent, rnn_hidden, hidden)
         self.pi_head = ActionHead(self.pi_body.out_dim, spaces["action"], state_dependent_std, init_log_std)
-        self.v_head = orthogonal_(nn.Linear(self.pi_body.out_dim, 1), gain=1.0)
+        self.v_head = float32_out(orthogonal_(nn.Linear(self.pi_body.out_dim, 1), gain=1.0))
         self.pi_state = self.pi_body.state_size
         self.state_size = self.pi_state + (self.v_body.state_size if self.v_body is not None else 0)
         # the acting fast path (``step``): separate feed-forward MLPs on vectors, in float32 (a mixed

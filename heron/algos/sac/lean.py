@@ -18,8 +18,9 @@ The losses are ``heron.algos.sac.losses``' exactly, with the same random draws i
 (the target's noise, then the actor's), so a run takes the same path as the autograd step up to
 float rounding; ``tests/test_sac_lean.py`` checks losses, gradients and whole steps against it.
 Tensor operations only, no host sync. Under ``--precision bf16-mixed`` the networks' products run in
-bfloat16 as the autograd path's fused nodes run them (``heron.core.lean``); the Gaussian, the
-tanh, log-probs, targets, losses and every gradient outside the layers stay float32.
+bfloat16 as the autograd path's fused nodes run them (``heron.core.lean``; the last layers in
+float32); the Gaussian, the tanh, log-probs, targets, losses and every gradient outside the
+layers stay float32.
 
 The derivatives of the tanh-Gaussian, with u = mean + std * eps, a = tanh(u) * scale + bias and
 log pi = sum_i [log N(u_i; mean_i, std_i) - log(scale_i (1 - tanh(u_i)^2))]: d log pi / du_i =
@@ -78,10 +79,9 @@ class LeanUpdate:
         """The actor on ``feats`` [N, D]: the Gaussian's mean and log-std (and std, and tanh of the raw
         log-std output, for the backward) [N, A] in float32, and what the backward keeps: the
         (cast) weights as [in, out] and every layer's input."""
-        dtype = self.dtype
-        layers = _layers(self.a_params, None, dtype)
-        out, inputs = _forward(feats if dtype is None else feats.to(dtype), layers, "relu", False)
-        mean, raw = (out if dtype is None else out.float()).chunk(2, -1)
+        layers = _layers(self.a_params, None, self.dtype, float32_out=True)
+        out, inputs = _forward(feats, layers, "relu", False)  # the last layer float32: out is
+        mean, raw = out.chunk(2, -1)
         t_raw = torch.tanh(raw)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t_raw + 1)
         std = log_std.exp()
@@ -153,10 +153,8 @@ class LeanUpdate:
         g_log_std = g_u * std * eps - g_logp
         g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t_raw * t_raw)
         self.a_grads.attach()
-        g = torch.cat([g_u, g_raw], -1)
         ws, held = inputs
-        backprop(g if self.dtype is None else g.to(self.dtype), ws, held, self.a_dws, self.a_dbs, "relu", False,
-                 self.dtype, linear_layout=True)
+        backprop(torch.cat([g_u, g_raw], -1), ws, held, self.a_dws, self.a_dbs, "relu", False, linear_layout=True)
         self.a_grads.step(cfg.max_grad_norm)
         metrics = {"losses/actor_loss": actor_loss}
         if cfg.autotune:  # J(alpha) = mean(-log_alpha (log pi + H_target)), log pi held fixed

@@ -50,10 +50,9 @@ class LeanUpdate:
     def _actor(self, params: list[torch.Tensor], obs: torch.Tensor):
         """tanh of the actor's (or its target's) last layer on ``obs``, float32, and what its
         backward keeps: the (cast) weights as [in, out] and every layer's input."""
-        dtype = self.dtype
-        layers = _layers(params, None, dtype)
-        z, inputs = _forward(obs if dtype is None else obs.to(dtype), layers, "relu", False)
-        return torch.tanh(z if dtype is None else z.float()), [w for w, _ in layers], inputs
+        layers = _layers(params, None, self.dtype, float32_out=True)
+        z, inputs = _forward(obs, layers, "relu", False)  # the last layer float32: z is
+        return torch.tanh(z), [w for w, _ in layers], inputs
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -80,8 +79,7 @@ class LeanUpdate:
             metrics["losses/actor_loss"] = -q1[0].mean()
             g_a = critics.input_grad(kept, (0,), [torch.full_like(q1[0], -1.0 / B)], D)
             self.a_grads.attach()
-            g_z = g_a * actor.scale * (1 - t * t)
-            backprop(g_z if self.dtype is None else g_z.to(self.dtype), ws, inputs, self.a_dws, self.a_dbs, "relu",
-                     False, self.dtype, linear_layout=True)
+            backprop(g_a * actor.scale * (1 - t * t), ws, inputs, self.a_dws, self.a_dbs, "relu", False,
+                     linear_layout=True)
             self.a_grads.step(cfg.max_grad_norm)
         return metrics
