@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,12 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set since its exec (/proc/self/status VmHWM), in MB."""
+    return round(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, 1)
+
 
 SIZES = {
     "tiny": dict(dense_units=8, mlp_layers=1, cnn_channels_multiplier=2, recurrent_state_size=8, hidden_size=8,
@@ -117,7 +122,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
             "batch": [length, batch], "continuous": continuous, "sec_per_grad_step": statistics.mean(times),
             "median": statistics.median(times), "min": min(times), "steps": steps, "params": params,
             # the peak resident memory of this process, which runs heron alone (sheeprl reports its own)
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def sheeprl_step_time(python: str, sizes: str, warmup: int, steps: int, batch: int, length: int,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -39,6 +38,12 @@ import time
 # One thread, before torch is imported (sheeprl's CLI sets OMP_NUM_THREADS from `num_threads` too)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set since its exec (/proc/self/status VmHWM), in MB."""
+    return round(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, 1)
+
 
 EXPS = {"tiny": "dreamer_v2_benchmarks", "atari": "dreamer_v2", "dmc": "dreamer_v2"}
 SIZE_OVERRIDES = {"dmc": ["algo.world_model.recurrent_model.recurrent_state_size=200",  # the seed's DMC block
@@ -271,8 +276,9 @@ def main(argv=None):
         "torch": torch.__version__,
         "sheeprl": getattr(sheeprl, "__version__", "?"),
         "precision": args.precision,
-        # the peak resident memory of this process (CPU runs: activations, weights, optimizer state)
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # the peak resident memory of this process since its exec (CPU runs: activations, weights,
+        # optimizer state); VmHWM, not getrusage's ru_maxrss, which keeps the forking parent's size
+        "peak_rss_mb": peak_rss_mb(),
     }
     shutil.rmtree(log_dir, ignore_errors=True)
     print(json.dumps(result), flush=True)

@@ -176,8 +176,9 @@ def test_kill_inside_a_write_resumes_from_the_previous_complete_checkpoint(point
 def test_disk_full_is_one_line_and_keeps_the_previous_checkpoint(point, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     monkeypatch.setenv("HERON_FAULT", f"{point}:enospc")
-    # outlasts the first timed flush (2 s), which checkpoints' own flushes would postpone
-    longer = ["--total-steps", "20000", "--checkpoint-every", "1000"] if point == "log-flush" else []
+    # checkpoints far apart: each one flushes the log and postpones the timed flush (2 s), and on a fast
+    # machine 1,000 of these steps take less than that
+    longer = ["--total-steps", "20000", "--checkpoint-every", "10000"] if point == "log-flush" else []
     assert main(["train", "sac", "--env-id", "Pendulum-v1", *TINY, *longer, "--run-dir", str(run)]) == 1
     err = _error(capsys)
     assert "No space left on device" in err and f"heron train --resume {run}" in err

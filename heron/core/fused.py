@@ -85,7 +85,7 @@ class _MLP(torch.autograd.Function):
             y, inputs = _forward(x[j] if x.dim() == 3 else x, layers, act, last)
             outs.append(y)
             saved += [w for w, _ in layers] + inputs
-        ctx.members, ctx.dtype, ctx.x_meta, ctx.act, ctx.last = members, dtype, (x.dim(), x.dtype), act, last
+        ctx.members, ctx.x_meta, ctx.act, ctx.last = members, (x.dim(), x.dtype), act, last
         ctx.shapes = [p.shape for p in params]
         ctx.save_for_backward(*saved)
         out = outs[0] if members == (None,) else torch.stack(outs)
@@ -93,7 +93,7 @@ class _MLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        members, dtype, shapes, act, last = ctx.members, ctx.dtype, ctx.shapes, ctx.act, ctx.last
+        members, shapes, act, last = ctx.members, ctx.shapes, ctx.act, ctx.last
         saved = ctx.saved_tensors
         n = len(shapes) // 2  # layers
         per = 2 * n + last  # saved tensors per member: weights, layer inputs, [activated output]
