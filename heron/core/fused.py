@@ -119,7 +119,7 @@ class _MLP(torch.autograd.Function):
         gx_out = None
         if need_x:
             dim, x_dtype = ctx.x_meta
-            gx_out = (torch.stack([v.to(x_dtype) for v in gx]) if dim == 3 else sum(gx[1:], gx[0]).to(x_dtype))
+            gx_out = (torch.stack(gx) if dim == 3 else sum(gx[1:], gx[0])).to(x_dtype)
         return (gx_out, None, None, None, None, *grads)
 
 

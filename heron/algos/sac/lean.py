@@ -80,7 +80,7 @@ class LeanUpdate:
         log-std output, for the backward) [N, A] in float32, and what the backward keeps: the
         (cast) weights as [in, out] and every layer's input."""
         layers = _layers(self.a_params, None, self.dtype, float32_out=True)
-        out, inputs = _forward(feats, layers, "relu", False)  # the last layer float32: out is
+        out, inputs = _forward(feats, layers, "relu", False)  # float32: the last layer runs in float32
         mean, raw = out.chunk(2, -1)
         t_raw = torch.tanh(raw)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t_raw + 1)

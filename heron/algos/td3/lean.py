@@ -51,7 +51,7 @@ class LeanUpdate:
         """tanh of the actor's (or its target's) last layer on ``obs``, float32, and what its
         backward keeps: the (cast) weights as [in, out] and every layer's input."""
         layers = _layers(params, None, self.dtype, float32_out=True)
-        z, inputs = _forward(obs, layers, "relu", False)  # the last layer float32: z is
+        z, inputs = _forward(obs, layers, "relu", False)  # float32: the last layer runs in float32
         return torch.tanh(z), [w for w, _ in layers], inputs
 
     @torch.no_grad()
