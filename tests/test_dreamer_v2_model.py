@@ -15,6 +15,7 @@ from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_
 from heron.cli import main
 from heron.config import HeronError
 from heron.core import checkpoint as ckpt
+from heron.core.precision import Precision
 
 DEBUG = dict(PRESETS["debug"], progress="none")
 
@@ -144,17 +145,29 @@ def test_sampled_windows_start_like_episodes():
 
 
 def test_decoder_first_deconvolution_as_a_matrix_product_matches_the_layer():
-    """The decoder computes its 1x1-input transposed convolution as one GEMM; it must equal the layer."""
+    """The decoder computes its 1x1-input transposed convolution as one GEMM; it must equal the layer.
+    Under bf16-mixed that product runs in bfloat16 like every other layer of the decoder, and the
+    decoder's output is float32."""
     torch.manual_seed(0)
     dec = Decoder({"rgb": (3, 64, 64), "depth": (1, 64, 64)}, ("rgb", "depth"), (), 40, 4, 8, 1)
     feat = torch.randn(2, 3, 40, requires_grad=True)
     out = dec(feat)
     assert out["rgb"].shape == (2, 3, 3, 64, 64) and out["depth"].shape == (2, 3, 1, 64, 64)
-    ref = dec.cnn(dec.cnn_in(feat).reshape(-1, 32 * 4, 1, 1)).reshape(2, 3, 4, 64, 64)
+    first = dec.cnn[0]
+    x = torch.nn.functional.conv_transpose2d(dec.cnn_in(feat).reshape(-1, 32 * 4, 1, 1), first.weight, first.bias,
+                                             stride=first.stride)
+    ref = dec.cnn[1:](x).reshape(2, 3, 4, 64, 64)
     torch.testing.assert_close(torch.cat([out["rgb"], out["depth"]], 2), ref, atol=1e-6, rtol=1e-5)
     g, = torch.autograd.grad(out["rgb"].square().sum(), dec.cnn[0].weight)
     g_ref, = torch.autograd.grad(ref[:, :, :3].square().sum(), dec.cnn[0].weight)
     torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
+
+    Precision("bf16-mixed", torch.device("cpu")).apply(dec)
+    seen = []
+    dec.cnn[0].register_forward_hook(lambda mod, args, y: seen.append(y.dtype))
+    out16 = dec(feat)
+    assert seen == [torch.bfloat16] and out16["rgb"].dtype == torch.float32
+    torch.testing.assert_close(out16["rgb"], out["rgb"], atol=0.05, rtol=0.05)
 
 
 def test_truncated_normal_density_entropy_and_bounds():

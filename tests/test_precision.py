@@ -39,6 +39,42 @@ def test_layers_compute_in_bfloat16_and_hand_back_float32():
     assert Precision("32", torch.device("cpu")).mixed is False
 
 
+def test_chains_hand_over_in_bfloat16_with_the_per_layer_values():
+    """Layers that follow one another in an nn.Sequential through activations alone pass their
+    output on in bfloat16 (half the saved memory, no float32 copy) with exactly the values of the
+    per-layer path, which rounds every layer's input; the chain's end hands back float32, and a
+    layer norm (or a float32 head) between layers ends a chain."""
+    def run_recording(net, x):
+        seen = {}
+        hooks = [m.register_forward_hook(lambda mod, a, out, k=k: seen.__setitem__(k, out)) for k, m in enumerate(net)]
+        y = net(x)
+        for h in hooks:
+            h.remove()
+        return y, seen
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ELU(), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 3))
+    ref = copy.deepcopy(net)
+    Precision("bf16-mixed", torch.device("cpu")).apply(net)
+    x = torch.randn(5, 6) * 3
+    y, seen = run_recording(net, x)
+    assert seen[0].dtype == seen[1].dtype == seen[2].dtype == torch.bfloat16 and y.dtype == torch.float32
+    h = x
+    for layer in ref:  # every layer's input rounded, its output float32
+        h = (F.linear(h.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16()).float()
+             if isinstance(layer, torch.nn.Linear) else layer(h))
+    assert torch.equal(y, h)
+    y.square().sum().backward()
+    h.square().sum().backward()
+    for p, q in zip(net.parameters(), ref.parameters()):  # and the same gradients
+        assert p.grad.dtype == torch.float32 and torch.equal(p.grad, q.grad)
+
+    broken = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.ELU(), torch.nn.Linear(8, 3))
+    Precision("bf16-mixed", torch.device("cpu")).apply(broken)
+    assert run_recording(broken, x)[1][0].dtype == torch.float32
+
+
 def test_sac_and_td3_outputs_and_losses_are_float32():
     sac = _train_module("sac")
     spaces = {"obs_shape": [3], "action_low": -torch.ones(2), "action_high": torch.ones(2)}
