@@ -154,11 +154,15 @@ def test_value_heads_stay_float32():
     agent = dreamer.build(cfg, {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
                                 "discrete": True, "action_dim": 2})
     Precision("bf16-mixed", torch.device("cpu")).apply(agent)
+    rssm = agent.world.rssm
     heads = {"critic": agent.critic[-1], "target": agent.target_critic[-1], "reward": agent.world.reward[-1],
-             "hidden": agent.critic[0]}
-    feat = torch.randn(7, 32) * 30
-    seen = outputs(heads, lambda: (agent.critic(feat), agent.target_critic(feat), agent.world.reward(feat)))
-    for name in ("critic", "target", "reward"):
+             "actor": agent.actor.net[-1], "prior": rssm.prior[-1], "post": rssm.post_out,
+             "decoder": agent.world.decoder.mlp[-1], "hidden": agent.critic[0]}
+    feat, h = torch.randn(7, 32) * 30, torch.randn(7, 16) * 3
+    seen = outputs(heads, lambda: (agent.critic(feat), agent.target_critic(feat), agent.world.reward(feat),
+                                   agent.actor(feat), rssm.prior_logits(h), agent.world.decoder(feat),
+                                   rssm.posterior_step(h, torch.randn(7, 16))))
+    for name in ("critic", "target", "reward", "actor", "prior", "post", "decoder"):
         assert exact(heads[name], *seen[name], torch.float32), name
     assert exact(heads["hidden"], *seen["hidden"], torch.bfloat16)
 

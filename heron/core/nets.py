@@ -16,9 +16,11 @@ FLOAT32_OUT = "_heron_float32"  # heron.core.precision leaves layers marked so i
 
 
 def float32_out(layer: nn.Module) -> nn.Module:
-    """Mark an output layer that produces values (a PPO value head, DreamerV2's reward and critic
-    heads): under ``--precision bf16-mixed``/``16-mixed`` it runs in float32, as the fused MLPs run
-    their last layer (heron.core.fused: a bfloat16 value near 300 moves in steps of 2)."""
+    """Mark an output layer whose outputs are values or a distribution's parameters (a PPO value
+    head; DreamerV2's reward, continue, critic and actor heads, its latents' logits and its vector
+    decoder): under ``--precision bf16-mixed``/``16-mixed`` it runs in float32, as the fused MLPs
+    run their last layer (heron.core.fused: a bfloat16 value near 300 moves in steps of 2, and a
+    bfloat16 logit keeps 8 significant bits)."""
     setattr(layer, FLOAT32_OUT, True)
     return layer
 

@@ -20,8 +20,8 @@ cast (``tests/test_precision.py``), while the activations kept for the backward 
 memory and no float32 copy is made (DreamerV2 at the Atari sizes: 330 MB less). heron's fused MLPs (``EnsembleMLP``, ``ReluMLP``, ``TanhMLP``) get the type
 instead and cast inside (``heron.core.fused``), with the same result for their hidden layers; their
 last layer, when linear (Q values, the actors' outputs), runs in float32 (``heron.core.fused``), and
-so do the value heads marked with ``heron.core.nets.float32_out`` (PPO's, DreamerV2's reward and
-critic). So parameters, optimizer state, normalizer
+so do the output heads marked with ``heron.core.nets.float32_out`` (PPO's value head; DreamerV2's
+reward, continue, critic and actor heads, its latents' logits and its vector decoder). So parameters, optimizer state, normalizer
 statistics, activations outside those chains, layer norms, and everything computed from network outputs
 stay float32: distributions (tanh-normal, categorical, truncated normal), log-probs, entropies, KL
 terms, returns, GAE, lambda-returns, targets and losses. Networks and losses know nothing about

@@ -193,6 +193,8 @@ class RSSM(nn.Module):
         self.post_e = nn.Linear(embed_dim, hidden, bias=False)
         self.post_out = nn.Linear(hidden, self.z_dim)
         self.apply(init_weights)
+        for head in (self.prior[-1], self.post_out):
+            float32_out(head)  # --precision: the latents' logits in float32
         # in_z/in_a and post_h/post_e are the two halves of one layer each in the references
         # (Linear(cat(z, a)) and Linear(cat(h, e))): Xavier with the whole layer's fans
         xavier_(self.in_z.weight, self.z_dim + action_dim, hidden)
@@ -311,6 +313,7 @@ class Actor(nn.Module):
         super().__init__()
         self.discrete, self.min_std, self.init_std = discrete, min_std, init_std
         self.net = mlp(feat_dim, units, layers, action_dim if discrete else 2 * action_dim)
+        float32_out(self.net[-1])  # --precision: the action distribution's parameters in float32
 
     def forward(self, feat: torch.Tensor):
         out = self.net(feat)
@@ -333,6 +336,10 @@ class WorldModel(nn.Module):
         self.reward = mlp(feat, units, layers, 1)
         float32_out(self.reward[-1])  # --precision: rewards in float32 (heron.core.nets.float32_out)
         self.continue_model = mlp(feat, units, layers, 1) if cfg.use_continues else None
+        if self.continue_model is not None:
+            float32_out(self.continue_model[-1])
+        if mlp_keys:
+            float32_out(self.decoder.mlp[-1])  # the vector observations' means
 
 
 class Agent(nn.Module):
