@@ -76,6 +76,12 @@ def _float32(x: Any) -> Any:
     return x
 
 
+_KEEP = "_heron_keep_dtype"  # a layer whose output feeds the next layer of its chain in the compute type
+# what may stand between two layers of a chain: elementwise activations (torch computes them on
+# bfloat16/float16 inputs in float32 and rounds once) and views
+_PASS = (nn.ELU, nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.SiLU, nn.GELU, nn.Mish, nn.Identity, nn.Flatten)
+
+
 def _enter(state: dict, module: nn.Module, args: Any) -> None:
     ctx = torch.autocast(state["device_type"], dtype=state["dtype"])
     ctx.__enter__()
@@ -87,15 +93,10 @@ def _exit(state: dict, module: nn.Module, args: Any, output: Any) -> Any:
     return output if getattr(module, _KEEP, False) else _float32(output)
 
 
-_KEEP = "_heron_keep_dtype"  # a layer whose output feeds the next layer of its chain in the compute type
-# what may stand between two layers of a chain: elementwise activations (torch computes them on
-# bfloat16/float16 inputs in float32 and rounds once) and views
-_PASS = (nn.ELU, nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.SiLU, nn.GELU, nn.Mish, nn.Identity, nn.Flatten)
-
-
-def _mark_chains(module: nn.Module, hooked: set[int]) -> None:
+def _mark_chains(module: nn.Module) -> None:
     """In every ``nn.Sequential`` of ``module``: a hooked layer whose output reaches another hooked
     layer through activations alone hands over its output in the compute type (module doc)."""
+    hooked = {id(m) for m in module.modules() if getattr(m, "_heron_autocast", False)}
     for seq in module.modules():
         if not isinstance(seq, nn.Sequential):
             continue
@@ -165,7 +166,7 @@ class Precision:
                     layer.register_forward_pre_hook(functools.partial(_enter, self._hook_state))
                     layer.register_forward_hook(functools.partial(_exit, self._hook_state))
                     layer._heron_autocast = True
-            _mark_chains(module, {id(m) for m in module.modules() if getattr(m, "_heron_autocast", False)})
+            _mark_chains(module)
 
     def optimize(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[torch.Tensor],
                  max_norm: float = 0.0, norm: bool = False) -> torch.Tensor | None:

@@ -156,6 +156,7 @@ class Decoder(nn.Module):
         if mlp_keys:
             self.dims = [obs_spec[k][0] for k in mlp_keys]
             self.mlp = mlp(feat_dim, units, layers, sum(self.dims))
+            float32_out(self.mlp[-1])  # --precision: the vector observations' means in float32
 
     def forward(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
@@ -338,8 +339,6 @@ class WorldModel(nn.Module):
         self.continue_model = mlp(feat, units, layers, 1) if cfg.use_continues else None
         if self.continue_model is not None:
             float32_out(self.continue_model[-1])
-        if mlp_keys:
-            float32_out(self.decoder.mlp[-1])  # the vector observations' means
 
 
 class Agent(nn.Module):
