@@ -98,7 +98,7 @@ def check_world(cfg: Any) -> None:
     any rank opens the run, so bad input ends them all with exit 2."""
     world = dist.from_env()
     dist.check_split(cfg, world)
-    if world.distributed and getattr(cfg, "cuda_graphs", False):
+    if world.distributed and cfg.cuda_graphs:
         raise HeronError("--cuda-graphs is for one process; under torchrun use --compile or neither")
 
 

@@ -51,6 +51,8 @@ class RunConfig:
                             "cores other processes keep busy are left out, also during the run)")
     torch_deterministic: bool = opt(True, "use deterministic torch kernels")
     compile: bool = opt(False, "torch.compile the update step")
+    cuda_graphs: bool = opt(False, "record the gradient step as a CUDA graph after 3 eager steps and replay it "
+                            "(CUDA only; the same computation with far fewer kernel launches)")
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("heron", "Weights & Biases project name")
     capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")
@@ -74,6 +76,15 @@ class RunConfig:
             from heron.core.precision import check
 
             check(self.precision, self.device)
+        if self.cuda_graphs:
+            if self.compile:
+                raise HeronError("--cuda-graphs and --compile are alternatives: choose one")
+            import torch
+
+            if self.device == "cpu" or not torch.cuda.is_available():
+                raise HeronError("--cuda-graphs needs a CUDA device (--device cuda)")
+            if self.precision == "16-mixed":  # the GradScaler reads its inf check on the host every step
+                raise HeronError("--cuda-graphs cannot capture 16-mixed's loss scaling: use --precision bf16-mixed")
         if self.track and importlib.util.find_spec("wandb") is None:
             raise HeronError("--track needs wandb: pip install 'heron[wandb]'")
         for f in dataclasses.fields(self):

@@ -48,6 +48,9 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "ppo", "--gae-lambda", "2"], "--gae-lambda must be in [0, 1]"),
     (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
     (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
+    (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+    (["train", "td3", "--cuda-graphs", "--compile"], "--cuda-graphs and --compile are alternatives"),
+    (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

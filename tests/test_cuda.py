@@ -1,18 +1,33 @@
-"""CUDA paths: DreamerV2 on a GPU, with and without ``--cuda-graphs``. Skipped where there is no
-GPU (CI). On a GPU machine: ``python -m pytest -q tests/test_cuda.py``."""
+"""CUDA paths: every algorithm on a GPU, with and without ``--cuda-graphs``, in every precision.
+Skipped where there is no GPU (CI). On a GPU machine: ``python -m pytest -q tests/test_cuda.py``."""
+
+import importlib
 
 import numpy as np
 import pytest
 import torch
+from test_ppo_lean import _minibatch
+from test_ppo_lean import _spaces as ppo_spaces
+from test_sac_lean import make_batch, make_nets, make_td3_nets, td3_batches
 
 from heron import api
+from heron.algos.sac.config import Config as SACConfig
+from heron.algos.sac.train import make_update as sac_make_update
+from heron.algos.td3.config import Config as TD3Config
+from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
 from heron.cli import main
 from heron.core import checkpoint as ckpt
+from heron.core.graphs import GraphedStep, GraphedSteps, capturable
+from heron.core.nets import Polyak, adam
+from heron.core.precision import Precision
 from heron.core.run import seed_everything
+from heron.core.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = torch.device("cuda")
+ppo_train = importlib.import_module("heron.algos.ppo.train")
 DEBUG = dict(PRESETS["debug"], progress="none")
 
 
@@ -119,3 +134,109 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
         assert float(state["precision"]["scaler"]["scale"]) > 0
         step = int(state["step"])
         assert main(["train", "--resume", str(run_dir), "--total-steps", str(step * 2)]) == 0
+
+
+# -- SAC, TD3 and PPO: --cuda-graphs against the eager step -----------------------------------------
+def _offpolicy_steps(algo: str, graphed: bool, n: int = 14) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+    """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
+    training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
+    statistics (each must reach the recorded step)."""
+    sac = algo == "sac"
+    cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
+    with torch.device("cuda"):  # the nets' tensors made on the GPU (make_nets is the lean tests')
+        nets = make_nets(cfg) if sac else make_td3_nets(cfg)
+    targets = [(nets.critic_target, nets.critic)] + ([] if sac else [(nets.actor_target, nets.actor)])
+    for module in (nets.actor, *(m for pair in targets for m in pair)):
+        module.cuda()  # the buffers made from CPU tensors (action bounds)
+    norm = nets.actor.encoder.norm if sac else nets.actor.norm
+    update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", CUDA))
+    opts = [nets.actor_opt, nets.q_opt] + ([nets.alpha_opt] if sac else [])
+    if graphed:
+        capturable(*opts)
+        update = GraphedSteps(update)
+    polyak = Polyak(*targets)
+    batches = [make_batch(i) for i in range(n)] if sac else td3_batches(n)
+    torch.manual_seed(1)
+    history = []
+    for i, batch in enumerate(batches):
+        for opt, lr in zip(opts, (cfg.policy_lr, cfg.q_lr)):
+            set_lr(opt, lr * (1 - i / n))
+        metrics = update({k: v.cuda() for k, v in batch.items()}, i % 2 == 1)
+        history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
+        polyak(0.05)
+        norm.update(torch.randn(8, norm.mean.shape[0], device="cuda") * 2 + 1)
+    params = [p.detach().clone() for m in (nets.actor, nets.critic) for p in m.parameters()]
+    return history, params
+
+
+def _assert_same(eager, graphed, eager_w, graphed_w, key):
+    for i, (a, b) in enumerate(zip(eager, graphed)):
+        assert a.keys() == b.keys(), i
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (i, k)
+    assert len({round(h[key], 6) for h in graphed[6:]}) == len(graphed) - 6  # replays see new batches
+    for a, b in zip(eager_w, graphed_w):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_offpolicy_graphed_steps_equal_eager_steps(algo):
+    """SAC's and TD3's two recorded steps (critic only; critic and actor) are the eager steps: the
+    same losses step by step (the policy's and the target policy's noise included) and weights,
+    with the learning rates, target networks and normalizer moving between steps."""
+    eager, eager_w = _offpolicy_steps(algo, graphed=False)
+    graphed, graphed_w = _offpolicy_steps(algo, graphed=True)
+    _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
+
+
+def _ppo_steps(graphed: bool, n: int = 10) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+    cfg = ppo_train.Config(hidden_sizes=(32, 32), obs_norm=True, ent_coef=0.01, clip_vloss=True, clip_coef=0.2)
+    torch.manual_seed(0)
+    model = ppo_train._build(cfg, ppo_spaces("box"))
+    g = torch.Generator().manual_seed(1)
+    batches = [_minibatch(model, "box", 64, g) for _ in range(n)]  # made on the CPU by the initial model
+    model.cuda()
+    opt = adam(model.parameters(), 3e-4, eps=1e-5)
+    update = ppo_train.make_update(cfg, model, opt, Precision("32", CUDA))
+    if graphed:
+        capturable(opt)
+        update = GraphedStep(update)
+    history = []
+    for i, mb in enumerate(batches):
+        set_lr(opt, 3e-4 * (1 - i / n))  # annealing
+        metrics = update({k: v.cuda() for k, v in mb.items()})
+        history.append({k: float(v) for k, v in metrics.items()})
+        model.norm.update(torch.randn(16, 5, device="cuda") * 3 + 1)
+    return history, [p.detach().clone() for p in model.parameters()]
+
+
+@needs_cuda
+def test_ppo_graphed_steps_equal_eager_steps():
+    eager, eager_w = _ppo_steps(graphed=False)
+    graphed, graphed_w = _ppo_steps(graphed=True)
+    _assert_same(eager, graphed, eager_w, graphed_w, "losses/value_loss")
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo,env_id", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("ppo", "CartPole-v1")])
+def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, algo, env_id):
+    """--cuda-graphs through whole runs: checkpoints hold plain learning rates (they resume with
+    or without graphs), a resume records its graphs again, the saved policy evaluates."""
+    run_dir = tmp_path / "g"
+    r = api.train(algo, presets=["debug"], device="cuda", cuda_graphs=True, env_id=env_id, run_dir=str(run_dir),
+                  progress="none", eval_episodes=1)
+    assert np.isfinite(r["mean_return"])
+    state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    opt = state["opt" if algo == "ppo" else "q_opt"]["param_groups"][0]
+    assert type(opt["lr"]) is float and not opt["capturable"]
+    step = int(state["step"])
+    api.resume(run_dir, total_steps=2 * step)
+    last = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    assert int(last["step"]) == 2 * step and int(last["n_updates"]) > int(state["n_updates"])
+    config = run_dir / "config.yaml"
+    text = config.read_text()
+    assert "cuda_graphs: true" in text
+    config.write_text(text.replace("cuda_graphs: true", "cuda_graphs: false"))  # the same run, eager from here
+    assert main(["train", "--resume", str(run_dir), "--total-steps", str(3 * step)]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0

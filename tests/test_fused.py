@@ -9,8 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from heron.core.fused import ReluMLP, TanhMLP
+from heron.core.graphs import capturable
 from heron.core.nets import EnsembleMLP, adam
 from heron.core.precision import Precision, clip_grad_norm
+from heron.core.schedules import set_lr
 
 
 def _reference(ens: EnsembleMLP, x: torch.Tensor, i: int, dtype=None) -> torch.Tensor:
@@ -167,6 +169,37 @@ def test_lean_adam_step_is_torchs_step():
     for p, q in zip(nets[0].parameters(), nets[1].parameters()):
         assert torch.equal(p, q)
     assert str(lean.state_dict()) == str(plain.state_dict())
+
+
+def test_capturable_adam_follows_set_lr_and_saves_plain_groups():
+    """--cuda-graphs' optimizers (heron.core.graphs.capturable): the learning rate a tensor that
+    set_lr fills in place (the recorded step reads it there), the same updates as float learning
+    rates, and checkpoints that hold plain floats and capturable off, so they resume either way."""
+    torch.manual_seed(6)
+    nets = [ReluMLP(3, (8,), 2) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    graphed, plain = adam(nets[0].parameters(), 1e-2), adam(nets[1].parameters(), 1e-2)
+    capturable(graphed)
+    lr = graphed.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and graphed.param_groups[0]["capturable"]
+    for step in range(6):
+        x = torch.randn(4, 3)
+        for net, opt in ((nets[0], graphed), (nets[1], plain)):
+            set_lr(opt, 1e-2 * (1 - step / 6))  # an annealing schedule
+            opt.lean_zero_grad()
+            net(x).pow(2).sum().backward()
+            opt.lean_step()
+        assert graphed.param_groups[0]["lr"] is lr  # filled in place
+        if step == 2:
+            saved = graphed.state_dict()
+            assert saved["param_groups"][0]["lr"] == pytest.approx(1e-2 * (1 - 2 / 6))
+            assert type(saved["param_groups"][0]["lr"]) is float and not saved["param_groups"][0]["capturable"]
+            graphed.load_state_dict(copy.deepcopy(saved))
+            capturable(graphed)
+            lr = graphed.param_groups[0]["lr"]
+    assert float(lr) == pytest.approx(1e-2 / 6)
+    for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e9])

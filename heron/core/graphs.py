@@ -18,19 +18,30 @@ and nothing changes in what is computed.
 The returned metrics are the graph's static outputs. Each replay overwrites them, so they hold
 the latest step's values. The logger reads them every ``log_every`` steps, which is what it needs.
 
+``GraphedSteps(fn)`` is the same for a step with a variant, ``fn(batch, variant)``: SAC and TD3
+update the actor only every ``policy_frequency``-th step, so they record two graphs (critic only;
+critic and actor), each with its own warm-up, capture, static tensors and memory pool. Graphs
+replayed in any order must not share a pool.
+
 What ``fn`` must obey (PyTorch's whole-network capture rules):
-- Optimizers use device-side step counters (``capturable=True``, set where they are built; a
-  resumed run keeps its config, and its checkpoint restores the same setting).
-- Parameters are updated in place: target-network copies (``load_state_dict``) made between
-  steps are seen by the next replay.
-- Learning rates stay Python floats fixed for the run; the graph has baked them in.
-- Random numbers (Gumbel noise, reparameterized samples) come from the CUDA generator, whose
-  graph-safe Philox offsets advance at every replay, so each step draws fresh noise.
+- Optimizers use device-side step counters (``capturable=True``). DreamerV2 builds its
+  optimizers so and keeps its learning rates fixed (Python floats, baked into the graph). SAC, TD3
+  and PPO call ``capturable(*optimizers)`` after any resume: it sets the flag and makes every
+  learning rate a device tensor, which ``heron.core.schedules.set_lr`` fills in place, so the
+  recorded step follows the schedules (PPO's annealing, SAC's ``--lr-schedule``).
+- Parameters and buffers are updated in place: target-network copies (``load_state_dict``,
+  Polyak's lerp) and running normalizer statistics made between steps are seen by the next
+  replay. Nothing inside may cache a tensor computed outside the graph (``RunningNorm`` computes
+  its float32 statistics afresh while a capture runs).
+- No host syncs (DESIGN rule 3): no ``.item()``, no data-dependent Python branches.
+- Random numbers (Gumbel noise, reparameterized samples, target-policy noise) come from the CUDA
+  generator, whose graph-safe Philox offsets advance at every replay, so each step draws fresh
+  noise.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Hashable
 
 import torch
 
@@ -72,3 +83,29 @@ class GraphedStep:
         self.graph.replay()
         return self.static_out
 
+
+class GraphedSteps:
+    """``fn(batch, variant)`` with one ``GraphedStep`` per variant (module doc)."""
+
+    def __init__(self, fn: Callable[[Batch, Any], dict[str, torch.Tensor]], warmup: int = 3):
+        self.fn, self.warmup = fn, warmup
+        self.steps: dict[Hashable, GraphedStep] = {}
+
+    def __call__(self, batch: Batch, variant: Hashable) -> dict[str, torch.Tensor]:
+        step = self.steps.get(variant)
+        if step is None:
+            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup)
+        return step(batch)
+
+
+def capturable(*optimizers: torch.optim.Optimizer) -> None:
+    """Make optimizers safe to record (module doc): device-side step counters and each learning
+    rate a device tensor that ``set_lr`` fills in place. Call it after loading their state (a
+    checkpoint brings back the saved param groups, which hold plain floats: ``heron.core.nets.Adam``
+    saves them so, and a checkpoint resumes with or without graphs)."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["capturable"] = True
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32,
+                                           device=group["params"][0].device)

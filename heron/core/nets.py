@@ -187,8 +187,16 @@ class Adam(torch.optim.Adam):
         _direct(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def state_dict(self) -> dict:
+        """torch's, with the learning rates as floats and ``capturable`` off (``--cuda-graphs``
+        sets both again after loading: ``heron.core.graphs.capturable``), so a checkpoint resumes
+        the same way with or without graphs and on any device."""
         self._sync_steps()
-        return _direct(torch.optim.Optimizer.state_dict)(self)
+        state = _direct(torch.optim.Optimizer.state_dict)(self)
+        for group in state["param_groups"]:  # torch's copies of the groups
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"] = float(group["lr"])
+            group["capturable"] = False
+        return state
 
     def lean_zero_grad(self) -> None:
         """``zero_grad(set_to_none=True)`` without the machinery."""
@@ -277,8 +285,10 @@ class RunningNorm(nn.Module):
     def _float32(self) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 mean and sqrt(var + eps), computed again only when the statistics changed (their
         tensors' version counters move with every in-place update, load_state_dict included): the
-        acting loop normalizes every env step, and four conversions a call were a third of it."""
-        if torch.compiler.is_compiling():
+        acting loop normalizes every env step, and four conversions a call were a third of it.
+        Inside a compiled or recorded (``--cuda-graphs``) step they are computed afresh: a cached
+        tensor would be frozen into the graph while the statistics move between replays."""
+        if torch.compiler.is_compiling() or (self.mean.is_cuda and torch.cuda.is_current_stream_capturing()):
             return self.mean.float(), torch.sqrt(self.var.float() + self.eps)
         key = (self.mean._version, self.var._version, self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
         if getattr(self, "_cache_key", None) != key:

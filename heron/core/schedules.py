@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import torch
+
 
 def lr_lambda(kind: str, total_updates: int) -> Callable[[int], float]:
     """constant: 1; linear: 1 -> 0; cosine: 1 -> 0 along half a cosine, over ``total_updates``."""
@@ -20,6 +22,10 @@ def lr_lambda(kind: str, total_updates: int) -> Callable[[int], float]:
 
 def set_lr(optimizer, lr: float) -> None:
     """Set every param group's learning rate (schedules derive it from the update count, so a
-    resumed run needs no scheduler state)."""
+    resumed run needs no scheduler state). A tensor learning rate (``--cuda-graphs``,
+    ``heron.core.graphs.capturable``) is filled in place, where the recorded step reads it."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr

@@ -78,9 +78,6 @@ class Config(RunConfig):
     mlp_layers: int = opt(4, "hidden layers of those MLPs")
     cnn_channels_multiplier: int = opt(48, "channels of the first conv layer (doubling per layer)")
     layer_norm: bool = opt(True, "layer norm in the GRU")
-    # -- speed
-    cuda_graphs: bool = opt(False, "record the gradient step as a CUDA graph after 3 eager steps and replay it "
-                            "(CUDA only; same computation, far fewer kernel launches)")
 
     def validate(self) -> None:
         super().validate()
@@ -101,15 +98,6 @@ class Config(RunConfig):
             raise HeronError(f"--weight-decay must be in [0, 1), got {self.weight_decay}")
         if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
             raise HeronError(f"--objective-mix must be in [0, 1] (or -1 for auto), got {self.objective_mix}")
-        if self.cuda_graphs:
-            if self.compile:
-                raise HeronError("--cuda-graphs and --compile are alternatives: choose one")
-            import torch
-
-            if self.device == "cpu" or not torch.cuda.is_available():
-                raise HeronError("--cuda-graphs needs a CUDA device (--device cuda)")
-            if self.precision == "16-mixed":  # the GradScaler reads its inf check on the host every step
-                raise HeronError("--cuda-graphs cannot capture 16-mixed's loss scaling: use --precision bf16-mixed")
         if self.horizon < 2:
             raise HeronError(f"--horizon must be at least 2 (the actor scores the imagined steps before the last), "
                              f"got {self.horizon}")

@@ -30,6 +30,7 @@ from heron.core import atari, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
 from heron.core.envs import VecEnv, probe_spaces
+from heron.core.graphs import GraphedStep, capturable
 from heron.core.nets import adam
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -226,6 +227,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, model, opt, run.precision)
     if cfg.compile:
         update = compile_step(update)
+    elif cfg.cuda_graphs:
+        update = GraphedStep(update)  # the autograd step, recorded once (every minibatch has one shape)
     elif cfg.fused_update and lean.supported(model, run.precision, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, model, opt)  # the same step, written out (2-4x faster on small MLPs)
 
@@ -265,6 +268,8 @@ def train(cfg: Config, run: Run) -> dict:
         obs = envs.load_state_dict(s["envs"])  # every env begins an episode (or replays its reset)
         global_step, iteration = int(s["step"]), int(s["n_updates"])
         state = s["rnn_state"].to(device)
+    if cfg.cuda_graphs:
+        capturable(opt)  # after the restore; set_lr then anneals the recorded step's learning rate
     policy = Policy(model, obs_shape, S, device, obs_dt)
     metrics: dict[str, torch.Tensor] = {}
 

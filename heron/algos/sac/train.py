@@ -22,6 +22,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.graphs import GraphedSteps, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -165,6 +166,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, nets, prec)
     if cfg.compile:
         update = compile_step(update)
+    elif cfg.cuda_graphs:
+        update = GraphedSteps(update)  # the autograd step recorded twice: critic only, critic and actor
     elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
@@ -192,6 +195,8 @@ def train(cfg: Config, run: Run) -> dict:
     obs = envs.reset()
     if run.resume_state is not None:
         obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
+    if cfg.cuda_graphs:
+        capturable(actor_opt, q_opt, alpha_opt)  # after the restore, which brings back the saved groups
     a_state = torch.zeros(N, S, device=device)  # recurrent states before obs (zero at episode starts)
     c_state = torch.zeros(N, E, S, device=device)
     policy = Policy(actor, tuple(spaces["obs_shape"]), S, device)

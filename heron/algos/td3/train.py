@@ -21,6 +21,7 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.graphs import GraphedSteps, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -118,6 +119,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, nets, prec)
     if cfg.compile:
         update = compile_step(update)
+    elif cfg.cuda_graphs:
+        update = GraphedSteps(update)  # the autograd step recorded twice: critic only, critic and actor
     elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
@@ -137,6 +140,8 @@ def train(cfg: Config, run: Run) -> dict:
     obs = envs.reset()
     if run.resume_state is not None:
         obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
+    if cfg.cuda_graphs:
+        capturable(actor_opt, q_opt)  # after the restore, which brings back the saved groups
     policy = Policy(actor, tuple(spaces["obs_shape"]), 0, device)
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()

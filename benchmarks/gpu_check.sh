@@ -1,0 +1,59 @@
+#!/bin/bash
+# The GPU checks, in two device calls of about 4-6 minutes each on an H100 or H200 with 16 cores:
+#   bash benchmarks/gpu_check.sh tests   and   bash benchmarks/gpu_check.sh sps
+#   1. tests/test_cuda.py: every algorithm on CUDA; --cuda-graphs against the eager steps (SAC, TD3,
+#      PPO, DreamerV2) and through whole runs with a resume; every precision.
+#   2. Env steps per second of SAC, TD3 and PPO on HalfCheetah-v5, eager and --cuda-graphs, with
+#      logging, evaluation (10 episodes every 10k steps) and checkpoints on, beside LeanRL's
+#      published H100 figures (SAC 725, TD3 936, PPO continuous 1774 env steps/s, with those off).
+#
+# The device image has PyTorch but not Gymnasium or MuJoCo. Before the call, here, in the repo root
+# (the wheels for the image's Python 3.12; .whl is in .git/info/exclude):
+#   for p in gymnasium==1.4.0 mujoco==3.17.0 farama-notifications glfw pyopengl etils; do
+#     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
+#       --platform any -d .whl $p; done
+# then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
+# and $OUT/{pytest.log,sps.txt} come back.
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+python3 -c "import torch, gymnasium, mujoco; print('torch', torch.__version__, 'gymnasium', gymnasium.__version__, 'mujoco', mujoco.__version__)"
+
+if [ "${1:-tests}" = tests ]; then
+echo "== tests/test_cuda.py"
+timeout 400 python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda.py 2>&1 | tee "$OUT/pytest.log" | tail -25
+exit
+fi
+
+# steps/s between two steps of a run, from its metrics.csv (wall time of the first and last rows)
+sps() {
+    python3 - "$1" "$2" <<'EOF'
+import csv, sys
+rows = [(int(r["step"]), float(r["wall_time"])) for r in csv.DictReader(open(sys.argv[1] + "/metrics.csv"))]
+start = int(sys.argv[2])
+window = [r for r in rows if r[0] >= start]
+(s0, t0), (s1, t1) = window[0], window[-1]
+print(f"{(s1 - s0) / (t1 - t0):.0f} env steps/s over steps {s0}-{s1}")
+EOF
+}
+
+echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
+for algo in sac td3 ppo; do
+    for graphs in false true; do
+        dir=/tmp/runs/$algo-$graphs
+        # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
+        # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
+        if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
+        else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
+        timeout 150 python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
+            --cuda-graphs $graphs $flags --checkpoint-every 10000 \
+            --torch-threads 4 --progress none --run-dir $dir > "$OUT/$algo-$graphs.log" 2>&1 \
+            || { echo "$algo --cuda-graphs $graphs: exit $?"; tail -5 "$OUT/$algo-$graphs.log"; continue; }
+        echo "$algo --cuda-graphs $graphs: $(sps $dir $start)" | tee -a "$OUT/sps.txt"
+    done
+done
