@@ -25,8 +25,9 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 -c "import torch, gymnasium, mujoco; print('torch', torch.__version__, 'gymnasium', gymnasium.__version__, 'mujoco', mujoco.__version__)"
 
 if [ "${1:-tests}" = tests ]; then
-echo "== tests/test_cuda.py"
-timeout 400 python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda.py 2>&1 | tee "$OUT/pytest.log" | tail -25
+echo "== tests/test_cuda.py: the graphed steps first, then the rest"
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "graph" 2>&1 | tee "$OUT/pytest.log" | tail -25
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "not graph" 2>&1 | tee -a "$OUT/pytest.log" | tail -25
 exit
 fi
 
@@ -37,8 +38,11 @@ import csv, sys
 rows = [(int(r["step"]), float(r["wall_time"])) for r in csv.DictReader(open(sys.argv[1] + "/metrics.csv"))]
 start = int(sys.argv[2])
 window = [r for r in rows if r[0] >= start]
-(s0, t0), (s1, t1) = window[0], window[-1]
-print(f"{(s1 - s0) / (t1 - t0):.0f} env steps/s over steps {s0}-{s1}")
+if len(window) < 2 or window[-1][0] == window[0][0]:
+    print(f"too slow: did not get past step {start} in time")
+else:
+    (s0, t0), (s1, t1) = window[0], window[-1]
+    print(f"{(s1 - s0) / (t1 - t0):.0f} env steps/s over steps {s0}-{s1}")
 EOF
 }
 
@@ -46,14 +50,17 @@ echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 for algo in sac td3 ppo; do
     for graphs in false true; do
         dir=/tmp/runs/$algo-$graphs
+        rm -rf "$dir"  # a rerun on the same machine starts afresh
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
-        timeout 150 python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
+        # at most 85 s each (6 runs in one call): Ctrl-C then (a checkpoint), and the rate so far
+        timeout -s INT 85 python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
             --cuda-graphs $graphs $flags --checkpoint-every 10000 \
-            --torch-threads 4 --progress none --run-dir $dir > "$OUT/$algo-$graphs.log" 2>&1 \
-            || { echo "$algo --cuda-graphs $graphs: exit $?"; tail -5 "$OUT/$algo-$graphs.log"; continue; }
-        echo "$algo --cuda-graphs $graphs: $(sps $dir $start)" | tee -a "$OUT/sps.txt"
+            --torch-threads 4 --progress none --run-dir $dir > "$OUT/$algo-$graphs.log" 2>&1
+        code=$?
+        [ -f $dir/metrics.csv ] || { echo "$algo --cuda-graphs $graphs: exit $code"; tail -5 "$OUT/$algo-$graphs.log"; continue; }
+        echo "$algo --cuda-graphs $graphs (exit $code): $(sps $dir $start)" | tee -a "$OUT/sps.txt"
     done
 done

@@ -164,7 +164,10 @@ def _offpolicy_steps(algo: str, graphed: bool, n: int = 14) -> tuple[list[dict[s
         metrics = update({k: v.cuda() for k, v in batch.items()}, i % 2 == 1)
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
         polyak(0.05)
-        norm.update(torch.randn(8, norm.mean.shape[0], device="cuda") * 2 + 1)
+        if i not in (5, 6):  # the two captures (steps 6 and 7) meet statistics an eager step has cached
+            norm.update(torch.randn(8, norm.mean.shape[0], device="cuda") * 2 + 1)
+    if graphed:
+        assert sorted(update.steps) == [False, True] and all(s.graph is not None for s in update.steps.values())
     params = [p.detach().clone() for m in (nets.actor, nets.critic) for p in m.parameters()]
     return history, params
 
@@ -207,7 +210,10 @@ def _ppo_steps(graphed: bool, n: int = 10) -> tuple[list[dict[str, float]], list
         set_lr(opt, 3e-4 * (1 - i / n))  # annealing
         metrics = update({k: v.cuda() for k, v in mb.items()})
         history.append({k: float(v) for k, v in metrics.items()})
-        model.norm.update(torch.randn(16, 5, device="cuda") * 3 + 1)
+        if i != 2:  # as in training (one normalizer update per rollout), the capture (step 3) meets cached statistics
+            model.norm.update(torch.randn(16, 5, device="cuda") * 3 + 1)
+    if graphed:
+        assert update.graph is not None
     return history, [p.detach().clone() for p in model.parameters()]
 
 
@@ -220,23 +226,38 @@ def test_ppo_graphed_steps_equal_eager_steps():
 
 @needs_cuda
 @pytest.mark.parametrize("algo,env_id", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("ppo", "CartPole-v1")])
-def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, algo, env_id):
-    """--cuda-graphs through whole runs: checkpoints hold plain learning rates (they resume with
-    or without graphs), a resume records its graphs again, the saved policy evaluates."""
+def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, monkeypatch, algo, env_id):
+    """--cuda-graphs through whole runs: the steps are replayed graphs, checkpoints hold plain
+    learning rates (they resume with or without graphs), a resume records its graphs again, the
+    saved policy evaluates."""
+    replays, replay = [], torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda self: (replays.append(1), replay(self))[1])
     run_dir = tmp_path / "g"
     r = api.train(algo, presets=["debug"], device="cuda", cuda_graphs=True, env_id=env_id, run_dir=str(run_dir),
                   progress="none", eval_episodes=1)
     assert np.isfinite(r["mean_return"])
     state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+    assert len(replays) > int(state["n_updates"]) // 2  # most steps were replays
     opt = state["opt" if algo == "ppo" else "q_opt"]["param_groups"][0]
     assert type(opt["lr"]) is float and not opt["capturable"]
     step = int(state["step"])
+    before = len(replays)
     api.resume(run_dir, total_steps=2 * step)
     last = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
     assert int(last["step"]) == 2 * step and int(last["n_updates"]) > int(state["n_updates"])
+    assert len(replays) > before
     config = run_dir / "config.yaml"
     text = config.read_text()
     assert "cuda_graphs: true" in text
     config.write_text(text.replace("cuda_graphs: true", "cuda_graphs: false"))  # the same run, eager from here
     assert main(["train", "--resume", str(run_dir), "--total-steps", str(3 * step)]) == 0
     assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo,extra", [("sac", []), ("td3", []), ("sac", ["--recurrent", "gru"])])
+def test_replay_in_host_memory_feeds_the_gpu(tmp_path, algo, extra):
+    """--buffer-device cpu with --device cuda: the replay stays in host memory and every sampled
+    batch (transitions or sequences) reaches the GPU."""
+    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--buffer-device", "cpu", "--run-dir",
+                 str(tmp_path / "r"), "--progress", "none", "--eval-episodes", "1", *extra]) == 0

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from heron.core.fused import ReluMLP, TanhMLP
 from heron.core.graphs import capturable
-from heron.core.nets import EnsembleMLP, adam
+from heron.core import nets
+from heron.core.nets import EnsembleMLP, RecurrentCore, RunningNorm, adam
 from heron.core.precision import Precision, clip_grad_norm
 from heron.core.schedules import set_lr
 
@@ -200,6 +201,38 @@ def test_capturable_adam_follows_set_lr_and_saves_plain_groups():
     assert float(lr) == pytest.approx(1e-2 / 6)
     for p, q in zip(nets[0].parameters(), nets[1].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_paths_taken_while_a_cuda_graph_records_compute_the_same(kind, monkeypatch):
+    """What --cuda-graphs records may neither read the host nor reuse tensors computed outside the
+    graph: the recurrent core then runs every step as its own chunk (not chunks found from the
+    batch's episode starts) and the normalizer computes its float32 statistics afresh. The same
+    numbers as the eager paths; the recurrent states exact at every step, as a step-by-step
+    unroll gives them."""
+    torch.manual_seed(7)
+    core = RecurrentCore(kind, 3, 5)
+    x, state0 = torch.randn(4, 9, 3), torch.randn(4, core.state_size)
+    starts = torch.rand(4, 9) < 0.2
+    starts[1, 4] = True  # at least one chunk boundary
+    with torch.no_grad():
+        out, states = core.sequence(x, state0, starts)
+        state, steps = state0, []
+        for t in range(9):
+            h, state = core.step(x[:, t], state * (~starts[:, t]).unsqueeze(-1).float())
+            steps.append((h, state))
+        norm = RunningNorm((3,))
+        norm.update(torch.randn(20, 3) * 2 + 1)
+        cached = norm._float32()
+        assert norm._float32()[0] is cached[0]  # eagerly: the cached statistics
+        monkeypatch.setattr(nets, "recording", lambda t: True)
+        rec_out, rec_states = core.sequence(x, state0, starts)
+        fresh = norm._float32()
+    torch.testing.assert_close(rec_out, out, rtol=1e-5, atol=1e-6)
+    for t, (h, state) in enumerate(steps):
+        torch.testing.assert_close(rec_out[:, t], h, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(rec_states[:, t], state, rtol=1e-5, atol=1e-6)
+    assert fresh[0] is not cached[0] and all(torch.equal(a, b) for a, b in zip(fresh, cached))
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e9])

@@ -29,12 +29,14 @@ class ReplayBuffer:
 
     def __init__(self, capacity: int, num_envs: int, obs_shape: tuple, obs_dtype: np.dtype,
                  action_shape: tuple, device: str | torch.device = "cpu",
-                 extra: dict[str, tuple] | None = None, seed: int = 0):
+                 extra: dict[str, tuple] | None = None, seed: int = 0, out_device: str | torch.device | None = None):
         if capacity < num_envs:
             raise HeronError(f"--buffer-size {capacity} is smaller than --num-envs {num_envs}")
         self.rows = capacity // num_envs  # T: time slots
         self.num_envs = num_envs
         self.device = torch.device(device)
+        # where sampled batches go: the training device (--buffer-device cpu with --device cuda)
+        self.out_device = self.device if out_device is None else torch.device(out_device)
         odt = _TORCH_DTYPES[np.dtype(obs_dtype)]
         shapes: dict[str, tuple[tuple, torch.dtype]] = {
             "obs": (tuple(obs_shape), odt),
@@ -76,12 +78,17 @@ class ReplayBuffer:
             self.data["truncated"][last, torch.as_tensor(envs, device=self.device)] = True
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """Uniform transitions: every field as [B, ...] on the buffer's device."""
+        """Uniform transitions: every field as [B, ...] on ``out_device``."""
         filled = self.rows if self.full else self.pos
         t = torch.randint(0, filled, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
         flat = (t * self.num_envs + e).to(self.device)  # index into the [T * N] view
-        return {name: v.flatten(0, 1).index_select(0, flat) for name, v in self.data.items()}
+        return self._out({name: v.flatten(0, 1).index_select(0, flat) for name, v in self.data.items()})
+
+    def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.out_device == self.device:
+            return batch
+        return {name: v.to(self.out_device) for name, v in batch.items()}
 
     def sample_sequences(self, batch_size: int, length: int) -> dict[str, torch.Tensor]:
         """``batch_size`` windows of ``length`` consecutive steps of one env: fields [B, L, ...].
@@ -97,8 +104,8 @@ class ReplayBuffer:
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
         t = (oldest + start[:, None] + torch.arange(length)[None, :]) % self.rows  # [B, L]
         flat = (t * self.num_envs + e[:, None]).flatten().to(self.device)  # [B * L]
-        return {name: v.flatten(0, 1).index_select(0, flat).view(batch_size, length, *v.shape[2:])
-                for name, v in self.data.items()}
+        return self._out({name: v.flatten(0, 1).index_select(0, flat).view(batch_size, length, *v.shape[2:])
+                          for name, v in self.data.items()})
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

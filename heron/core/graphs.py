@@ -48,6 +48,12 @@ import torch
 Batch = dict[str, torch.Tensor]
 
 
+def recording(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being recorded on the current stream of ``t``'s device (code that
+    would read the host, or reuse a tensor computed outside, must not then)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 class GraphedStep:
     def __init__(self, fn: Callable[[Batch], dict[str, torch.Tensor]], warmup: int = 3):
         if warmup < 1:
@@ -104,6 +110,7 @@ def capturable(*optimizers: torch.optim.Optimizer) -> None:
     checkpoint brings back the saved param groups, which hold plain floats: ``heron.core.nets.Adam``
     saves them so, and a checkpoint resumes with or without graphs)."""
     for opt in optimizers:
+        opt._warned_capturable_if_run_uncaptured = True  # torch's warning for the eager warm-up steps
         for group in opt.param_groups:
             group["capturable"] = True
             if not isinstance(group["lr"], torch.Tensor):

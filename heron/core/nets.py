@@ -10,6 +10,7 @@ from torch import nn
 
 from heron.core import fused
 from heron.core.fused import ReluMLP, TanhMLP
+from heron.core.graphs import recording
 
 
 FLOAT32_OUT = "_heron_float32"  # heron.core.precision leaves layers marked so in float32
@@ -288,7 +289,7 @@ class RunningNorm(nn.Module):
         acting loop normalizes every env step, and four conversions a call were a third of it.
         Inside a compiled or recorded (``--cuda-graphs``) step they are computed afresh: a cached
         tensor would be frozen into the graph while the statistics move between replays."""
-        if torch.compiler.is_compiling() or (self.mean.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if torch.compiler.is_compiling() or recording(self.mean):
             return self.mean.float(), torch.sqrt(self.var.float() + self.eps)
         key = (self.mean._version, self.var._version, self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
         if getattr(self, "_cache_key", None) != key:
@@ -366,9 +367,15 @@ class RecurrentCore(nn.Module):
         LSTM costs about as much as 4 single cell calls. Finding the chunks reads ``starts`` on the
         host (one sync per call). ``states[:, t]`` is exact at the last step of every chunk (so
         wherever a sequence's episode ends, and at the end); elsewhere the LSTM's cell half is 0.
+        A step being recorded as a CUDA graph (``--cuda-graphs``) cannot read the host, and its
+        chunks must not depend on the batch it was recorded with: there every step is a chunk
+        (the same outputs, every state exact).
         """
         B, L = x.shape[:2]
-        bounds = [0, *(starts[:, 1:].any(0).nonzero().flatten() + 1).tolist(), L]
+        if recording(x):
+            bounds = list(range(L + 1))
+        else:
+            bounds = [0, *(starts[:, 1:].any(0).nonzero().flatten() + 1).tolist(), L]
         params = [self.cell.weight_ih, self.cell.weight_hh, self.cell.bias_ih, self.cell.bias_hh]
         outs, ends, state = [], [], state0
         for t0, t1 in zip(bounds[:-1], bounds[1:]):

@@ -28,7 +28,7 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
     return ReplayBuffer(run.local(cfg.buffer_size), envs.num_envs, envs.single_observation_space.shape,
                         envs.obs_dtype, envs.single_action_space.shape,
                         device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
-                        extra=extra, seed=run.rank_seed())
+                        extra=extra, seed=run.rank_seed(), out_device=device)
 
 
 def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:

@@ -237,14 +237,16 @@ def train(cfg: Config, run: Run) -> dict:
 
         if global_step > cfg.learning_starts:
             for _ in range(cfg.gradient_steps):
-                set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
-                set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
+                if cfg.lr_schedule != "constant":  # (under --cuda-graphs each set_lr is a kernel launch)
+                    set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
+                    set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
                 n_updates += 1
                 metrics.update(run.watch(update(sample_batch(), n_updates % cfg.policy_frequency == 0), global_step))
                 if n_updates % cfg.target_network_frequency == 0:
                     polyak(cfg.tau)
 
-        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
-                       policy, policy_state, checkpoint_state)
+        lr = cfg.policy_lr * lr_factor(max(n_updates - 1, 0))  # the latest update's
+        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,
+                       checkpoint_state)
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)

@@ -177,7 +177,7 @@ def train(cfg: Config, run: Run) -> dict:
                 if delayed:  # steps 14-15
                     polyak(cfg.tau)
 
-        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": actor_opt.param_groups[0]["lr"]},
+        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
                        policy, policy_state, checkpoint_state)
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)
