@@ -241,7 +241,11 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
 
 
 def git_commit() -> str:
-    """The commit of heron's source tree (with ``-dirty`` for uncommitted changes), or '' if it is not a checkout."""
+    """The commit of heron's source tree (with ``-dirty`` for uncommitted changes): from ``heron/_commit.py`` in a
+    tree ``git archive`` exported, from git in a checkout; '' when neither knows."""
+    from heron._commit import COMMIT
+    if not COMMIT.startswith("$"):  # exported: the tree may sit inside some other repository, so ask no git
+        return COMMIT[:12]
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,

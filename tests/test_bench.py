@@ -3,6 +3,7 @@ command, and the results table from a hand-written results.csv."""
 
 import csv
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -120,6 +121,20 @@ def _wait_for(predicate, proc, timeout=120.0):
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+@pytest.mark.skipif(subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0,
+                    reason="not a git checkout")
+def test_a_tree_exported_by_git_archive_knows_its_commit(tmp_path):
+    # Benchmarks run from exported snapshots (no .git), and their results.csv must still name the code.
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "heron"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tar.stdout, check=True)
+    out = subprocess.run([sys.executable, "-c", "from heron.bench import git_commit; print(git_commit())"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == head.strip()[:12]
+    assert bench.git_commit().startswith(head.strip()[:12])  # the checkout asks git
 
 
 def test_interrupted_suite_continues_where_it_stopped(tmp_path):
