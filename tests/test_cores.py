@@ -107,6 +107,9 @@ def test_a_busy_process_on_this_core_reads_as_other_load_and_this_runs_own_work_
     child = stranger = None
     try:
         meter = cores.LoadMeter([core])
+        time.sleep(0.5)
+        if meter.others() > 0.3:  # what this test tells apart needs the core to itself when it idles
+            pytest.skip("another process keeps this core busy (a training beside the tests)")
         _spin(0.5)  # this process keeps the core busy itself
         assert meter.others() < 0.5
         child = subprocess.Popen(spin)  # a process of this run's (an async env worker's place)
