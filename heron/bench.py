@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from heron import __version__
+from heron._commit import COMMIT
 from heron.config import HeronError
 from heron.core.cores import busy_cores, others_now, usable_cpus
 from heron.core.logger import complete_rows, write_csv
@@ -243,7 +244,6 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
 def git_commit() -> str:
     """The commit of heron's source tree (with ``-dirty`` for uncommitted changes): from ``heron/_commit.py`` in a
     tree ``git archive`` exported, from git in a checkout; '' when neither knows."""
-    from heron._commit import COMMIT
     if not COMMIT.startswith("$"):  # exported: the tree may sit inside some other repository, so ask no git
         return COMMIT[:12]
     root = Path(__file__).resolve().parent.parent

@@ -123,18 +123,19 @@ def _wait_for(predicate, proc, timeout=120.0):
     raise AssertionError("timed out")
 
 
-@pytest.mark.skipif(subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0,
-                    reason="not a git checkout")
+HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not HEAD, reason="not a git checkout")
 def test_a_tree_exported_by_git_archive_knows_its_commit(tmp_path):
     # Benchmarks run from exported snapshots (no .git), and their results.csv must still name the code.
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "heron"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tar.stdout, check=True)
     out = subprocess.run([sys.executable, "-c", "from heron.bench import git_commit; print(git_commit())"],
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
                          capture_output=True, text=True, check=True).stdout
-    assert out.strip() == head.strip()[:12]
-    assert bench.git_commit().startswith(head.strip()[:12])  # the checkout asks git
+    assert out.strip() == HEAD.strip()[:12]
+    assert bench.git_commit().startswith(HEAD.strip()[:12])  # the checkout asks git
 
 
 def test_interrupted_suite_continues_where_it_stopped(tmp_path):
