@@ -74,9 +74,13 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     return _run(module, run)
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None) -> dict:
+def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None,
+           torch_threads: int | None = None) -> dict:
     """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
-    ``env``: the callable the run was trained on, when it was given as one (``train``)."""
+    ``env``: the callable the run was trained on, when it was given as one (``train``).
+    ``torch_threads``: a new intra-op thread count (0 = choose by the free cores), for another
+    machine or a neighbour; a count other than the run's own may change the order of floating-point
+    sums, so the continuation is then not bitwise that of an uninterrupted run."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
@@ -86,6 +90,8 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if total_steps is not None:
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
+    if torch_threads is not None:
+        cfg = dataclasses.replace(cfg, torch_threads=torch_threads)
     cfg.validate()
     spaces = module.check(cfg)
     check_world(cfg)

@@ -150,7 +150,8 @@ class Job:
     def command(self, threads: int, device: str) -> list[str]:
         base = [sys.executable, "-m", "heron", "train"]
         if self.has_checkpoint():
-            return base + ["--resume", str(self.run_dir), "--total-steps", str(self.total_steps)]
+            return base + ["--resume", str(self.run_dir), "--total-steps", str(self.total_steps),
+                           "--torch-threads", str(threads)]  # this bench's division of the cores
         flags = ["--env-id", self.entry.env_id, "--preset", *self.entry.presets, "--total-steps", str(self.total_steps),
                  "--seed", str(self.seed), "--run-dir", str(self.run_dir), "--torch-threads", str(threads),
                  "--progress", "log", "--device", device]

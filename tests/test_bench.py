@@ -225,6 +225,18 @@ def test_threads_per_run_come_from_the_free_cores(tmp_path, monkeypatch):
     assert lines[-1].split("--torch-threads ")[1].startswith("2 ") and not any("busy" in x for x in lines)
 
 
+def test_a_stopped_run_resumes_with_this_benchs_threads(tmp_path):
+    """A run stopped under one division of the cores resumes under the bench's present one (a 2-thread
+    run must not come back with 2 threads beside another run pinned to the other core)."""
+    run = tmp_path / "smoke" / "td3__Hopper-v5__s1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("algo: td3\ntorch_threads: 2\n")
+    (run / "checkpoints" / "step_500.pt").write_bytes(b"")
+    lines = []
+    bench.run_suite("smoke", [1], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append)
+    assert f"--resume {run}" in lines[-1] and lines[-1].endswith("--torch-threads 1"), lines
+
+
 def test_a_precision_runs_under_its_own_label(tmp_path, capsys):
     """--precision bf16-mixed: every run gets the flag, its runs, rows and table go under
     SUITE.bf16-mixed (never beside the float32 runs), and a precision the device lacks is refused."""
