@@ -13,7 +13,7 @@ What it writes, under ``OUT``:
 * ``results.csv``: one row per finished run (suite, algorithm, env, seed, steps, final and best
   deterministic evaluation, wall time, heron version, git commit);
 * ``SUITE.md``: per env and algorithm, the mean and standard deviation over seeds beside the
-  published figures (``PUBLISHED``);
+  published figures (``PUBLISHED``), then the runs not finished yet as far as they got;
 * ``plots/SUITE/<env>.png``: the evaluation curves, mean with a band over seeds, one line per
   algorithm (``heron.plot.plot_bands``, the same as ``heron plot --bands``).
 """
@@ -519,9 +519,36 @@ def _mean_std(values: list) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
-def table(rows: list[dict], suite: str) -> str:
+def unfinished_runs(out: Path, suite: str, rows: list[dict]) -> list[dict]:
+    """The runs of a suite with evaluations but no row in results.csv yet (stopped, or training now),
+    each with where it stands: what a suite that takes days shows in its table meanwhile."""
+    suite_dir = out / suite
+    if not suite_dir.is_dir():
+        return []
+    import yaml
+
+    finished = {_run_name(r) for r in rows if r["suite"] == suite}
+    found = []
+    for run_dir in sorted(p for p in suite_dir.iterdir() if p.is_dir() and p.name not in finished):
+        summary = eval_summary(run_dir)
+        try:
+            cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if summary is None or not isinstance(cfg, dict):
+            continue
+        step, mean, std, best = summary
+        found.append(dict(env_id=cfg.get("env_id", "?"), algo=cfg.get("algo", "?"), seed=cfg.get("seed", "?"),
+                          steps=max(step, last_logged_step(run_dir / "metrics.csv")),
+                          total_steps=int(cfg.get("total_steps", 0)), eval_step=step, final_return=mean,
+                          final_std=std, best_return=best, train_return=train_summary(run_dir)))
+    return found
+
+
+def table(rows: list[dict], suite: str, unfinished: list[dict] = ()) -> str:
     """The markdown table of one suite: per (env, algo), mean ± standard deviation over seeds of the
-    final and the best deterministic evaluation, beside the published figures."""
+    final and the best deterministic evaluation, beside the published figures; then, one per line,
+    the ``unfinished`` runs (``unfinished_runs``) as far as they got, kept out of the means."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         if row["suite"] == suite:
@@ -545,6 +572,15 @@ def table(rows: list[dict], suite: str) -> str:
               f"evaluation; training return: the mean return of the training episodes (the exploring policy) "
               f"that ended in the last 10% of the steps, the figure CleanRL's tables give. Mean ± sample "
               f"standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}."]
+    if unfinished:
+        lines += ["", "Not finished yet (stopped or training; not in the means above). The same command continues them:",
+                  "", "| Env | Algorithm | Seed | Steps so far | Latest eval | Best eval | Training return (last 10% so far) |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for run in unfinished:
+            train = "-" if run["train_return"] is None else f"{run['train_return']:.1f}"
+            lines.append(f"| {run['env_id']} | {run['algo']} | {run['seed']} | {run['steps']:,} of "
+                         f"{run['total_steps']:,} | {run['final_return']:.1f} ± {run['final_std']:.1f} "
+                         f"(at {run['eval_step']:,}) | {run['best_return']:.1f} | {train} |")
     return "\n".join(lines) + "\n"
 
 
@@ -553,15 +589,13 @@ def write_report(out: str | Path, suites: list[str] | None = None, plots: bool =
     each suite of ``OUT/results.csv``; returns the files written."""
     out = Path(out)
     results = out / "results.csv"
-    if not results.is_file():
-        if suites is None:
-            raise HeronError(f"{results} not found: run a suite first (heron bench SUITE --out {out})")
-        return []
-    rows = read_results(results)
+    if not results.is_file() and suites is None:
+        raise HeronError(f"{results} not found: run a suite first (heron bench SUITE --out {out})")
+    rows = read_results(results) if results.is_file() else []  # none finished yet: the unfinished ones
     written = []
     for suite in suites if suites is not None else sorted({r["suite"] for r in rows}):
         path = out / f"{suite}.md"
-        path.write_text(table(rows, suite))
+        path.write_text(table(rows, suite, unfinished_runs(out, suite, rows)))
         written.append(path)
         if plots:
             written += _plots(out, suite, [r for r in rows if r["suite"] == suite])

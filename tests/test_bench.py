@@ -69,6 +69,25 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     td3 = (out / "mujoco-td3.md").read_text()
     assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 (TD3 paper, v1, 1M) | 20m00s |" in td3
     assert "def456" in td3 and "abc123" not in td3
+    # a run without a results row (stopped, or training now) is listed apart with where it stands
+    run = out / "mujoco-td3" / "td3__Walker2d-v5__s1"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("algo: td3\nenv_id: Walker2d-v5\nseed: 1\ntotal_steps: 1000000\n")
+    (run / "eval.csv").write_text("step,mean_return,std_return,episodes,wall_time\n"
+                                  "10000,300.0,20.0,10,1.0\n20000,900.5,40.25,10,2.0\n30000,700.0,5.0,10,3.0\n")
+    (run / "metrics.csv").write_text("step,time,metric,value\n29000,1.0,charts/episodic_return,400.0\n"
+                                     "31000,1.0,charts/episodic_return,600.0\n32000,1.0,losses/qf_loss,1.0\n")
+    done = out / "mujoco-td3" / "td3__Hopper-v5__s1"  # finished (its row above): not listed again
+    done.mkdir()
+    for name in ("config.yaml", "eval.csv"):
+        (done / name).write_text((run / name).read_text())
+    assert main(["bench", "--report", "--out", str(out)]) == 0
+    td3 = (out / "mujoco-td3.md").read_text()
+    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 |" in td3  # the means: finished runs only
+    assert td3.count("| td3 | 1 |") == 1
+    # steps so far 32,000; latest eval at 30,000; best 900.5; training episodes after 28,800: 400, 600
+    assert "| Walker2d-v5 | td3 | 1 | 32,000 of 1,000,000 | 700.0 ± 5.0 (at 30,000) | 900.5 | 500.0 |" in td3
+    assert "Walker2d" not in (out / "mujoco-sac.md").read_text()
     # a results file of something else is refused in one line, and left as it was
     (out / "results.csv").write_text("a,b\n1,2\n")
     assert "is not a heron bench results file" in cli_error(capsys, ["bench", "--report", "--out", str(out)])
