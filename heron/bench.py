@@ -586,14 +586,16 @@ def table(rows: list[dict], suite: str, unfinished: list[dict] = ()) -> str:
 
 def write_report(out: str | Path, suites: list[str] | None = None, plots: bool = True) -> list[Path]:
     """``SUITE.md`` (and, given matplotlib and the run directories, ``plots/SUITE/<env>.png``) for
-    each suite of ``OUT/results.csv``; returns the files written."""
+    ``suites``, or for each suite of ``OUT/results.csv`` and each suite directory under ``OUT`` (one
+    whose runs have not finished yet); returns the files written."""
     out = Path(out)
     results = out / "results.csv"
-    if not results.is_file() and suites is None:
+    begun = {p.name for p in out.iterdir() if p.is_dir() and p.name.split(".")[0] in SUITES} if out.is_dir() else set()
+    if not results.is_file() and suites is None and not begun:
         raise HeronError(f"{results} not found: run a suite first (heron bench SUITE --out {out})")
     rows = read_results(results) if results.is_file() else []  # none finished yet: the unfinished ones
     written = []
-    for suite in suites if suites is not None else sorted({r["suite"] for r in rows}):
+    for suite in suites if suites is not None else sorted({r["suite"] for r in rows} | begun):
         path = out / f"{suite}.md"
         path.write_text(table(rows, suite, unfinished_runs(out, suite, rows)))
         written.append(path)

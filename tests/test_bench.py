@@ -88,6 +88,15 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     # steps so far 32,000; latest eval at 30,000; best 900.5; training episodes after 28,800: 400, 600
     assert "| Walker2d-v5 | td3 | 1 | 32,000 of 1,000,000 | 700.0 ± 5.0 (at 30,000) | 900.5 | 500.0 |" in td3
     assert "Walker2d" not in (out / "mujoco-sac.md").read_text()
+    pong = out / "atari-ppo" / "ppo__ALE_Pong-v5__s1"  # a suite with no finished run yet gets its table too
+    pong.mkdir(parents=True)
+    (pong / "config.yaml").write_text("algo: ppo\nenv_id: ALE/Pong-v5\nseed: 1\ntotal_steps: 10000000\n")
+    (pong / "eval.csv").write_text("step,mean_return,std_return,episodes,wall_time\n250000,-20.0,1.0,5,1.0\n")
+    (out / "plots").mkdir(exist_ok=True)  # not a suite
+    assert main(["bench", "--report", "--out", str(out)]) == 0
+    assert "| ALE/Pong-v5 | ppo | 1 | 250,000 of 10,000,000 | -20.0 ± 1.0 (at 250,000) | -20.0 | - |" in \
+        (out / "atari-ppo.md").read_text()
+    assert not (out / "plots.md").exists()
     # a results file of something else is refused in one line, and left as it was
     (out / "results.csv").write_text("a,b\n1,2\n")
     assert "is not a heron bench results file" in cli_error(capsys, ["bench", "--report", "--out", str(out)])
