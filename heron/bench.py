@@ -39,7 +39,7 @@ from heron._commit import COMMIT
 from heron.config import HeronError
 from heron.core.cores import busy_cores, others_now, usable_cpus
 from heron.core.logger import complete_rows, write_csv
-from heron.core.run import best_logged_eval
+from heron.core.run import best_logged_eval, read_config
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
                   "wall_s", "heron_version", "git_commit", "train_return"]
@@ -525,20 +525,18 @@ def unfinished_runs(out: Path, suite: str, rows: list[dict]) -> list[dict]:
     suite_dir = out / suite
     if not suite_dir.is_dir():
         return []
-    import yaml
-
     finished = {_run_name(r) for r in rows if r["suite"] == suite}
     found = []
     for run_dir in sorted(p for p in suite_dir.iterdir() if p.is_dir() and p.name not in finished):
         summary = eval_summary(run_dir)
         try:
-            cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError):
+            algo, cfg = read_config(run_dir)
+        except HeronError:
             continue
-        if summary is None or not isinstance(cfg, dict):
+        if summary is None:
             continue
         step, mean, std, best = summary
-        found.append(dict(env_id=cfg.get("env_id", "?"), algo=cfg.get("algo", "?"), seed=cfg.get("seed", "?"),
+        found.append(dict(env_id=cfg.get("env_id", "?"), algo=algo, seed=cfg.get("seed", "?"),
                           steps=max(step, last_logged_step(run_dir / "metrics.csv")),
                           total_steps=int(cfg.get("total_steps", 0)), eval_step=step, final_return=mean,
                           final_std=std, best_return=best, train_return=train_summary(run_dir)))

@@ -47,13 +47,15 @@ class _Parser(argparse.ArgumentParser):
         raise HeronError(message)
 
 
-def _reject_unknown(unknown: list[str], known: list[str]) -> None:
+def _reject_unknown(unknown: list[str], known: list[str], why: str = "") -> None:
+    """A one-line error for the first unknown argument: a near-miss gets 'did you mean', any other
+    flag ``why`` it is not taken (when given)."""
     if not unknown:
         return
     bad = unknown[0]
     if bad.startswith("-"):
         close = difflib.get_close_matches(bad.split("=")[0], known, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = f" (did you mean {close[0]}?)" if close else (f": {why}" if why else "")
         raise HeronError(f"unknown flag {bad}{hint}")
     raise HeronError(f"unexpected argument {bad!r}")
 
@@ -116,11 +118,8 @@ def cmd_train(argv: list[str]) -> int:
         p.add_argument("--total-steps", type=int)
         p.add_argument("--torch-threads", type=int)
         args, unknown = p.parse_known_args(argv)
-        known = ["--resume", "--total-steps", "--torch-threads"]
-        if unknown and unknown[0].startswith("-") and not difflib.get_close_matches(unknown[0].split("=")[0], known, n=1):
-            raise HeronError(f"{unknown[0].split('=')[0]}: a resumed run keeps its config.yaml; resume takes only "
-                             "--total-steps and --torch-threads")
-        _reject_unknown(unknown, known)
+        _reject_unknown(unknown, ["--resume", "--total-steps", "--torch-threads"],
+                        "a resumed run keeps its config.yaml; resume takes only --total-steps and --torch-threads")
         if args.total_steps is not None and args.total_steps <= 0:
             raise HeronError(f"--total-steps must be positive, got {args.total_steps}")
         api.resume(args.resume, args.total_steps, torch_threads=args.torch_threads)
