@@ -1,6 +1,7 @@
 #!/bin/bash
 # The GPU checks, in two device calls of about 4-6 minutes each on an H100 or H200 with 16 cores:
 #   bash benchmarks/gpu_check.sh tests   and   bash benchmarks/gpu_check.sh sps
+# or both in one call of about 8 minutes: SPS_SECONDS=50 bash benchmarks/gpu_check.sh all
 #   1. tests/test_cuda.py: every algorithm on CUDA; --cuda-graphs against the eager steps (SAC, TD3,
 #      PPO, DreamerV2) and through whole runs with a resume; every precision.
 #   2. Env steps per second of SAC, TD3 and PPO on HalfCheetah-v5, eager and --cuda-graphs, with
@@ -24,11 +25,12 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 -c "import torch, gymnasium, mujoco; print('torch', torch.__version__, 'gymnasium', gymnasium.__version__, 'mujoco', mujoco.__version__)"
 
-if [ "${1:-tests}" = tests ]; then
-echo "== tests/test_cuda.py: the graphed steps first, then the rest"
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "graph" 2>&1 | tee "$OUT/pytest.log" | tail -25
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "not graph" 2>&1 | tee -a "$OUT/pytest.log" | tail -25
-exit
+mode=${1:-tests}
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+echo "== tests/test_cuda.py, 8 processes on the one GPU (2 threads each), at most 120 s a test"
+OMP_NUM_THREADS=2 timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 120 --durations 8 \
+    tests/test_cuda.py 2>&1 | tee "$OUT/pytest.log" | tail -40
+[ "$mode" = tests ] && exit
 fi
 
 # steps/s between two steps of a run, from its metrics.csv (wall time of the first and last rows)
@@ -47,6 +49,7 @@ EOF
 }
 
 echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
+export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
 for algo in sac td3 ppo; do
     for graphs in false true; do
         dir=/tmp/runs/$algo-$graphs
@@ -55,8 +58,8 @@ for algo in sac td3 ppo; do
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
-        # at most 85 s each (6 runs in one call): Ctrl-C then (a checkpoint), and the rate so far
-        timeout -s INT 85 python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
+        # at most SPS_SECONDS (85) each (6 runs in one call): Ctrl-C then (a checkpoint), and the rate so far
+        timeout -s INT ${SPS_SECONDS:-85} python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
             --cuda-graphs $graphs $flags --checkpoint-every 10000 \
             --torch-threads 4 --progress none --run-dir $dir > "$OUT/$algo-$graphs.log" 2>&1
         code=$?

@@ -354,3 +354,12 @@ def test_divergence_guard_names_the_first_bad_update_and_only_its_metrics():
     guard.watch({"losses/q": torch.tensor(float("inf"))}, 11)
     guard.watch({"losses/q": torch.tensor(float("nan")), "losses/actor": torch.tensor(float("nan"))}, 12)
     assert guard.tripped() and guard.describe() == "losses/q = inf at env step 11"
+
+
+def test_divergence_guard_leaves_out_ignored_names():
+    """Under 16-mixed the GradScaler's skipped steps have infinite gradient norms: not a divergence."""
+    guard = faults.DivergenceGuard(torch.device("cpu"), ignore=("grads/",))
+    guard.watch({"losses/q": torch.tensor(1.0), "grads/world_model": torch.tensor(float("inf"))}, 10)
+    assert not guard.tripped()
+    guard.watch({"losses/q": torch.tensor(float("nan")), "grads/world_model": torch.tensor(1.0)}, 11)
+    assert guard.tripped() and guard.describe() == "losses/q = nan at env step 11"

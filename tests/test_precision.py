@@ -186,3 +186,22 @@ def test_bf16_on_a_cpu_without_bfloat16_instructions_is_called_slow(monkeypatch,
     if slow:
         assert "--precision 32" in warning and "\n" not in warning
     assert Precision("32", cpu).slow_warning() is None
+
+
+def test_loss_scale_survives_an_optimizer_stepped_twice_in_one_gradient_step():
+    """SAC's policy_frequency actor steps use one optimizer twice per gradient step: GradScaler
+    unscales an optimizer once per scale, so the scale moves in between (a CPU GradScaler stands in
+    for 16-mixed's CUDA one); an overflowing step is skipped and halves the scale."""
+    prec = Precision("32", torch.device("cpu"))
+    prec.scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=1)
+    w = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.SGD([w], lr=0.5)
+    for _ in range(2):
+        prec.optimize(opt, (w ** 2).sum(), [w])  # grad 2w: 1.0 -> 0.0 -> 0.0
+    prec.update()
+    assert w.item() == 0.0 and prec.scaler.get_scale() == 16.0  # two updates: 4 -> 8 -> 16
+    w.data.fill_(1.0)
+    norm = prec.optimize(opt, w.sum() * float("inf"), [w], norm=True)  # overflow: skipped
+    prec.update()
+    assert w.item() == 1.0 and not torch.isfinite(norm) and prec.scaler.get_scale() == 8.0
+    prec.update()  # nothing stepped since: no update (GradScaler would raise)

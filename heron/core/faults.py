@@ -78,15 +78,18 @@ class DivergenceGuard:
 
     Per update: ``ok &= all(isfinite(values))``, and while ``ok`` was still true, the values and the
     env step are recorded; so after the first bad update the record holds that update's values and
-    step (one slot per set of metric names: SAC's actor metrics come every other update)."""
+    step (one slot per set of metric names: SAC's actor metrics come every other update).
+    ``ignore``: name prefixes left out; under a loss scale (16-mixed) the gradient norms, which are
+    infinite on the steps the GradScaler skips to lower its scale."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, ignore: tuple[str, ...] = ()):
+        self.ignore = ignore
         self.ok = torch.ones((), dtype=torch.bool, device=device)
         self.step = torch.zeros((), dtype=torch.int64, device=device)
         self.slots: dict[tuple[str, ...], torch.Tensor] = {}
 
     def watch(self, metrics: dict[str, Any], step: int) -> dict[str, Any]:
-        names = tuple(k for k, v in metrics.items() if isinstance(v, torch.Tensor))
+        names = tuple(k for k, v in metrics.items() if isinstance(v, torch.Tensor) and not k.startswith(self.ignore))
         if not names:
             return metrics
         values = torch.stack([_scalar(metrics[k]) for k in names])

@@ -133,6 +133,7 @@ class Precision:
         # hooks, and must not copy this object (with its GradScaler) along
         self._hook_state = {"device_type": device.type, "dtype": self.dtype, "stack": []}
         self.scaler = torch.amp.GradScaler("cuda") if mode == "16-mixed" else None
+        self._stepped: set[int] = set()  # the optimizers the scaler stepped since its last update
         if device.type == "cuda":
             tf32 = mode == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -173,8 +174,12 @@ class Precision:
         """One optimizer step on ``loss``: backward (scaled in 16-mixed), the gradient all-reduce
         under torchrun, unscale, clipping to ``max_norm`` (0: none), step. Returns the gradient
         norm before clipping when clipping or asked (``norm``), else None. Call ``update`` once
-        per gradient step, after the last optimizer."""
+        per gradient step, after the last optimizer. An optimizer stepped twice in one gradient step
+        (SAC's policy_frequency actor steps) moves the loss scale in between: GradScaler unscales an
+        optimizer once per scale."""
         params = list(params)
+        if self.scaler is not None and id(opt) in self._stepped:
+            self.update()
         lean = isinstance(opt, Adam) and self.scaler is None
         opt.lean_zero_grad() if lean else opt.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
@@ -186,14 +191,16 @@ class Precision:
             grad_norm = clip_grad_norm(params, max_norm if max_norm > 0 else math.inf)
         if self.scaler is not None:
             self.scaler.step(opt)  # skipped when the unscaled gradients hold inf/NaN
+            self._stepped.add(id(opt))
         else:
             opt.lean_step() if lean else opt.step()
         return grad_norm
 
     def update(self) -> None:
         """The end of a gradient step: the loss scale moves (16-mixed)."""
-        if self.scaler is not None:
+        if self.scaler is not None and self._stepped:
             self.scaler.update()
+            self._stepped.clear()
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Autocast for code outside the applied layers (rarely needed)."""

@@ -334,8 +334,10 @@ class Run:
         thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
         precision = Precision(cfg.precision, device, cfg.torch_deterministic)
+        # a skipped 16-mixed step (the loss scale too high) has an infinite gradient norm: not a divergence
+        guard = DivergenceGuard(device, ignore=("grads/",) if precision.scaler is not None else ())
         if not world.is_main:
-            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=DivergenceGuard(device),
+            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=guard,
                       world=world, precision=precision, governor=governor)
             run._catch_signals()
             return run
@@ -351,7 +353,7 @@ class Run:
         logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
                         defer_episodes=world.distributed)
-        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=DivergenceGuard(device), world=world,
+        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
                   precision=precision, governor=governor)
         if thread_note is not None:
             logger.print(f"heron: note: {thread_note}")  # no action asked for: quiet under --progress none
