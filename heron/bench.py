@@ -67,7 +67,9 @@ def safe_name(env_id: str) -> str:
 
 
 MUJOCO = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")
-ATARI = ("ALE/Pong-v5", "ALE/Breakout-v5", "ALE/Qbert-v5", "ALE/SpaceInvaders-v5")
+GAMES = ("Pong", "Breakout", "Qbert", "SpaceInvaders")
+ATARI = tuple(f"ALE/{game}-v5" for game in GAMES)  # sticky actions 0.25 (Machado et al.): the harder setting
+ATARI_V4 = tuple(f"{game}NoFrameskip-v4" for game in GAMES)  # no sticky actions: DI-engine's and the PPO paper's
 DMC = ("dmc_walker_walk", "dmc_cartpole_swingup")
 
 SUITES: dict[str, list[Entry]] = {
@@ -75,6 +77,7 @@ SUITES: dict[str, list[Entry]] = {
     "mujoco-td3": [Entry("td3", env, ("mujoco",), 1_000_000) for env in MUJOCO],
     "mujoco-ppo": [Entry("ppo", env, ("mujoco",), 1_000_000) for env in MUJOCO],
     "atari-ppo": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI],
+    "atari-ppo-v4": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI_V4],
     "dmc-dreamer": [Entry("dreamer_v2", env, ("dmc",), 500_000) for env in DMC],  # agent steps (x2 frames)
 }
 # The first entry of every suite for a few thousand steps with the algorithm's debug sizes: the whole
@@ -99,9 +102,10 @@ PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("ppo", "Hopper-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "Walker2d-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "HalfCheetah-v5"): [("DI-engine, v3, best mean", "3500")],
-    ("ppo", "ALE/Pong-v5"): [("DI-engine, NoFrameskip-v4, best mean", "20")],
-    ("ppo", "ALE/Qbert-v5"): [("DI-engine, NoFrameskip-v4, best mean", "10000")],
-    ("ppo", "ALE/SpaceInvaders-v5"): [("DI-engine, NoFrameskip-v4, best mean", "400")],
+    **{("ppo", env): [(f"DI-engine, NoFrameskip-v4{'' if env.endswith('v4') else ' (no sticky actions)'}, best mean",
+                       figure)]
+       for game, figure in (("Pong", "20"), ("Qbert", "10000"), ("SpaceInvaders", "400"))
+       for env in (f"ALE/{game}-v5", f"{game}NoFrameskip-v4")},
     ("dreamer_v2", "dmc_walker_walk"): [("DreamerV2 paper, 1M frames", "~950")],
 }
 
