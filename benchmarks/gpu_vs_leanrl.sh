@@ -36,8 +36,12 @@
 #          git --git-dir=$M show HEAD:$f > .leanrl/$f; done
 # then (about 35 MB carried): run(command="bash benchmarks/gpu_vs_leanrl.sh",
 #   carry=[".whl", ".whl_leanrl", ".leanrl"], timeout_s=450). What it prints and $OUT/summary.txt,
-#   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv come back (8 files).
+#   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv come back (8 files; with
+#   HERON_MODES="graphs compiled" name two algorithms in ALGOS, or a log is left out).
 # ALGOS="sac td3" leaves PPO out; HERON_SECONDS, LEANRL_SECONDS and START change the timings;
+# HERON_MODES (default "graphs"): heron's runs per algorithm, "graphs" (--cuda-graphs) and/or
+# "compiled" (--compile with --cuda-graphs, LeanRL's pairing; its compile time counts, so give it
+# HERON_SECONDS of 80 or more);
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
 #
 # LeanRL's scripts were written for Gymnasium 0.29; here they run on 1.4 (heron's, for v5 envs and
@@ -51,6 +55,7 @@ OUT=${OUT:-/tmp/gpu_vs_leanrl}
 W=/tmp/vs  # work folder: the stand-in, the step counts, the rates
 rm -rf $W /tmp/runs/vs-*  # a rerun on the same machine starts afresh
 mkdir -p "$OUT" $W/stub/wandb
+HERON_MODES=${HERON_MODES:-graphs}
 HERON_SECONDS=${HERON_SECONDS:-50} LEANRL_SECONDS=${LEANRL_SECONDS:-80} START=${START:-7000}
 LEANRL_MODE=${LEANRL_MODE:---compile --cudagraphs}
 [ -d .leanrl/leanrl ] || echo "no .leanrl/leanrl: LeanRL's scripts were not carried (see the header)"
@@ -141,7 +146,8 @@ else:
         elif r[0] == "speed":
             own = float(r[3])
 window = [p for p in pts if p[0] >= start]
-name = "heron" if kind == "heron" else "LeanRL"
+label = sys.argv[6] if len(sys.argv) > 6 else kind  # heron's mode: heron, heron-compiled
+name = label if kind == "heron" else "LeanRL"
 if len(window) < 2 or window[-1][0] == window[0][0]:
     last = f"step {pts[-1][0]}" if pts else "no step"
     print(f"{algo} {name}: too slow, did not get past step {start} in time (last: {last})")
@@ -156,7 +162,7 @@ if kind == "leanrl":
     line += (f"; its own figure {own:.0f}" if own else "") + f"; step {s0} reached {t0 - launch:.0f} s after launch"
     line += f"; slowest interval: steps {a}-{b} in {g:.1f} s (compile, graph capture), median {statistics.median(inside):.2f} s"
 print(line)
-open(sys.argv[5], "a").write(f"{algo} {kind} {rate:.1f}\n")
+open(sys.argv[5], "a").write(f"{algo} {label} {rate:.1f}\n")
 EOF
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $OUT/summary.txt
@@ -173,13 +179,17 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         leanrl_flags="--total-timesteps 20000 --learning-starts 5000"
     fi
     echo "== $algo, HalfCheetah-v5: heron (at most $HERON_SECONDS s), then LeanRL $LEANRL_MODE (at most $LEANRL_SECONDS s)"
-    dir=/tmp/runs/vs-$algo
-    timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
-        --device cuda --cuda-graphs true --eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0 $heron_flags \
-        --torch-threads 4 --progress none --run-dir $dir > "$OUT/heron-$algo.log" 2>&1
-    code=$?
-    if [ -f $dir/metrics.csv ]; then python3 $W/rate.py heron $dir $start $algo $W/results
-    else echo "$algo heron: exit $code, no metrics.csv"; tail -5 "$OUT/heron-$algo.log"; fi | tee -a $OUT/summary.txt
+    for mode in $HERON_MODES; do
+        if [ $mode = compiled ]; then label=heron-compiled; mode_flags="--cuda-graphs true --compile true"
+        else label=heron; mode_flags="--cuda-graphs true"; fi
+        dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
+        timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
+            --device cuda $mode_flags --eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0 $heron_flags \
+            --torch-threads 4 --progress none --run-dir $dir > "$log" 2>&1
+        code=$?
+        if [ -f $dir/metrics.csv ]; then python3 $W/rate.py heron $dir $start $algo $W/results $label
+        else echo "$algo $label: exit $code, no metrics.csv"; tail -5 "$log"; fi | tee -a $OUT/summary.txt
+    done
 
     steps=$W/leanrl-$algo.csv
     echo "launch,0,$(date +%s.%N)," > $steps
@@ -201,8 +211,10 @@ for line in open(sys.argv[1]) if os.path.exists(sys.argv[1]) else []:
     algo, kind, rate = line.split()
     rates.setdefault(algo, {})[kind] = float(rate)
 for algo, r in rates.items():
-    if "heron" in r and "leanrl" in r:
-        print(f"{algo}: heron {r['heron']:.0f}, LeanRL {r['leanrl']:.0f}: {r['heron'] / r['leanrl']:.2f}x")
+    herons = [k for k in r if k.startswith("heron")]
+    if herons and "leanrl" in r:
+        for k in herons:
+            print(f"{algo}: {k} {r[k]:.0f}, LeanRL {r['leanrl']:.0f}: {r[k] / r['leanrl']:.2f}x")
     else:
         print(f"{algo}: only {', '.join(r)} measured")
 EOF

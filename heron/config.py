@@ -77,8 +77,6 @@ class RunConfig:
 
             check(self.precision, self.device)
         if self.cuda_graphs:
-            if self.compile:
-                raise HeronError("--cuda-graphs and --compile are alternatives: choose one")
             import torch
 
             if self.device == "cpu" or not torch.cuda.is_available():

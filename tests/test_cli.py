@@ -49,7 +49,7 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
     (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
     (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-    (["train", "td3", "--cuda-graphs", "--compile"], "--cuda-graphs and --compile are alternatives"),
+    (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
     (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):

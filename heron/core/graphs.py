@@ -23,6 +23,10 @@ update the actor only every ``policy_frequency``-th step, so they record two gra
 critic and actor), each with its own warm-up, capture, static tensors and memory pool. Graphs
 replayed in any order must not share a pool.
 
+Under ``--compile`` (SAC, TD3, PPO) ``fn`` is the compiled step. Its warm-up calls compile it,
+once per variant, and the capture records Inductor's fused kernels, as LeanRL pairs
+torch.compile with CUDA graphs.
+
 What ``fn`` must obey (PyTorch's whole-network capture rules):
 - Optimizers use device-side step counters (``capturable=True``). DreamerV2 builds its
   optimizers so and keeps its learning rates fixed (Python floats, baked into the graph). SAC, TD3

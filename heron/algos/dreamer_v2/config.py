@@ -80,6 +80,8 @@ class Config(RunConfig):
     layer_norm: bool = opt(True, "layer norm in the GRU")
 
     def validate(self) -> None:
+        if self.cuda_graphs and self.compile:  # SAC, TD3 and PPO record their compiled step
+            raise HeronError("dreamer_v2: --cuda-graphs and --compile are alternatives: choose one")
         super().validate()
         for name in ("action_repeat", "train_every", "gradient_steps", "per_rank_batch_size", "sequence_length",
                      "buffer_size", "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",

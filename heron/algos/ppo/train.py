@@ -227,7 +227,7 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, model, opt, run.precision)
     if cfg.compile:
         update = compile_step(update)
-    elif cfg.cuda_graphs:
+    if cfg.cuda_graphs:  # under --compile the compiled step is recorded (LeanRL's pairing)
         update = GraphedStep(update)  # the autograd step, recorded once (every minibatch has one shape)
     elif cfg.fused_update and lean.supported(model, run.precision, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, model, opt)  # the same step, written out (2-4x faster on small MLPs)

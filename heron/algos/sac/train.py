@@ -166,7 +166,7 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, nets, prec)
     if cfg.compile:
         update = compile_step(update)
-    elif cfg.cuda_graphs:
+    if cfg.cuda_graphs:  # under --compile the compiled step is recorded (LeanRL's pairing)
         update = GraphedSteps(update)  # the autograd step recorded twice: critic only, critic and actor
     elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
