@@ -47,8 +47,9 @@ def main() -> int:
     train_args = argv[split + 1:]
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    stamps: list[float] = []
-    done: list[object] = []
+    steps = 0  # env steps so far
+    window: list[float] = []  # the times of the recorded steps: the last one's before its prof.step,
+    done: list[object] = []  # which ends the recording and processes the trace (active - 1 intervals)
 
     def report(prof: profile) -> None:
         done.append(prof.key_averages())
@@ -59,14 +60,13 @@ def main() -> int:
     step = envs.VecEnv.step
 
     def profiled_step(self, actions):  # every env step of the training's VecEnv (evaluation has its own envs)
+        nonlocal steps
         out = step(self, actions)
-        n = len(stamps)
-        if first <= n < first + args.active:
+        if first <= steps < first + args.active:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()  # in the window only: the wall time includes the queued GPU work
-            stamps.append(time.perf_counter())
-        else:
-            stamps.append(0.0)
+            window.append(time.perf_counter())
+        steps += 1
         prof.step()
         return out
 
@@ -79,11 +79,8 @@ def main() -> int:
     finally:
         prof.stop()
         envs.VecEnv.step = step
-    # the stamps of the window's steps, the last one's before its prof.step (which ends the recording
-    # and processes the trace): active - 1 intervals
-    window = [t for t in stamps[first:first + args.active] if t > 0]
     if not done or len(window) < 2:
-        print(f"the run ended (exit {code}) before the window: {len(stamps)} env steps, needed "
+        print(f"the run ended (exit {code}) before the window: {steps} env steps, needed "
               f"{first + args.active}; raise --total-steps or lower --wait", file=sys.stderr)
         return 1
     per_step = (window[-1] - window[0]) / (len(window) - 1)
