@@ -266,3 +266,104 @@ def test_envpool_backend_resets_finished_envs_and_reports_whole_games(monkeypatc
     for _ in range(3):
         step = envs.step(np.zeros(2, np.int64))
     assert step.terminated.tolist() == [False, True] and step.episodes == [(1, 12.5, 5)]  # 5 steps x 2.5
+
+
+def _ale_vector():
+    pytest.importorskip("cv2")
+    return pytest.importorskip("ale_py.vector_env", reason="ALE's vector env needs ale-py 0.11 or later")
+
+
+def test_ale_vector_frames_equal_the_gymnasium_stack():
+    """ALE's vector env (``AleVecEnv``) against Gymnasium's AtariPreprocessing and frame stack, from
+    the same emulator state (no no-ops, no fire reset) and the same actions: the same frames, stack
+    padding included, up to the first lost life. That life ends the learning episode while the
+    game goes on, and the new episode's stack starts as copies of its first frame."""
+    _ale_vector()
+    import gymnasium as gym
+
+    from heron.core.atari import AleVecEnv
+
+    ours = AleVecEnv("BreakoutNoFrameskip-v4", 1, seed=5, noop_max=0, fire_reset=False)
+    theirs = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(
+        gym.make("BreakoutNoFrameskip-v4"), noop_max=0, frame_skip=4, screen_size=84, terminal_on_life_loss=False,
+        grayscale_obs=True, scale_obs=False), 4)
+    obs, (expected, _) = ours.reset(), theirs.reset(seed=5)
+    np.testing.assert_array_equal(obs[0], expected)
+    rng = np.random.default_rng(1)
+    for t in range(1000):
+        action = int(rng.integers(0, 4))
+        step = ours.step(np.array([action]))
+        expected, reward, *_ = theirs.step(action)
+        np.testing.assert_array_equal(step.next_obs[0], expected, err_msg=f"step {t}")
+        assert step.rewards[0] == np.sign(reward)
+        if step.terminated[0]:
+            break
+    assert t > 20 and step.episodes == [] and ours.lives[0] == 4  # a lost life, not the game
+    assert all((step.obs[0, k] == step.obs[0, 3]).all() for k in range(3))
+    np.testing.assert_array_equal(step.obs[0, 3], step.next_obs[0, 3])
+    ours.close()
+
+
+def test_ale_vector_reports_whole_games_with_raw_scores():
+    """``AleVecEnv`` against ALE's vector env run bare with the same seed and actions: rewards
+    clipped to their sign, a lost life terminates the learning episode, a game over ends a game
+    whose raw score and length are reported, and ``next_obs`` is the game's final frame there."""
+    vector = _ale_vector()
+    from gymnasium.vector import AutoresetMode
+
+    from heron.core.atari import AleVecEnv
+
+    ours = AleVecEnv("ALE/Breakout-v5", 2, seed=3)
+    bare = vector.AtariVectorEnv("breakout", 2, num_threads=1, repeat_action_probability=0.25, reward_clipping=False,
+                                 autoreset_mode=AutoresetMode.SAME_STEP)
+    ours.reset()
+    _, info = bare.reset(seed=3)
+    lives, score, length, games, lost = info["lives"], np.zeros(2), np.zeros(2, int), [], 0
+    rng = np.random.default_rng(0)
+    for _ in range(700):
+        actions = rng.integers(0, 4, 2)
+        step = ours.step(actions)
+        obs, reward, terminated, truncated, info = bare.step(actions)
+        score, length = score + reward, length + 1
+        over = terminated | truncated
+        life_lost = ~over & (info["lives"] < lives)
+        lives = info["lives"]
+        np.testing.assert_array_equal(step.rewards, np.sign(reward))
+        np.testing.assert_array_equal(step.terminated, terminated | life_lost)
+        # the newest frames (the older ones of a fresh stack are padded differently: the test above)
+        final = np.where(over[:, None, None], info["final_obs"][:, 3], obs[:, 3]) if over.any() else obs[:, 3]
+        np.testing.assert_array_equal(step.next_obs[:, 3], final)
+        np.testing.assert_array_equal(step.obs[:, 3], obs[:, 3])
+        assert step.episodes == [(int(i), float(score[i]), int(length[i])) for i in np.flatnonzero(over)]
+        games += step.episodes
+        lost += int(life_lost.sum())
+        score[over], length[over] = 0, 0
+    assert len(games) >= 2 and lost >= 4 and any(g[1] > 0 for g in games)
+    ours.close()
+    bare.close()
+
+
+def test_env_backend_choice():
+    """``--env-backend``: auto takes EnvPool, else ALE's vector env, for Atari ids; on resume it keeps
+    the backend the checkpoint's envs ran on; a named backend that is missing or not for the id is a
+    one-line error."""
+    import importlib
+
+    from heron.algos.ppo.config import Config
+    ppo = importlib.import_module("heron.algos.ppo.train")  # the module (heron.algos.ppo.train is its function)
+    from heron.core import atari
+
+    auto = Config(env_id="ALE/Pong-v5")
+    expected = ("envpool" if atari.envpool_available() else "ale" if atari.ale_vector_available() else "gymnasium")
+    assert ppo._backend(auto) == expected
+    assert ppo._backend(Config(env_id="CartPole-v1")) == "gymnasium"
+    assert ppo._backend(auto, {"rng": [], "fresh": []}) == "gymnasium"  # written by the Gymnasium backend
+    if atari.ale_vector_available():
+        assert ppo._backend(auto, {"backend": "ale", "fresh": [], "steps": 0}) == "ale"
+    with pytest.raises(HeronError, match="is for Atari ids"):
+        ppo._backend(Config(env_id="CartPole-v1", env_backend="ale"))
+    if not atari.envpool_available():
+        with pytest.raises(HeronError, match="needs envpool"):
+            ppo._backend(auto, {"backend": "envpool", "fresh": [], "steps": 0})
+    with pytest.raises(HeronError, match="written with the envpool env backend"):
+        VecEnv("CartPole-v1", 1, 0).load_state_dict({"backend": "envpool", "fresh": [False], "steps": 3})

@@ -108,6 +108,27 @@ def test_envpool_backend(tmp_path, monkeypatch):
     assert games and all(g >= 0 for g in games)
 
 
+def test_ale_vector_backend_trains_and_resumes(tmp_path, monkeypatch):
+    """PPO on ALE's own vector env (``--env-backend ale``) through a checkpoint and a resume (the games
+    restart, as with EnvPool): whole games are logged, not lives."""
+    pytest.importorskip("ale_py.vector_env", reason="ALE's vector env needs ale-py 0.11 or later")
+    pytest.importorskip("cv2")
+    # as in test_envpool_backend: an untrained Breakout player's final evaluation can take minutes
+    monkeypatch.setattr("heron.core.run.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
+    flags = dict(presets=["atari"], env_id="ALE/Breakout-v5", num_envs=2, num_steps=128, num_minibatches=2,
+                 update_epochs=1, eval_every=0, eval_episodes=1, progress="none", torch_threads=1,
+                 checkpoint_every=512, run_dir=str(tmp_path / "a"))
+    r = heron.train("ppo", env_backend="ale", total_steps=512, **flags)
+    assert r["step"] == 512
+    state = torch.load(tmp_path / "a" / "checkpoints" / "step_000000512.pt", weights_only=False)
+    assert state["envs"]["backend"] == "ale"
+    r = heron.resume(tmp_path / "a", total_steps=1536)
+    assert r["step"] == 1536
+    with open(tmp_path / "a" / "metrics.csv") as f:
+        lengths = [float(row["value"]) for row in csv.DictReader(f) if row["metric"] == "charts/episodic_length"]
+    assert lengths and min(lengths) > 80  # five lives of a random player (one life lasts about 20-50 steps)
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_numpy_acting_collects_what_torch_acting_collects(env_id, tmp_path, monkeypatch):
     """The numpy acting path against torch acting from the same seed: the same episodes (CartPole's

@@ -1,4 +1,5 @@
-"""Atari: the standard preprocessing (Mnih et al. 2015; Machado et al. 2018) and the EnvPool backend.
+"""Atari: the standard preprocessing (Mnih et al. 2015; Machado et al. 2018) and the two C++ vector
+backends, ALE's own ``AtariVectorEnv`` and EnvPool.
 
 Two id styles get the standard stack (``make_env`` applies it; nothing to configure):
 
@@ -120,6 +121,14 @@ def wrap(env: gym.Env, training: bool, frame_stack: int = 4) -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
+def wrong_backend(env_state: dict) -> HeronError:
+    """The error for a checkpoint whose envs ran on another backend (its env state names it; the
+    Gymnasium backend's names none)."""
+    backend = env_state.get("backend", "gymnasium")
+    return HeronError(f"this checkpoint was written with the {backend} env backend; resume with "
+                      f"--env-backend {backend} (or auto)")
+
+
 # -- EnvPool ------------------------------------------------------------------------------------------
 def envpool_available() -> bool:
     try:
@@ -205,10 +214,144 @@ class EnvPoolVecEnv:
         import envpool
 
         if state.get("backend") != "envpool":
-            raise HeronError("this checkpoint was written with Gymnasium envs; resume with --env-backend gymnasium")
+            raise wrong_backend(state)
         self.envs.close()
         self.steps = int(state["steps"])
         self.envs = envpool.make(self._game, seed=(self.seed + 7919 * self.steps) % 2**31, **self._kwargs)
+        return self.reset()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+# -- ALE's vector env -----------------------------------------------------------------------------
+def ale_vector_available() -> bool:
+    """ALE's own C++ vector env (``ale_py.vector_env.AtariVectorEnv``, ale-py 0.11 and later)."""
+    try:
+        from ale_py.vector_env import AtariVectorEnv  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def ale_game(env_id: str) -> str:
+    """The ROM name of an Atari id: ``ALE/SpaceInvaders-v5`` and ``SpaceInvadersNoFrameskip-v4`` ->
+    ``space_invaders``."""
+    name = env_id.split("/")[-1].replace("NoFrameskip-v4", "").replace("-v5", "")
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+class AleVecEnv:
+    """Atari through ALE's own C++ vector env (its thread pool does the emulation and the
+    preprocessing), with ``wrap``'s semantics and heron's ``Step`` layout (``heron.core.envs``).
+
+    ALE runs the same frame skip, max-pooling, 84x84 resize and grayscale as Gymnasium's
+    ``AtariPreprocessing``: from the same emulator state the frames are pixel-identical
+    (``tests/test_envs.py``). The rest is done here, as ``wrap`` does it:
+    - a lost life ends the learning episode (``terminated``) while the game goes on, and whole
+      games are reported with their raw scores; rewards are clipped to their sign here, after the
+      raw score is counted;
+    - a learning episode's frame stack starts as copies of its first frame, after a reset (ALE pads
+      with zeros) and after a lost life (ALE's stack goes on), as Gymnasium's frame stack is reset.
+    What differs from the Gymnasium stack: ALE's fire reset presses FIRE for one frame (``wrap``
+    takes two agent steps, FIRE then UP), and the up-to-30 no-ops are drawn from ALE's RNG. Episodes
+    are cut at 108,000 frames (27,000 agent steps), as EnvPool cuts them.
+
+    Threads: ALE steps the envs on ``threads`` threads (the run's torch threads: the learner waits
+    while the envs step). Resume: the emulators' states cannot be saved, so a resumed run restarts
+    every game from a seed derived from the step, as with EnvPool."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, threads: int = 1, noop_max: int = 30,
+                 fire_reset: bool = True):
+        from ale_py import roms
+        from ale_py.vector_env import AtariVectorEnv
+        from gymnasium.vector import AutoresetMode
+
+        from heron.core.envs import Step
+
+        self._step_cls = Step
+        game = ale_game(env_id)
+        if roms.get_rom_path(game) is None:
+            raise HeronError(f"ALE has no ROM {game!r} (from {env_id})")
+        self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
+        self.steps = 0  # vector steps taken, to derive a fresh seed on resume
+        self._make = lambda: AtariVectorEnv(
+            game, num_envs, num_threads=max(1, min(threads, num_envs)), noop_max=noop_max,
+            use_fire_reset=fire_reset, repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
+            frameskip=4, img_height=84, img_width=84, grayscale=True, stack_num=4, maxpool=True,
+            episodic_life=False, life_loss_info=False, reward_clipping=False,
+            max_num_frames_per_episode=108_000, autoreset_mode=AutoresetMode.SAME_STEP)
+        self.envs = self._make()
+        self.single_observation_space = self.envs.single_observation_space
+        self.single_action_space = self.envs.single_action_space
+        self.obs_dtype = np.dtype(np.uint8)
+        self.game_returns = np.zeros(num_envs, np.float64)
+        self.game_lengths = np.zeros(num_envs, np.int64)
+        self.lives = np.zeros(num_envs, np.int64)
+        self.since_reset = np.zeros(num_envs, np.int64)  # agent steps since the game's reset
+        self.episode_lengths = np.zeros(num_envs, np.int64)  # per life: 0 means an episode just began
+        self.obs: np.ndarray | None = None
+
+    def _pad(self, obs: np.ndarray) -> np.ndarray:
+        """Fill the zero frames ALE stacks before a game's first frame with copies of that frame."""
+        k = obs.shape[1] - 1  # index of the newest frame
+        for i in np.flatnonzero(self.since_reset < k):
+            first = k - self.since_reset[i]  # where the game's first frame sits now
+            obs[i, :first] = obs[i, first]
+        return obs
+
+    def reset(self) -> np.ndarray:
+        obs, info = env_call(self.env_id, "reset", self.envs.reset, seed=self.seed)
+        self.game_returns[:], self.game_lengths[:], self.episode_lengths[:], self.since_reset[:] = 0, 0, 0, 0
+        self.lives[:] = info["lives"]
+        self.obs = self._pad(np.array(obs))
+        return self.obs
+
+    def step(self, actions: np.ndarray):
+        raw, rewards, terminated, truncated, info = env_call(self.env_id, "step", self.envs.step,
+                                                             np.asarray(actions, np.int64))
+        self.steps += 1
+        raw = np.array(raw)  # our own copy: callers keep each step's arrays for a whole rollout
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        game_over = terminated | truncated  # ALE has reset these: raw holds the next game's first frame
+        lives = np.asarray(info["lives"], np.int64)
+        life_lost = ~game_over & (lives < self.lives)
+        self.lives = lives
+        self.since_reset += 1
+        self.game_returns += np.asarray(rewards, np.float64)  # raw score, before clipping
+        self.game_lengths += 1
+        self.episode_lengths += 1
+        next_obs = raw
+        if game_over.any():
+            next_obs = raw.copy()
+            next_obs[game_over] = info["final_obs"][game_over]
+        next_obs = self._pad(next_obs)
+        ended = game_over | life_lost
+        obs = next_obs
+        if ended.any():
+            # a new learning episode: its stack starts from its first frame, as Gymnasium's reset
+            # of the frame stack does after EpisodicLife's reset
+            self.since_reset[ended] = 0
+            obs = next_obs.copy()
+            obs[game_over] = raw[game_over]
+            obs = self._pad(obs)
+        episodes = [(int(i), float(self.game_returns[i]), int(self.game_lengths[i])) for i in np.flatnonzero(game_over)]
+        self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
+        self.episode_lengths[ended] = 0
+        self.obs = obs
+        return self._step_cls(obs, next_obs, np.sign(rewards).astype(np.float32), terminated | life_lost,
+                              truncated, episodes)
+
+    def state_dict(self) -> dict:
+        return {"backend": "ale", "fresh": (self.episode_lengths == 0).tolist(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> np.ndarray:
+        if state.get("backend") != "ale":
+            raise wrong_backend(state)
+        self.envs.close()
+        self.steps = int(state["steps"])
+        self.seed = (self.seed + 7919 * self.steps) % 2**31
+        self.envs = self._make()
         return self.reset()
 
     def close(self) -> None:

@@ -564,7 +564,7 @@ class VecEnv:
         had, because a simulator's internal state cannot be saved in general. The interrupted
         episode is not counted in ``charts/episodic_return``."""
         if "rng" not in state:
-            raise HeronError("this checkpoint was written with EnvPool envs; resume with --env-backend envpool")
+            raise atari.wrong_backend(state)
         if len(state["rng"]) != self.num_envs:
             raise HeronError(f"checkpoint has {len(state['rng'])} envs, this run has {self.num_envs}")
         gens = []

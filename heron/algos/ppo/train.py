@@ -69,17 +69,28 @@ def obs_parts(env_id: str) -> list | None:
     return parts if any(image for _, _, image in parts) else None
 
 
-def _use_envpool(cfg: Config) -> bool:
-    if cfg.env_backend == "gymnasium":
-        return False
-    if cfg.env_backend == "envpool":
+_NEEDS = {"envpool": ("envpool", atari.envpool_available), "ale": ("ale-py 0.11 or later", atari.ale_vector_available)}
+
+
+def _backend(cfg: Config, resumed: dict | None = None) -> str:
+    """The vector env backend: gymnasium, envpool or ale (config doc). ``resumed``: the checkpoint's
+    env state, whose backend ``auto`` keeps (a game in flight cannot move between backends)."""
+    backend = cfg.env_backend
+    if backend == "auto" and resumed is not None:
+        backend = resumed.get("backend", "gymnasium")
+    if backend == "gymnasium":
+        return backend
+    if backend == "auto":
         if not atari.is_atari(cfg.env_id):
-            raise HeronError(f"--env-backend envpool is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
-                             f"got {cfg.env_id}")
-        if not atari.envpool_available():
-            raise HeronError("--env-backend envpool needs envpool: pip install envpool")
-        return True
-    return atari.is_atari(cfg.env_id) and atari.envpool_available()
+            return "gymnasium"
+        return "envpool" if atari.envpool_available() else "ale" if atari.ale_vector_available() else "gymnasium"
+    if not atari.is_atari(cfg.env_id):
+        raise HeronError(f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
+                         f"got {cfg.env_id}")
+    what, available = _NEEDS[backend]
+    if not available():
+        raise HeronError(f"--env-backend {backend} needs {what}: pip install -U {what.split()[0]}")
+    return backend
 
 
 def spaces_of(cfg: Config, obs_space: gym.Space, act_space: gym.Space) -> dict:
@@ -97,15 +108,18 @@ def check(cfg: Config) -> dict:
     vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
     if not (image or vector):
         raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
-    _use_envpool(cfg)
+    _backend(cfg)
     return spaces_of(cfg, obs_space, act_space)
 
 
 def _make_envs(cfg: Config, run: Run):
     """This process's envs (all of them without torchrun), seeded where its share begins."""
     n = run.local(cfg.num_envs)
-    if _use_envpool(cfg):
+    backend = _backend(cfg, run.resume_state["envs"] if run.resume_state is not None else None)
+    if backend == "envpool":
         return atari.EnvPoolVecEnv(cfg.env_id, n, run.env_seed(n))
+    if backend == "ale":
+        return atari.AleVecEnv(cfg.env_id, n, run.env_seed(n), threads=torch.get_num_threads())
     return VecEnv(cfg.env_id, n, run.env_seed(n), cfg.vector_mode)
 
 
