@@ -16,14 +16,19 @@
 #       --platform any -d .whl $p; done
 # then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
 # and $OUT/{pytest.log,sps.txt} come back.
+#
+# Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s):
+#   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
+# where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
+# opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    $(ls .whl/*.whl .whl_atari/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 -c "import torch, gymnasium, mujoco; print('torch', torch.__version__, 'gymnasium', gymnasium.__version__, 'mujoco', mujoco.__version__)"
+python3 -c "import torch, gymnasium; print('torch', torch.__version__, 'gymnasium', gymnasium.__version__)"
 
 mode=${1:-tests}
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
@@ -48,6 +53,24 @@ else:
     print(f"{(s1 - s0) / (t1 - t0):.0f} env steps/s over steps {s0}-{s1}")
 EOF
 }
+
+if [ "$mode" = atari ]; then
+    # PPO, --preset atari (8 envs x 128 steps), PongNoFrameskip-v4 on ALE's vector env stepping on 8
+    # threads; logging, evaluation (5 games every 250k steps) and checkpoints on; eager, then graphed
+    echo "== env steps/s, PPO PongNoFrameskip-v4 (--env-backend ale)" | tee "$OUT/sps.txt"
+    for graphs in false true; do
+        dir=/tmp/runs/atari-$graphs
+        rm -rf "$dir"
+        timeout -s INT ${SPS_SECONDS:-120} python3 -m heron train ppo --preset atari --env-id PongNoFrameskip-v4 \
+            --env-backend ale --device cuda --cuda-graphs $graphs --total-steps 10000000 --checkpoint-every 100000 \
+            --torch-threads 8 --progress none --run-dir $dir > "$OUT/atari-$graphs.log" 2>&1
+        code=$?
+        [ -f $dir/metrics.csv ] || { echo "atari --cuda-graphs $graphs: exit $code"; tail -5 "$OUT/atari-$graphs.log"; continue; }
+        echo "ppo atari --cuda-graphs $graphs (exit $code): $(sps $dir 20480)" | tee -a "$OUT/sps.txt"
+    done
+    exit
+fi
+python3 -c "import mujoco; print('mujoco', mujoco.__version__)"
 
 echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
