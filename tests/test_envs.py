@@ -344,9 +344,9 @@ def test_ale_vector_reports_whole_games_with_raw_scores():
 
 
 def test_env_backend_choice():
-    """``--env-backend``: auto takes EnvPool, else ALE's vector env, for Atari ids; on resume it keeps
-    the backend the checkpoint's envs ran on; a named backend that is missing or not for the id is a
-    one-line error."""
+    """``--env-backend``: auto takes EnvPool for Atari ids when it is installed, else the Gymnasium
+    stack; on resume it keeps the backend the checkpoint's envs ran on; a named backend that is
+    missing or not for the id is a one-line error."""
     import importlib
 
     from heron.algos.ppo.config import Config
@@ -354,8 +354,7 @@ def test_env_backend_choice():
     from heron.core import atari
 
     auto = Config(env_id="ALE/Pong-v5")
-    expected = ("envpool" if atari.envpool_available() else "ale" if atari.ale_vector_available() else "gymnasium")
-    assert ppo._backend(auto) == expected
+    assert ppo._backend(auto) == ("envpool" if atari.envpool_available() else "gymnasium")
     assert ppo._backend(Config(env_id="CartPole-v1")) == "gymnasium"
     assert ppo._backend(auto, {"rng": [], "fresh": []}) == "gymnasium"  # written by the Gymnasium backend
     if atari.ale_vector_available():
@@ -367,3 +366,24 @@ def test_env_backend_choice():
             ppo._backend(auto, {"backend": "envpool", "fresh": [], "steps": 0})
     with pytest.raises(HeronError, match="written with the envpool env backend"):
         VecEnv("CartPole-v1", 1, 0).load_state_dict({"backend": "envpool", "fresh": [False], "steps": 3})
+
+
+def test_ale_vector_rom_names_seeds_and_resume():
+    """ROM names from ALE's own registration (UpNDown is ``up_n_down``), seeds past ALE's int range
+    wrapped (env i gets seed + i), and a resume that restarts the games from a seed derived from
+    the step without changing the run's own."""
+    _ale_vector()
+    from heron.core.atari import AleVecEnv, ale_spec
+
+    assert ale_spec("UpNDownNoFrameskip-v4")["game"] == ale_spec("ALE/UpNDown-v5")["game"] == "up_n_down"
+    envs = AleVecEnv("PongNoFrameskip-v4", 2, seed=2**31 - 1)
+    first = envs.reset()
+    envs.step(np.zeros(2, np.int64))
+    state = envs.state_dict()
+    assert state == {"backend": "ale", "fresh": [False, False], "steps": 1}
+    again = envs.load_state_dict(state)
+    assert envs.seed == 2**31 - 1 and again.shape == first.shape
+    with pytest.raises(HeronError, match="written with the gymnasium env backend"):
+        envs.load_state_dict({"rng": [], "fresh": []})
+    envs.close()
+    envs.close()

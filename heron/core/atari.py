@@ -234,11 +234,13 @@ def ale_vector_available() -> bool:
     return True
 
 
-def ale_game(env_id: str) -> str:
-    """The ROM name of an Atari id: ``ALE/SpaceInvaders-v5`` and ``SpaceInvadersNoFrameskip-v4`` ->
-    ``space_invaders``."""
-    name = env_id.split("/")[-1].replace("NoFrameskip-v4", "").replace("-v5", "")
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+def ale_spec(env_id: str) -> dict:
+    """ALE's registration of an Atari id: its ROM name (``game``), sticky-action probability and
+    frame limit (``ALE/UpNDown-v5`` and ``UpNDownNoFrameskip-v4`` -> game ``up_n_down``)."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return dict(gym.spec(env_id).kwargs)
 
 
 class AleVecEnv:
@@ -253,13 +255,17 @@ class AleVecEnv:
       raw score is counted;
     - a learning episode's frame stack starts as copies of its first frame, after a reset (ALE pads
       with zeros) and after a lost life (ALE's stack goes on), as Gymnasium's frame stack is reset.
-    What differs from the Gymnasium stack: ALE's fire reset presses FIRE for one frame (``wrap``
-    takes two agent steps, FIRE then UP), and the up-to-30 no-ops are drawn from ALE's RNG. Episodes
-    are cut at 108,000 frames (27,000 agent steps), as EnvPool cuts them.
+    What differs from the Gymnasium stack:
+    - at a reset ALE presses FIRE for one frame before its no-ops, whose number it draws from its
+      own RNG (``wrap``: up to 30 no-ops, then FIRE and UP as two agent steps);
+    - after a lost life nothing presses FIRE: in Breakout the agent must serve the ball itself, as
+      it must in evaluation (which plays whole games without ``EpisodicLife``), where ``wrap``'s
+      training stack serves for it after every life.
+    Episodes are cut at 108,000 frames (27,000 agent steps), as the ids' registrations cut them.
 
     Threads: ALE steps the envs on ``threads`` threads (the run's torch threads: the learner waits
     while the envs step). Resume: the emulators' states cannot be saved, so a resumed run restarts
-    every game from a seed derived from the step, as with EnvPool."""
+    every game from seeds derived from the step, as with EnvPool."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, threads: int = 1, noop_max: int = 30,
                  fire_reset: bool = True):
@@ -270,17 +276,19 @@ class AleVecEnv:
         from heron.core.envs import Step
 
         self._step_cls = Step
-        game = ale_game(env_id)
-        if roms.get_rom_path(game) is None:
-            raise HeronError(f"ALE has no ROM {game!r} (from {env_id})")
+        spec = ale_spec(env_id)
+        if roms.get_rom_path(spec["game"]) is None:
+            raise HeronError(f"ALE has no ROM {spec['game']!r} (from {env_id})")
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         self.steps = 0  # vector steps taken, to derive a fresh seed on resume
+        self._reset_seed = seed
         self._make = lambda: AtariVectorEnv(
-            game, num_envs, num_threads=max(1, min(threads, num_envs)), noop_max=noop_max,
-            use_fire_reset=fire_reset, repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
+            spec["game"], num_envs, num_threads=max(1, min(threads, num_envs)), noop_max=noop_max,
+            use_fire_reset=fire_reset, repeat_action_probability=spec.get("repeat_action_probability", 0.0),
             frameskip=4, img_height=84, img_width=84, grayscale=True, stack_num=4, maxpool=True,
             episodic_life=False, life_loss_info=False, reward_clipping=False,
-            max_num_frames_per_episode=108_000, autoreset_mode=AutoresetMode.SAME_STEP)
+            max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108_000),
+            autoreset_mode=AutoresetMode.SAME_STEP)
         self.envs = self._make()
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
@@ -301,7 +309,8 @@ class AleVecEnv:
         return obs
 
     def reset(self) -> np.ndarray:
-        obs, info = env_call(self.env_id, "reset", self.envs.reset, seed=self.seed)
+        seeds = (self._reset_seed + np.arange(self.num_envs, dtype=np.int64)) % 2**31  # env i: seed + i (ALE's ints)
+        obs, info = env_call(self.env_id, "reset", self.envs.reset, seed=seeds)
         self.game_returns[:], self.game_lengths[:], self.episode_lengths[:], self.since_reset[:] = 0, 0, 0, 0
         self.lives[:] = info["lives"]
         self.obs = self._pad(np.array(obs))
@@ -315,7 +324,7 @@ class AleVecEnv:
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         game_over = terminated | truncated  # ALE has reset these: raw holds the next game's first frame
         lives = np.asarray(info["lives"], np.int64)
-        life_lost = ~game_over & (lives < self.lives)
+        life_lost = ~game_over & (lives > 0) & (lives < self.lives)  # as EpisodicLife
         self.lives = lives
         self.since_reset += 1
         self.game_returns += np.asarray(rewards, np.float64)  # raw score, before clipping
@@ -348,11 +357,14 @@ class AleVecEnv:
     def load_state_dict(self, state: dict) -> np.ndarray:
         if state.get("backend") != "ale":
             raise wrong_backend(state)
-        self.envs.close()
+        self.close()
         self.steps = int(state["steps"])
-        self.seed = (self.seed + 7919 * self.steps) % 2**31
+        self._reset_seed = (self.seed + 7919 * self.steps) % 2**31
         self.envs = self._make()
         return self.reset()
 
     def close(self) -> None:
-        self.envs.close()
+        """ALE's worker threads end when its vector env is freed (its ``close`` leaves them)."""
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None

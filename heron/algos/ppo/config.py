@@ -15,8 +15,8 @@ class Config(RunConfig):
     total_steps: int = opt(500_000, "total environment steps to train for (summed over envs)")
     num_envs: int = opt(4, "number of parallel environments")
     env_backend: str = opt("auto", "vector env backend: gymnasium, envpool or ale (Atari: EnvPool's or ALE's own C++ "
-                           "vector env), auto (for Atari envpool when installed, else ale when ale-py has it; on "
-                           "resume the checkpoint's)", ("auto", "gymnasium", "envpool", "ale"))
+                           "vector env), auto (envpool for Atari when installed; on resume the checkpoint's)",
+                           ("auto", "gymnasium", "envpool", "ale"))
     mode: str = opt("on-policy", "on-policy PPO, or off-policy PPO on a replay of recent rollouts (DI-engine)",
                     ("on-policy", "off-policy"))
     # -- rollouts and epochs

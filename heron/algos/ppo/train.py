@@ -83,7 +83,7 @@ def _backend(cfg: Config, resumed: dict | None = None) -> str:
     if backend == "auto":
         if not atari.is_atari(cfg.env_id):
             return "gymnasium"
-        return "envpool" if atari.envpool_available() else "ale" if atari.ale_vector_available() else "gymnasium"
+        return "envpool" if atari.envpool_available() else "gymnasium"
     if not atari.is_atari(cfg.env_id):
         raise HeronError(f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
                          f"got {cfg.env_id}")
