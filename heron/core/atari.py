@@ -147,7 +147,8 @@ class EnvPoolVecEnv:
     Resume: EnvPool cannot save emulator or RNG state, so a resumed run restarts every game (from
     a seed derived from the step), which is not bitwise identical to an uninterrupted run."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
+    def __init__(self, env_id: str, num_envs: int, seed: int, threads: int | None = None):
+        """``threads``: the pool's thread count (None: EnvPool's own default)."""
         import envpool
 
         from heron.core.envs import Step
@@ -160,6 +161,8 @@ class EnvPoolVecEnv:
                             repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
                             noop_max=30, frame_skip=4, img_height=84, img_width=84, stack_num=4,
                             gray_scale=True, use_fire_reset=True)
+        if threads is not None:
+            self._kwargs["num_threads"] = threads
         try:
             self.envs = envpool.make(game, seed=seed, **self._kwargs)  # env i gets seed + i
         except Exception as exc:
