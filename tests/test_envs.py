@@ -320,9 +320,12 @@ def test_ale_vector_reports_whole_games_with_raw_scores():
     _, info = bare.reset(seed=3)
     lives, score, length, games, lost = info["lives"], np.zeros(2), np.zeros(2, int), [], 0
     rng = np.random.default_rng(0)
-    for _ in range(700):
+    kept = []  # a rollout keeps every step's arrays: none may change afterwards
+    for t in range(700):
         actions = rng.integers(0, 4, 2)
         step = ours.step(actions)
+        if t % 50 == 0:
+            kept.append((step, step.obs.copy(), step.next_obs.copy()))
         obs, reward, terminated, truncated, info = bare.step(actions)
         score, length = score + reward, length + 1
         over = terminated | truncated
@@ -339,6 +342,9 @@ def test_ale_vector_reports_whole_games_with_raw_scores():
         lost += int(life_lost.sum())
         score[over], length[over] = 0, 0
     assert len(games) >= 2 and lost >= 4 and any(g[1] > 0 for g in games)
+    for step, obs, next_obs in kept:
+        np.testing.assert_array_equal(step.obs, obs)
+        np.testing.assert_array_equal(step.next_obs, next_obs)
     ours.close()
     bare.close()
 

@@ -323,7 +323,8 @@ class AleVecEnv:
         raw, rewards, terminated, truncated, info = env_call(self.env_id, "step", self.envs.step,
                                                              np.asarray(actions, np.int64))
         self.steps += 1
-        raw = np.array(raw)  # our own copy: callers keep each step's arrays for a whole rollout
+        raw = np.array(raw)  # our own copy (callers keep each step's arrays for a whole rollout; ALE 0.12 makes
+        # new arrays at every call, but nothing promises that)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         game_over = terminated | truncated  # ALE has reset these: raw holds the next game's first frame
         lives = np.asarray(info["lives"], np.int64)
