@@ -54,19 +54,29 @@ else:
 EOF
 }
 
+# timed NAME LABEL SECONDS START ARGS...: heron train ARGS in /tmp/runs/NAME (afresh), Ctrl-C after
+# SECONDS (a checkpoint), then its rate from step START on, into sps.txt; its log in $OUT/NAME.log
+timed() {
+    local name=$1 label=$2 seconds=$3 start=$4 dir=/tmp/runs/$1
+    shift 4
+    rm -rf "$dir"  # a rerun on the same machine starts afresh
+    timeout -s INT "$seconds" python3 -m heron train "$@" --progress none --run-dir "$dir" > "$OUT/$name.log" 2>&1
+    local code=$?
+    if [ -f "$dir/metrics.csv" ]; then
+        echo "$label (exit $code): $(sps "$dir" "$start")" | tee -a "$OUT/sps.txt"
+    else
+        echo "$label: exit $code"; tail -5 "$OUT/$name.log"
+    fi
+}
+
 if [ "$mode" = atari ]; then
     # PPO, --preset atari (8 envs x 128 steps), PongNoFrameskip-v4 on ALE's vector env stepping on 8
     # threads; logging, evaluation (5 games every 250k steps) and checkpoints on; eager, then graphed
     echo "== env steps/s, PPO PongNoFrameskip-v4 (--env-backend ale)" | tee "$OUT/sps.txt"
     for graphs in false true; do
-        dir=/tmp/runs/atari-$graphs
-        rm -rf "$dir"
-        timeout -s INT ${SPS_SECONDS:-120} python3 -m heron train ppo --preset atari --env-id PongNoFrameskip-v4 \
-            --env-backend ale --device cuda --cuda-graphs $graphs --total-steps 10000000 --checkpoint-every 100000 \
-            --torch-threads 8 --progress none --run-dir $dir > "$OUT/atari-$graphs.log" 2>&1
-        code=$?
-        [ -f $dir/metrics.csv ] || { echo "atari --cuda-graphs $graphs: exit $code"; tail -5 "$OUT/atari-$graphs.log"; continue; }
-        echo "ppo atari --cuda-graphs $graphs (exit $code): $(sps $dir 20480)" | tee -a "$OUT/sps.txt"
+        timed atari-$graphs "ppo atari --cuda-graphs $graphs" ${SPS_SECONDS:-120} 20480 ppo --preset atari \
+            --env-id PongNoFrameskip-v4 --env-backend ale --device cuda --cuda-graphs $graphs \
+            --total-steps 10000000 --checkpoint-every 100000 --torch-threads 8
     done
     exit
 fi
@@ -76,18 +86,12 @@ echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
 for algo in sac td3 ppo; do
     for graphs in false true; do
-        dir=/tmp/runs/$algo-$graphs
-        rm -rf "$dir"  # a rerun on the same machine starts afresh
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
-        # at most SPS_SECONDS (85) each (6 runs in one call): Ctrl-C then (a checkpoint), and the rate so far
-        timeout -s INT ${SPS_SECONDS:-85} python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 --device cuda \
-            --cuda-graphs $graphs $flags --checkpoint-every 10000 \
-            --torch-threads 4 --progress none --run-dir $dir > "$OUT/$algo-$graphs.log" 2>&1
-        code=$?
-        [ -f $dir/metrics.csv ] || { echo "$algo --cuda-graphs $graphs: exit $code"; tail -5 "$OUT/$algo-$graphs.log"; continue; }
-        echo "$algo --cuda-graphs $graphs (exit $code): $(sps $dir $start)" | tee -a "$OUT/sps.txt"
+        # at most SPS_SECONDS (85) each (6 runs in one call)
+        timed $algo-$graphs "$algo --cuda-graphs $graphs" ${SPS_SECONDS:-85} $start $algo --preset mujoco \
+            --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 --torch-threads 4
     done
 done

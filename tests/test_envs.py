@@ -353,23 +353,19 @@ def test_env_backend_choice():
     """``--env-backend``: auto takes EnvPool for Atari ids when it is installed, else the Gymnasium
     stack; on resume it keeps the backend the checkpoint's envs ran on; a named backend that is
     missing or not for the id is a one-line error."""
-    import importlib
-
-    from heron.algos.ppo.config import Config
-    ppo = importlib.import_module("heron.algos.ppo.train")  # the module (heron.algos.ppo.train is its function)
     from heron.core import atari
+    from heron.core.atari import choose_backend
 
-    auto = Config(env_id="ALE/Pong-v5")
-    assert ppo._backend(auto) == ("envpool" if atari.envpool_available() else "gymnasium")
-    assert ppo._backend(Config(env_id="CartPole-v1")) == "gymnasium"
-    assert ppo._backend(auto, {"rng": [], "fresh": []}) == "gymnasium"  # written by the Gymnasium backend
+    assert choose_backend("ALE/Pong-v5", "auto") == ("envpool" if atari.envpool_available() else "gymnasium")
+    assert choose_backend("CartPole-v1", "auto") == "gymnasium"
+    assert choose_backend("ALE/Pong-v5", "auto", {"rng": [], "fresh": []}) == "gymnasium"  # the Gymnasium backend's
     if atari.ale_vector_available():
-        assert ppo._backend(auto, {"backend": "ale", "fresh": [], "steps": 0}) == "ale"
+        assert choose_backend("ALE/Pong-v5", "auto", {"backend": "ale", "fresh": [], "steps": 0}) == "ale"
     with pytest.raises(HeronError, match="is for Atari ids"):
-        ppo._backend(Config(env_id="CartPole-v1", env_backend="ale"))
+        choose_backend("CartPole-v1", "ale")
     if not atari.envpool_available():
         with pytest.raises(HeronError, match="needs envpool"):
-            ppo._backend(auto, {"backend": "envpool", "fresh": [], "steps": 0})
+            choose_backend("ALE/Pong-v5", "auto", {"backend": "envpool", "fresh": [], "steps": 0})
     with pytest.raises(HeronError, match="written with the envpool env backend"):
         VecEnv("CartPole-v1", 1, 0).load_state_dict({"backend": "envpool", "fresh": [False], "steps": 3})
 

@@ -121,6 +121,28 @@ def wrap(env: gym.Env, training: bool, frame_stack: int = 4) -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
+def choose_backend(env_id: str, choice: str, resumed: dict | None = None) -> str:
+    """The vector env backend for ``env_id`` (gymnasium, envpool or ale) from ``--env-backend``
+    ``choice``: ``auto`` takes EnvPool for Atari when it is installed, else Gymnasium, and on
+    resume keeps the backend of ``resumed``, the checkpoint's env state (a game in flight cannot
+    move between backends). A named backend that is missing or not for the id: a HeronError."""
+    backend = choice
+    if backend == "auto" and resumed is not None:
+        backend = resumed.get("backend", "gymnasium")
+    if backend == "gymnasium":
+        return backend
+    if backend == "auto":
+        return "envpool" if is_atari(env_id) and envpool_available() else "gymnasium"
+    if not is_atari(env_id):
+        raise HeronError(f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
+                         f"got {env_id}")
+    what, available = {"envpool": ("envpool", envpool_available),
+                       "ale": ("ale-py 0.11 or later", ale_vector_available)}[backend]
+    if not available():
+        raise HeronError(f"--env-backend {backend} needs {what}: pip install -U {what.split()[0]}")
+    return backend
+
+
 def wrong_backend(env_state: dict) -> HeronError:
     """The error for a checkpoint whose envs ran on another backend (its env state names it; the
     Gymnasium backend's names none)."""

@@ -69,30 +69,6 @@ def obs_parts(env_id: str) -> list | None:
     return parts if any(image for _, _, image in parts) else None
 
 
-_NEEDS = {"envpool": ("envpool", atari.envpool_available), "ale": ("ale-py 0.11 or later", atari.ale_vector_available)}
-
-
-def _backend(cfg: Config, resumed: dict | None = None) -> str:
-    """The vector env backend: gymnasium, envpool or ale (config doc). ``resumed``: the checkpoint's
-    env state, whose backend ``auto`` keeps (a game in flight cannot move between backends)."""
-    backend = cfg.env_backend
-    if backend == "auto" and resumed is not None:
-        backend = resumed.get("backend", "gymnasium")
-    if backend == "gymnasium":
-        return backend
-    if backend == "auto":
-        if not atari.is_atari(cfg.env_id):
-            return "gymnasium"
-        return "envpool" if atari.envpool_available() else "gymnasium"
-    if not atari.is_atari(cfg.env_id):
-        raise HeronError(f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
-                         f"got {cfg.env_id}")
-    what, available = _NEEDS[backend]
-    if not available():
-        raise HeronError(f"--env-backend {backend} needs {what}: pip install -U {what.split()[0]}")
-    return backend
-
-
 def spaces_of(cfg: Config, obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its network without making an env."""
     return {"obs_shape": list(obs_space.shape), "obs_dtype": str(np.dtype(obs_space.dtype)),
@@ -108,14 +84,15 @@ def check(cfg: Config) -> dict:
     vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
     if not (image or vector):
         raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
-    _backend(cfg)
+    atari.choose_backend(cfg.env_id, cfg.env_backend)
     return spaces_of(cfg, obs_space, act_space)
 
 
 def _make_envs(cfg: Config, run: Run):
     """This process's envs (all of them without torchrun), seeded where its share begins."""
     n = run.local(cfg.num_envs)
-    backend = _backend(cfg, run.resume_state["envs"] if run.resume_state is not None else None)
+    backend = atari.choose_backend(cfg.env_id, cfg.env_backend,
+                                   run.resume_state["envs"] if run.resume_state is not None else None)
     if backend == "envpool":
         return atari.EnvPoolVecEnv(cfg.env_id, n, run.env_seed(n))
     if backend == "ale":
