@@ -1,0 +1,333 @@
+#!/usr/bin/env python
+"""heron vs Stable-Baselines3: learning curves of TD3 or SAC at equal env steps, same config, same seeds.
+
+``offpolicy_vs_sb3.py`` times the two libraries; this script asks whether they *learn* alike. Each
+(library, seed) pair trains once, every ``--eval-every`` env steps its deterministic policy plays
+``--eval-episodes`` episodes from the same start states on both sides (episode k of every evaluation
+is reset with ``seed + 1_000_000 + k``, heron's evaluation seeds, through heron's own evaluation
+loop), and the report sets the two curves side by side: the evaluation at each mark (mean and
+standard deviation over seeds, and each seed's value), and the mean training-episode return over
+the last 10% of the steps (CleanRL's figure).
+
+The heron config comes from heron's own presets and overrides (``--preset mujoco`` by default: for
+TD3 the paper's settings as its authors' code runs them, 25,000 random steps). SB3 is built from
+that resolved config, field by field: learning starts (uniform random actions before it on both
+sides), batch, buffer, gamma, tau, learning rate, network sizes, train frequency 1 and gradient
+steps, TD3's policy delay, target smoothing noise and clip and Gaussian exploration noise (SB3
+adds ``NormalActionNoise(sigma)`` to the action scaled to [-1, 1], so ``sigma`` is the fraction of
+the half-range heron's ``exploration_noise`` is), SAC's entropy tuning from the same initial alpha
+and target entropy. Settings SB3 cannot express (different actor and critic learning rates, SAC's
+CleanRL-style delayed actor updates, observation normalization, gradient clipping, several envs)
+stop the script with a one-line error rather than compare unlike runs; for SAC pass
+``--set policy_lr=3e-4 q_lr=3e-4 policy_frequency=1`` (SB3's schedule).
+
+Runs are resumable and can be split over processes: each (library, seed) lives in its own folder
+under ``--out``; a finished one is read back, a heron run that stopped continues from its
+checkpoint, an SB3 run that stopped starts again. Two processes with different ``--libs`` or
+``--seeds`` and the same ``--out`` use two cores (one torch thread each: ``--threads 1``). A heron
+run made elsewhere with the same config (e.g. ``heron bench mujoco-td3``) can be reused by placing
+(or linking) its run folder at the path the script prints; the script checks that its config matches
+on every field that affects learning and reads its evaluations up to ``--total-steps``.
+
+    python benchmarks/offpolicy_curves_vs_sb3.py --algo td3 --env-id Walker2d-v5 --total-steps 300000 \\
+        --seeds 1 2 --out /tmp/curves_td3_w2d
+    python benchmarks/offpolicy_curves_vs_sb3.py --algo td3 --env-id Pendulum-v1 --total-steps 3000 \\
+        --set learning_starts=500 --eval-every 1000 --eval-episodes 2 --seeds 1 --out /tmp/c   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+LIBS = ("heron", "sb3")
+# fields that do not change what a run learns (where it writes, how often it logs or checkpoints, how
+# long it goes on): a heron run that differs from the script's config only in these is reused
+NOT_LEARNING = {"run_dir", "progress", "torch_threads", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+                "log_every", "total_steps", "track", "wandb_project", "capture_video", "device", "dist_backend"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="heron vs Stable-Baselines3: TD3/SAC learning curves at equal env steps")
+    p.add_argument("--algo", choices=("td3", "sac"), default="td3")
+    p.add_argument("--env-id", default="Walker2d-v5")
+    p.add_argument("--preset", default="mujoco", help="heron preset the config starts from ('' for none)")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="heron config overrides")
+    p.add_argument("--total-steps", type=int, default=300_000)
+    p.add_argument("--eval-every", type=int, default=10_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--libs", nargs="+", choices=LIBS, default=list(LIBS))
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each training")
+    p.add_argument("--marks", type=int, default=10, help="rows of the report (evenly spaced marks)")
+    p.add_argument("--out", required=True, help="folder of the runs (resumable)")
+    p.add_argument("--report-only", action="store_true", help="train nothing; report what --out holds")
+    p.add_argument("--one", nargs=2, metavar=("LIB", "SEED"), help=argparse.SUPPRESS)  # internal
+    args = p.parse_args(argv)
+    if args.total_steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.threads <= 0:
+        p.error("--total-steps, --eval-every, --eval-episodes and --threads must be positive")
+    if args.total_steps % args.eval_every:
+        p.error("--total-steps must be a multiple of --eval-every (both sides evaluate at the same steps)")
+    return args
+
+
+def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
+    from heron.api import make_config
+    from heron.config import HeronError
+
+    overrides = {}
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes FIELD=VALUE, got {item!r}")
+        overrides[field] = value
+    try:
+        return make_config(args.algo, [args.preset] if args.preset else [], **overrides, env_id=args.env_id,
+                           seed=seed, total_steps=args.total_steps, eval_every=args.eval_every,
+                           eval_episodes=args.eval_episodes, torch_threads=args.threads, run_dir=str(run_dir),
+                           progress="log", device="cpu")
+    except HeronError as exc:
+        raise SystemExit(f"heron config: {exc}") from None
+
+
+def sb3_settings(cfg) -> dict:
+    """SB3's constructor arguments for heron's resolved config; SystemExit where SB3 cannot match it."""
+    unmatched = []
+    if cfg.policy_lr != cfg.q_lr:
+        unmatched.append(f"policy_lr {cfg.policy_lr} != q_lr {cfg.q_lr} (SB3 has one learning rate)")
+    if cfg.num_envs != 1 or cfg.obs_norm or cfg.max_grad_norm or cfg.precision != "32":
+        unmatched.append("num_envs 1, no obs_norm, no max_grad_norm and precision 32 only")
+    if hasattr(cfg, "autotune"):  # SAC
+        if cfg.policy_frequency != 1 or cfg.lr_schedule != "constant" or cfg.recurrent != "none":
+            unmatched.append("SAC needs policy_frequency=1 (SB3 updates the actor every step), a constant "
+                             "learning rate and no recurrence")
+    if unmatched:
+        raise SystemExit("SB3 cannot run this config: " + "; ".join(unmatched))
+    s = dict(learning_rate=cfg.policy_lr, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
+             batch_size=cfg.batch_size, tau=cfg.tau, gamma=cfg.gamma, train_freq=1,
+             gradient_steps=cfg.gradient_steps, policy_kwargs=dict(net_arch=list(cfg.hidden_sizes)))
+    if hasattr(cfg, "autotune"):  # SAC
+        s.update(ent_coef=f"auto_{cfg.alpha}" if cfg.autotune else cfg.alpha,
+                 target_update_interval=cfg.target_network_frequency)
+    else:
+        s.update(policy_delay=cfg.policy_frequency, target_policy_noise=cfg.policy_noise,
+                 target_noise_clip=cfg.noise_clip, exploration_noise=cfg.exploration_noise)
+    return s
+
+
+def run_dir_of(args: argparse.Namespace, lib: str, seed: int) -> Path:
+    return Path(args.out) / f"{lib}_{args.algo}_{args.env_id.replace('/', '-')}_s{seed}"
+
+
+def read_evals(run_dir: Path, upto: int) -> dict[int, float]:
+    path = run_dir / "eval.csv"
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {int(r["step"]): float(r["mean_return"]) for r in csv.DictReader(f) if int(r["step"]) <= upto}
+
+
+def read_training(run_dir: Path, upto: int) -> list[tuple[int, float]]:
+    """(step, return) of the training episodes: heron's metrics.csv, or the SB3 run's train.csv."""
+    rows = []
+    heron_rows = run_dir / "metrics.csv"
+    if heron_rows.exists():
+        with open(heron_rows, newline="") as f:
+            rows = [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f)
+                    if r["metric"] == "charts/episodic_return"]
+    elif (run_dir / "train.csv").exists():
+        with open(run_dir / "train.csv", newline="") as f:
+            rows = [(int(r["step"]), float(r["return"])) for r in csv.DictReader(f)]
+    return [(s, r) for s, r in rows if s <= upto]
+
+
+def finished(args: argparse.Namespace, run_dir: Path) -> bool:
+    return args.total_steps in read_evals(run_dir, args.total_steps)
+
+
+# -- one training ------------------------------------------------------------------------------------
+def check_heron_dir(args: argparse.Namespace, seed: int, run_dir: Path) -> dict | None:
+    """The config of the heron run in ``run_dir`` (None if there is none), after checking that it
+    learns as the script's config would: a run made elsewhere is reused only then."""
+    import yaml
+
+    from heron.config import to_dict
+
+    if not (run_dir / "config.yaml").exists():
+        return None
+    have = yaml.safe_load((run_dir / "config.yaml").read_text())
+    want = to_dict(heron_config(args, seed, run_dir))
+    differ = sorted(k for k in want if k not in NOT_LEARNING and _norm(have.get(k)) != _norm(want[k]))
+    if differ:
+        raise SystemExit(f"{run_dir} holds a heron run whose config differs in {', '.join(differ)}: "
+                         "move it away or match the script's settings")
+    if have["total_steps"] < args.total_steps:
+        raise SystemExit(f"{run_dir} stops at {have['total_steps']} steps, fewer than --total-steps")
+    return have
+
+
+def train_heron(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
+    import heron
+
+    have = check_heron_dir(args, seed, run_dir)
+    if have is None:
+        cfg = heron_config(args, seed, run_dir)
+        heron.train(args.algo, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    elif have["total_steps"] > args.total_steps:  # a longer run made elsewhere that is not far enough yet
+        raise SystemExit(f"{run_dir} ({have['total_steps']} steps) has no evaluation at {args.total_steps} yet: "
+                         "continue it with heron train --resume first")
+    else:
+        heron.resume(run_dir)
+
+
+def _norm(v):
+    return list(v) if isinstance(v, (tuple, list)) else v
+
+
+def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
+    import torch
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    from heron.core.envs import evaluate, make_env
+    from heron.core.run import EVAL_SEED_OFFSET
+
+    torch.set_num_threads(args.threads)
+    cfg = heron_config(args, seed, run_dir)
+    settings = sb3_settings(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("eval.csv", "train.csv"):  # an SB3 run that stopped starts again
+        (run_dir / name).unlink(missing_ok=True)
+    (run_dir / "sb3_settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    env = make_vec_env(lambda: make_env(args.env_id), n_envs=1, seed=seed)
+    if args.algo == "td3":
+        sigma = settings.pop("exploration_noise")
+        A = env.action_space.shape[0]
+        model = TD3("MlpPolicy", env, action_noise=NormalActionNoise(np.zeros(A), sigma * np.ones(A)), seed=seed,
+                    device="cpu", verbose=0, **settings)
+    else:
+        model = SAC("MlpPolicy", env, target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
+                    seed=seed, device="cpu", verbose=0, **settings)
+
+    class Deterministic:
+        def predict(self, obs, deterministic=True):
+            return model.predict(obs, deterministic=True)[0]
+
+        def reset(self):
+            pass
+
+    class Record(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.evals = open(run_dir / "eval.csv", "w", newline="")
+            self.train = open(run_dir / "train.csv", "w", newline="")
+            csv.writer(self.evals).writerow(["step", "mean_return", "std_return", "episodes"])
+            csv.writer(self.train).writerow(["step", "return", "length"])
+
+        def _on_step(self) -> bool:
+            step = self.model.num_timesteps
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    csv.writer(self.train).writerow([step, info["episode"]["r"], info["episode"]["l"]])
+            if step % args.eval_every == 0:
+                returns = evaluate(Deterministic(), args.env_id, args.eval_episodes, seed + EVAL_SEED_OFFSET)
+                csv.writer(self.evals).writerow([step, returns.mean(), returns.std(), len(returns)])
+                self.evals.flush()
+                self.train.flush()
+                print(f"sb3 {args.algo} {args.env_id} seed {seed}: step {step}, evaluation {returns.mean():.1f}",
+                      flush=True)
+            return True
+
+        def _on_training_end(self) -> None:
+            self.evals.close()
+            self.train.close()
+
+    model.learn(total_timesteps=args.total_steps, callback=Record())
+    env.close()
+
+
+# -- report ------------------------------------------------------------------------------------------
+def report(args: argparse.Namespace) -> None:
+    cfg = heron_config(args, args.seeds[0], Path(args.out))
+    step = args.total_steps // args.marks
+    marks = [m for m in range(step, args.total_steps + 1, step) if m % args.eval_every == 0] or [args.total_steps]
+    curves = {lib: {s: read_evals(run_dir_of(args, lib, s), args.total_steps) for s in args.seeds} for lib in LIBS}
+    print(f"\n{args.algo.upper()} on {args.env_id}, {args.total_steps:,} env steps, seeds {args.seeds}; deterministic "
+          f"evaluation of {args.eval_episodes} episodes every {args.eval_every:,} steps, the same start states on "
+          f"both sides; learning starts at {cfg.learning_starts:,}")
+    print("\n| Steps | heron (mean ± std over seeds) | SB3 | heron per seed | SB3 per seed |")
+    print("|---:|---:|---:|---|---|")
+    for m in marks:
+        cells = []
+        for lib in LIBS:
+            vals = [curves[lib][s][m] for s in args.seeds if m in curves[lib][s]]
+            cells.append(f"{np.mean(vals):.0f} ± {np.std(vals):.0f}" if vals else "")
+        per = [", ".join(f"{curves[lib][s][m]:.0f}" if m in curves[lib][s] else "-" for s in args.seeds)
+               for lib in LIBS]
+        print(f"| {m:,} | {cells[0]} | {cells[1]} | {per[0]} | {per[1]} |")
+    print("\n| Figure | heron | SB3 |")
+    print("|---|---:|---:|")
+    rows = {"training return, last 10% of the steps": [], "mean of the evaluations": [], "best evaluation": []}
+    for lib in LIBS:
+        last, means, best = [], [], []
+        for s in args.seeds:
+            run_dir = run_dir_of(args, lib, s)
+            train = [r for st, r in read_training(run_dir, args.total_steps) if st > 0.9 * args.total_steps]
+            if train:
+                last.append(np.mean(train))
+            ev = curves[lib][s]
+            if ev:
+                means.append(np.mean(list(ev.values())))
+                best.append(max(ev.values()))
+        for key, vals in zip(rows, (last, means, best)):
+            rows[key].append(f"{np.mean(vals):.0f} ± {np.std(vals):.0f} ({len(vals)})" if vals else "")
+    for key, cells in rows.items():
+        print(f"| {key} | {cells[0]} | {cells[1]} |")
+    print("\n(mean ± std over seeds, the number of seeds in brackets; 'mean of the evaluations' is the area under "
+          "the evaluation curve divided by its length)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        lib, seed = args.one[0], int(args.one[1])
+        run_dir = run_dir_of(args, lib, seed)
+        (train_heron if lib == "heron" else train_sb3)(args, seed, run_dir)
+        return 0
+    if "sb3" in args.libs and not args.report_only:
+        try:
+            import stable_baselines3  # noqa: F401
+        except ImportError:
+            print("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'", file=sys.stderr)
+            return 2
+        cfg = heron_config(args, args.seeds[0], Path(args.out))
+        sb3_settings(cfg)  # before any training: a config SB3 cannot match stops here
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        for seed in args.seeds:
+            for lib in args.libs:  # one after the other, never in parallel
+                run_dir = run_dir_of(args, lib, seed)
+                if lib == "heron":
+                    check_heron_dir(args, seed, run_dir)
+                if finished(args, run_dir):
+                    print(f"[{lib} seed {seed}] finished earlier: {run_dir}", flush=True)
+                    continue
+                print(f"[{lib} seed {seed}] training -> {run_dir}", flush=True)
+                cmd = [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv),
+                       "--one", lib, str(seed)]
+                subprocess.run(cmd, check=True)
+    report(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""What the side-by-side scripts in benchmarks/ must get right without training anything: the
+peer's settings built from heron's resolved config (a silent mismatch would compare unlike runs),
+and the reuse of a heron run made elsewhere only when it learns as the script's config would."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heron.config import to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def curves():
+    return _script("offpolicy_curves_vs_sb3")
+
+
+def _args(curves, tmp_path, *extra):
+    return curves.parse_args(["--env-id", "Pendulum-v1", "--total-steps", "20000", "--out", str(tmp_path), *extra])
+
+
+def test_sb3_settings_follow_heron_td3_preset(curves, tmp_path):
+    args = _args(curves, tmp_path, "--set", "gamma=0.98", "hidden_sizes=400,300")
+    settings = curves.sb3_settings(curves.heron_config(args, 1, tmp_path))
+    assert settings == dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=25_000, batch_size=256,
+                            tau=0.005, gamma=0.98, train_freq=1, gradient_steps=1,
+                            policy_kwargs=dict(net_arch=[400, 300]), policy_delay=2, target_policy_noise=0.2,
+                            target_noise_clip=0.5, exploration_noise=0.1)
+
+
+def test_sb3_settings_refuse_what_sb3_cannot_run(curves, tmp_path):
+    sac = _args(curves, tmp_path, "--algo", "sac")  # CleanRL's defaults: q-lr 1e-3, delayed actor updates
+    with pytest.raises(SystemExit, match="one learning rate.*policy_frequency=1"):
+        curves.sb3_settings(curves.heron_config(sac, 1, tmp_path))
+    matched = _args(curves, tmp_path, "--algo", "sac", "--set", "policy_lr=3e-4", "q_lr=3e-4", "policy_frequency=1")
+    settings = curves.sb3_settings(curves.heron_config(matched, 1, tmp_path))
+    assert settings["ent_coef"] == "auto_0.2" and settings["target_update_interval"] == 1
+    assert settings["learning_rate"] == 3e-4 and settings["learning_starts"] == 5000
+    with pytest.raises(SystemExit, match="heron config: --gamma must be in"):
+        curves.heron_config(_args(curves, tmp_path, "--set", "gamma=2"), 1, tmp_path)
+    normalized = _args(curves, tmp_path, "--set", "obs_norm=true")
+    with pytest.raises(SystemExit, match="no obs_norm"):
+        curves.sb3_settings(curves.heron_config(normalized, 1, tmp_path))
+
+
+def test_a_heron_run_is_reused_only_with_the_same_learning_config(curves, tmp_path):
+    args = _args(curves, tmp_path)
+    run_dir = curves.run_dir_of(args, "heron", 1)
+    assert curves.check_heron_dir(args, 1, run_dir) is None  # nothing there: it will be trained
+    run_dir.mkdir(parents=True)
+    made_elsewhere = to_dict(curves.heron_config(args, 1, run_dir))
+    made_elsewhere.update(total_steps=1_000_000, run_dir="/elsewhere", device="auto", checkpoint_every=50_000)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(made_elsewhere))
+    assert curves.check_heron_dir(args, 1, run_dir)["total_steps"] == 1_000_000
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**made_elsewhere, "exploration_noise": 0.2}))
+    with pytest.raises(SystemExit, match="differs in exploration_noise"):
+        curves.check_heron_dir(args, 1, run_dir)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**made_elsewhere, "total_steps": 10_000}))
+    with pytest.raises(SystemExit, match="fewer than --total-steps"):
+        curves.check_heron_dir(args, 1, run_dir)
