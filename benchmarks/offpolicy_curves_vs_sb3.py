@@ -21,6 +21,12 @@ CleanRL-style delayed actor updates, observation normalization, gradient clippin
 stop the script with a one-line error rather than compare unlike runs; for SAC pass
 ``--set policy_lr=3e-4 q_lr=3e-4 policy_frequency=1`` (SB3's schedule).
 
+Left as each library does it: SB3's critics see actions scaled to [-1, 1], heron's see them in env
+units (the same thing on every MuJoCo locomotion env but Humanoid, whose bounds are +-0.4); for SAC,
+heron squashes the log-std into [-5, 2] with tanh where SB3 clamps it to [-20, 2], and SB3 updates
+the entropy coefficient before the critics, heron after the actor. ``tests/test_vs_sb3.py`` holds
+heron's TD3 gradient step to SB3's exactly.
+
 Runs are resumable and can be split over processes: each (library, seed) lives in its own folder
 under ``--out``; a finished one is read back, a heron run that stopped continues from its
 checkpoint, an SB3 run that stopped starts again. Two processes with different ``--libs`` or
