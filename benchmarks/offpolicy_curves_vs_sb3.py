@@ -87,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
     from heron.api import make_config
     from heron.config import HeronError
+    from heron.core.envs import check_env_id
 
     overrides = {}
     for item in args.set:
@@ -95,6 +96,7 @@ def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
             raise SystemExit(f"--set takes FIELD=VALUE, got {item!r}")
         overrides[field] = value
     try:
+        check_env_id(args.env_id)  # heron's one-line error for an id it cannot make, with close matches
         return make_config(args.algo, [args.preset] if args.preset else [], **overrides, env_id=args.env_id,
                            seed=seed, total_steps=args.total_steps, eval_every=args.eval_every,
                            eval_episodes=args.eval_episodes, torch_threads=args.threads, run_dir=str(run_dir),
@@ -262,8 +264,7 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
 
 
 # -- report ------------------------------------------------------------------------------------------
-def report(args: argparse.Namespace) -> None:
-    cfg = heron_config(args, args.seeds[0], Path(args.out))
+def report(args: argparse.Namespace, cfg) -> None:
     step = args.total_steps // args.marks
     marks = [m for m in range(step, args.total_steps + 1, step) if m % args.eval_every == 0] or [args.total_steps]
     curves = {lib: {s: read_evals(run_dir_of(args, lib, s), args.total_steps) for s in args.seeds} for lib in LIBS}
@@ -303,19 +304,30 @@ def report(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Refusals (``SystemExit`` with a message: a config SB3 cannot run, a heron run that does not
+    match, a bad env id) print that one line and exit 2; argparse's own errors exit 2 as well."""
     args = parse_args(argv)
+    try:
+        return _main(args, argv)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(f"offpolicy_curves_vs_sb3: {exc.code}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.one:
         lib, seed = args.one[0], int(args.one[1])
         run_dir = run_dir_of(args, lib, seed)
         (train_heron if lib == "heron" else train_sb3)(args, seed, run_dir)
         return 0
+    cfg = heron_config(args, args.seeds[0], Path(args.out))  # a bad id or override stops here
     if "sb3" in args.libs and not args.report_only:
         try:
             import stable_baselines3  # noqa: F401
         except ImportError:
-            print("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'", file=sys.stderr)
-            return 2
-        cfg = heron_config(args, args.seeds[0], Path(args.out))
+            raise SystemExit("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'")
         sb3_settings(cfg)  # before any training: a config SB3 cannot match stops here
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if not args.report_only:
@@ -330,8 +342,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{lib} seed {seed}] training -> {run_dir}", flush=True)
                 cmd = [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv),
                        "--one", lib, str(seed)]
-                subprocess.run(cmd, check=True)
-    report(args)
+                code = subprocess.run(cmd).returncode
+                if code:
+                    print(f"[{lib} seed {seed}] training ended with exit code {code} (its output is above); "
+                          "the same command continues", file=sys.stderr)
+                    return code
+    report(args, cfg)
     return 0
 
 

@@ -68,3 +68,11 @@ def test_a_heron_run_is_reused_only_with_the_same_learning_config(curves, tmp_pa
     (run_dir / "config.yaml").write_text(yaml.safe_dump({**made_elsewhere, "total_steps": 10_000}))
     with pytest.raises(SystemExit, match="fewer than --total-steps"):
         curves.check_heron_dir(args, 1, run_dir)
+
+
+def test_refusals_are_one_line_with_exit_code_2(curves, tmp_path, capsys):
+    assert curves.main(["--env-id", "Nope-v9", "--out", str(tmp_path), "--libs", "heron"]) == 2
+    assert curves.main(["--algo", "sac", "--env-id", "Pendulum-v1", "--out", str(tmp_path), "--libs", "sb3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown environment id 'Nope-v9'" in err[0] and "SB3 cannot run" in err[1]
+    assert not any(tmp_path.iterdir())  # refused before any run folder was made
