@@ -76,3 +76,14 @@ def test_refusals_are_one_line_with_exit_code_2(curves, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "unknown environment id 'Nope-v9'" in err[0] and "SB3 cannot run" in err[1]
     assert not any(tmp_path.iterdir())  # refused before any run folder was made
+
+
+def test_permutation_p_counts_the_splits_at_least_as_far_apart(curves):
+    # {1, 2} vs {3, 4}: of the 6 ways to split the four values 2 + 2, only this one and its mirror
+    # are 2 apart in means
+    assert curves.permutation_p([1, 2], [3, 4]) == pytest.approx(2 / 6)
+    # the order of the groups does not matter, and identical groups are never "apart"
+    assert curves.permutation_p([3, 4], [1, 2]) == pytest.approx(2 / 6)
+    assert curves.permutation_p([5, 5], [5, 5]) == 1.0
+    # 3 + 3 with every heron seed below every SB3 seed: 2 of C(6, 3) = 20 splits
+    assert curves.permutation_p([1, 2, 3], [10, 11, 12]) == pytest.approx(0.1)
