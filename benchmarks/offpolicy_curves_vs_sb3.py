@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--marks", type=int, default=10, help="rows of the report (evenly spaced marks)")
     p.add_argument("--out", required=True, help="folder of the runs (resumable)")
     p.add_argument("--report-only", action="store_true", help="train nothing; report what --out holds")
+    p.add_argument("--plot", metavar="PNG", help="also draw both libraries' evaluation curves (mean with a band of one "
+                   "std over the seeds, up to --total-steps) to this file")
     p.add_argument("--one", nargs=2, metavar=("LIB", "SEED"), help=argparse.SUPPRESS)  # internal
     args = p.parse_args(argv)
     if args.total_steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.threads <= 0:
@@ -326,6 +328,12 @@ def report(args: argparse.Namespace, cfg) -> None:
         a, b = per_seed[key]
         p = f"{permutation_p(a, b):.2f}" if len(a) >= 2 and len(b) >= 2 else ""
         print(f"| {key} | {cells[0]} | {cells[1]} | {p} |")
+    if args.plot:
+        from heron.plot import plot_curve_bands
+        version = {"sb3": "SB3"}
+        groups = {version.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
+                  for lib in LIBS}
+        print("plot:", plot_curve_bands(groups, args.plot, f"{args.algo.upper()} {args.env_id}, heron and SB3"))
     print("\n(mean ± std over the finished seeds, their number in brackets; 'mean of the evaluations' is the area under "
           "the evaluation curve divided by its length; p: the chance that seed-to-seed noise alone splits the "
           "pooled per-seed figures into groups this far apart, over every split of the seeds)")

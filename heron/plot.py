@@ -84,10 +84,15 @@ def band(run_dirs: list[str]) -> tuple[list[float], list[float], list[float], in
     """The evaluation curves of several runs (seeds) on the union of their evaluation steps: steps,
     mean and standard deviation over the runs that reach each step (each run's curve interpolated
     between its own evaluations, never extrapolated), and the number of runs with data."""
+    return band_of([read_eval(d)[:2] for d in run_dirs])
+
+
+def band_of(curves: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float], list[float], int]:
+    """``band`` for curves given as (steps, returns) pairs rather than run directories (a peer
+    library's runs, or heron's cut at a step)."""
     import numpy as np
 
-    curves = [read_eval(d)[:2] for d in run_dirs]
-    curves = [(np.asarray(s, float), np.asarray(m, float)) for s, m in curves if s]
+    curves = [(np.asarray(s, float), np.asarray(m, float)) for s, m in curves if len(s)]
     if not curves:
         return [], [], [], 0
     grid = np.unique(np.concatenate([s for s, _ in curves]))
@@ -104,11 +109,20 @@ def band(run_dirs: list[str]) -> tuple[list[float], list[float], list[float], in
 def plot_bands(groups: dict[str, list[str]], out: str, title: str = "deterministic evaluation") -> str:
     """One line per group of runs (``label -> run directories``, e.g. the seeds of one algorithm):
     the mean evaluation return with a band of one standard deviation over the runs."""
+    curves = {label: [read_eval(d)[:2] for d in dirs] for label, dirs in groups.items()}
+    if not any(steps for pairs in curves.values() for steps, _ in pairs):
+        raise HeronError(f"nothing to plot: no evaluations in {', '.join(d for ds in groups.values() for d in ds)}")
+    return plot_curve_bands(curves, out, title)
+
+
+def plot_curve_bands(groups: dict[str, list[tuple[list[float], list[float]]]], out: str,
+                     title: str = "deterministic evaluation") -> str:
+    """``plot_bands`` for curves given as (steps, returns) pairs, ``label -> one pair per seed``."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = 0
-    for label, run_dirs in groups.items():
-        steps, mean, std, n = band(run_dirs)
+    for label, curves in groups.items():
+        steps, mean, std, n = band_of(curves)
         if not steps:
             continue
         line, = ax.plot(steps, mean, label=f"{label} ({n} seed{'s' if n > 1 else ''})")
@@ -117,7 +131,7 @@ def plot_bands(groups: dict[str, list[str]], out: str, title: str = "determinist
         drawn += 1
     if not drawn:
         plt.close(fig)
-        raise HeronError(f"nothing to plot: no evaluations in {', '.join(d for ds in groups.values() for d in ds)}")
+        raise HeronError("nothing to plot: no evaluations")
     ax.set(title=title, xlabel="env steps", ylabel="mean evaluation return")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -82,8 +82,29 @@ def test_permutation_p_counts_the_splits_at_least_as_far_apart(curves):
     # {1, 2} vs {3, 4}: of the 6 ways to split the four values 2 + 2, only this one and its mirror
     # are 2 apart in means
     assert curves.permutation_p([1, 2], [3, 4]) == pytest.approx(2 / 6)
-    # the order of the groups does not matter, and identical groups are never "apart"
+    # the order of the groups does not matter; with all values equal every split is as far apart
     assert curves.permutation_p([3, 4], [1, 2]) == pytest.approx(2 / 6)
     assert curves.permutation_p([5, 5], [5, 5]) == 1.0
     # 3 + 3 with every heron seed below every SB3 seed: 2 of C(6, 3) = 20 splits
     assert curves.permutation_p([1, 2, 3], [10, 11, 12]) == pytest.approx(0.1)
+
+
+def test_report_summarises_finished_runs_and_plots_both_libraries(curves, tmp_path, capsys):
+    # fake runs: heron seeds 1-2 and SB3 seed 1 finished at 20k, SB3 seed 2 stopped at 10k
+    finals = {("heron", 1): 100.0, ("heron", 2): 200.0, ("sb3", 1): 400.0}
+    for lib in ("heron", "sb3"):
+        for seed in (1, 2):
+            run_dir = tmp_path / f"{lib}_td3_Pendulum-v1_s{seed}"
+            run_dir.mkdir()
+            rows = [(10_000, 10.0 * seed)] + ([(20_000, finals[lib, seed])] if (lib, seed) in finals else [])
+            (run_dir / "eval.csv").write_text("step,mean_return,std_return,episodes\n"
+                                              + "".join(f"{st},{r},0,10\n" for st, r in rows))
+    png = tmp_path / "curves.png"
+    argv = ["--env-id", "Pendulum-v1", "--total-steps", "20000", "--out", str(tmp_path), "--seeds", "1", "2",
+            "--report-only", "--plot", str(png)]
+    assert curves.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| 20,000 | 150 ± 50 | 400 ± 0 | 100, 200 | 400, - |" in out
+    # the summary holds only finished runs (SB3 seed 2 is left out), and one SB3 seed gives no p
+    assert "| final evaluation | 150 ± 50 (2) | 400 ± 0 (1) |  |" in out
+    assert png.stat().st_size > 10_000
