@@ -266,22 +266,28 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
 
 
 # -- report ------------------------------------------------------------------------------------------
-def permutation_p(a: list[float], b: list[float]) -> float:
+def permutation_p(a: list[float], b: list[float], exact_up_to: int = 200_000) -> float:
     """Two-sided exact permutation test of a difference in means: the share of all ways to split the
     pooled per-seed values into groups of ``len(a)`` and ``len(b)`` whose difference in means is at
     least as large (in absolute value) as the observed one. With few seeds the smallest p it can
     give is ``1 / C(n, len(a))``, twice that for groups of one size (0.07 for 4 + 2 seeds, 0.33 for
-    2 + 2, 0.008 for 4 + 5): read it with that in mind."""
+    2 + 2, 0.008 for 4 + 5): read it with that in mind. Past ``exact_up_to`` splits (more than about
+    20 seeds in all) it draws that many random splits instead, from a fixed seed."""
     from itertools import combinations
+    from math import comb
     pooled = np.asarray(list(a) + list(b), float)
+    n, k = len(pooled), len(a)
     observed = abs(np.mean(a) - np.mean(b))
-    total, hits = 0, 0
-    for idx in combinations(range(len(pooled)), len(a)):
-        mask = np.zeros(len(pooled), bool)
-        mask[list(idx)] = True
-        total += 1
-        hits += abs(pooled[mask].mean() - pooled[~mask].mean()) >= observed - 1e-9
-    return hits / total
+    if comb(n, k) <= exact_up_to:
+        masks = np.zeros((comb(n, k), n), bool)
+        for row, idx in enumerate(combinations(range(n), k)):
+            masks[row, list(idx)] = True
+    else:
+        rng = np.random.default_rng(0)
+        masks = np.argsort(rng.random((exact_up_to, n)), axis=1) < k
+    first = (masks * pooled).sum(1) / k
+    second = (~masks * pooled).sum(1) / (n - k)
+    return float(np.mean(np.abs(first - second) >= observed - 1e-9))
 
 
 def report(args: argparse.Namespace, cfg) -> None:
@@ -315,25 +321,27 @@ def report(args: argparse.Namespace, cfg) -> None:
             if train:
                 last.append(np.mean(train))
             ev = curves[lib][s]
-            final.append(ev[args.total_steps])
-            if ev:
-                means.append(np.mean(list(ev.values())))
-                best.append(max(ev.values()))
+            final.append(ev[args.total_steps])  # finished: it has this evaluation
+            means.append(np.mean(list(ev.values())))
+            best.append(max(ev.values()))
         for key, vals in zip(rows, (final, last, means, best)):
             rows[key].append(f"{np.mean(vals):.0f} ± {np.std(vals):.0f} ({len(vals)})" if vals else "")
             per_seed[key].append(vals)
-    print("| Figure | heron | SB3 | p (exact permutation test) |")
+    print("| Figure | heron | SB3 | p (permutation test) |")
     print("|---|---:|---:|---:|")
     for key, cells in rows.items():
         a, b = per_seed[key]
         p = f"{permutation_p(a, b):.2f}" if len(a) >= 2 and len(b) >= 2 else ""
         print(f"| {key} | {cells[0]} | {cells[1]} | {p} |")
-    if args.plot:
+    if args.plot:  # every run with evaluations, finished or not: the legend counts the seeds
+        from heron.config import HeronError
         from heron.plot import plot_curve_bands
-        version = {"sb3": "SB3"}
-        groups = {version.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
+        groups = {{"sb3": "SB3"}.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
                   for lib in LIBS}
-        print("plot:", plot_curve_bands(groups, args.plot, f"{args.algo.upper()} {args.env_id}, heron and SB3"))
+        try:
+            print("plot:", plot_curve_bands(groups, args.plot, f"{args.algo.upper()} {args.env_id}, heron and SB3"))
+        except HeronError as exc:  # no matplotlib, no evaluations yet
+            raise SystemExit(f"--plot: {exc}") from None
     print("\n(mean ± std over the finished seeds, their number in brackets; 'mean of the evaluations' is the area under "
           "the evaluation curve divided by its length; p: the chance that seed-to-seed noise alone splits the "
           "pooled per-seed figures into groups this far apart, over every split of the seeds)")

@@ -108,3 +108,12 @@ def test_report_summarises_finished_runs_and_plots_both_libraries(curves, tmp_pa
     # the summary holds only finished runs (SB3 seed 2 is left out), and one SB3 seed gives no p
     assert "| final evaluation | 150 ± 50 (2) | 400 ± 0 (1) |  |" in out
     assert png.stat().st_size > 10_000
+
+
+def test_permutation_p_draws_random_splits_past_the_exact_limit(curves):
+    heron, sb3 = [1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 4.0, 5.0, 6.0, 7.0]
+    exact = curves.permutation_p(heron, sb3)  # C(10, 5) = 252 splits: 32 as far apart
+    assert exact == pytest.approx(32 / 252)
+    assert abs(curves.permutation_p(heron, sb3, exact_up_to=251) - exact) < 0.05  # 251 random splits
+    # 11 + 11 seeds (705,432 splits, past the default limit), fully apart: exactly 2 / 705,432
+    assert curves.permutation_p(list(range(11)), list(range(100, 111))) < 1e-3
