@@ -314,14 +314,14 @@ def report(args: argparse.Namespace, cfg) -> None:
     for lib in LIBS:
         final, last, means, best = [], [], [], []
         for s in args.seeds:
-            run_dir = run_dir_of(args, lib, s)
-            if not finished(args, run_dir):  # a run still going would pull the figures toward its early steps
+            ev = curves[lib][s]
+            if args.total_steps not in ev:  # unfinished: it would pull the figures toward its early steps
                 continue
-            train = [r for st, r in read_training(run_dir, args.total_steps) if st > 0.9 * args.total_steps]
+            train = [r for st, r in read_training(run_dir_of(args, lib, s), args.total_steps)
+                     if st > 0.9 * args.total_steps]
             if train:
                 last.append(np.mean(train))
-            ev = curves[lib][s]
-            final.append(ev[args.total_steps])  # finished: it has this evaluation
+            final.append(ev[args.total_steps])
             means.append(np.mean(list(ev.values())))
             best.append(max(ev.values()))
         for key, vals in zip(rows, (final, last, means, best)):

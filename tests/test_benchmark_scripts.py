@@ -117,3 +117,12 @@ def test_permutation_p_draws_random_splits_past_the_exact_limit(curves):
     assert abs(curves.permutation_p(heron, sb3, exact_up_to=251) - exact) < 0.05  # 251 random splits
     # 11 + 11 seeds (705,432 splits, past the default limit), fully apart: exactly 2 / 705,432
     assert curves.permutation_p(list(range(11)), list(range(100, 111))) < 1e-3
+
+
+def test_plot_with_nothing_to_draw_is_a_one_line_refusal(curves, tmp_path, capsys):
+    argv = ["--env-id", "Pendulum-v1", "--total-steps", "20000", "--out", str(tmp_path), "--report-only",
+            "--plot", str(tmp_path / "curves.png")]
+    assert curves.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["offpolicy_curves_vs_sb3: --plot: nothing to plot: no evaluations"]
+    assert not (tmp_path / "curves.png").exists()
