@@ -116,3 +116,23 @@ def test_checkpointed_replay_holds_the_filled_rows_only():
     out = io.BytesIO()
     torch.save(buf.state_dict(), out)
     assert len(out.getvalue()) < 20_000  # 10 rows, not the 100,000 preallocated (about 10 MB)
+
+
+def test_cpu_sampling_gathers_the_rows_index_select_gathers_and_only_the_fields_asked():
+    """On the CPU rows are written and gathered through numpy views of the tensors: the same rows
+    from the same generator state as the tensor path, with every dtype kept."""
+    buf = ReplayBuffer(capacity=40, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,))
+    rng = np.random.default_rng(0)
+    for t in range(13):
+        buf.add(obs=rng.normal(size=(2, 3)), next_obs=rng.normal(size=(2, 3)).astype(np.float32),
+                actions=rng.normal(size=(2, 1)), rewards=rng.normal(size=2), terminated=rng.random(2) < 0.3,
+                truncated=torch.as_tensor(rng.random(2) < 0.3))  # a tensor value takes the tensor path
+    state = buf.generator.get_state()
+    got = buf.sample(64, ("obs", "rewards", "terminated", "truncated"))
+    assert set(got) == {"obs", "rewards", "terminated", "truncated"}
+    buf.generator.set_state(state)
+    buf._np = None  # the tensor path
+    want = buf.sample(64)
+    for k, v in got.items():
+        assert v.dtype == want[k].dtype and torch.equal(v, want[k]), k
+    assert bool(got["terminated"].any()) and bool(got["truncated"].any())

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -354,6 +355,24 @@ def test_divergence_guard_names_the_first_bad_update_and_only_its_metrics():
     guard.watch({"losses/q": torch.tensor(float("inf"))}, 11)
     guard.watch({"losses/q": torch.tensor(float("nan")), "losses/actor": torch.tensor(float("nan"))}, 12)
     assert guard.tripped() and guard.describe() == "losses/q = inf at env step 11"
+
+
+def test_divergence_guard_finds_the_first_bad_update_across_folds(monkeypatch):
+    """Rows are folded into the flag every FOLD updates and read later: as on a GPU (no read at each
+    fold), the first bad update is still named, after sets of names of two widths, and the rows of
+    folds read as finite are let go (at the latest after KEEP folds)."""
+    monkeypatch.setattr(faults.DivergenceGuard, "KEEP", 3)
+    guard = faults.DivergenceGuard(torch.device("cpu"))
+    guard.device = types.SimpleNamespace(type="cuda")  # no read at each fold
+    for i in range(250):
+        metrics = {"losses/q": torch.tensor(float("inf") if i == 240 else float(i)), "step": i}
+        if i % 2:
+            metrics["losses/actor"] = torch.tensor(float("nan") if i == 231 else 1.0)
+        guard.watch(metrics, 1000 + i)
+        assert len(guard.folded) < 3 and not guard.bad
+    assert guard.tripped() and guard.describe() == "losses/actor = nan at env step 1231"
+    guard.watch({"losses/q": torch.tensor(float("nan"))}, 2000)  # after a trip nothing more is kept
+    assert guard.describe() == "losses/actor = nan at env step 1231"
 
 
 def test_divergence_guard_leaves_out_ignored_names():

@@ -50,6 +50,10 @@ class ReplayBuffer:
             shapes[name] = (tuple(shape), torch.float32)
         self.data = {name: torch.zeros((self.rows, num_envs, *shape), dtype=dt, device=self.device)
                      for name, (shape, dt) in shapes.items()}
+        # on the CPU, rows are written through numpy views of the same memory: one numpy assignment
+        # per field instead of a tensor conversion and a copy_ (the add runs at every env step)
+        self._np = {name: v.numpy() for name, v in self.data.items()} if self.device.type == "cpu" else None
+        self._np_rows = None if self._np is None else {name: a.reshape(-1, *a.shape[2:]) for name, a in self._np.items()}
         self.pos = 0  # next row to write
         self.full = False
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -67,7 +71,10 @@ class ReplayBuffer:
     def add(self, **row: Any) -> None:
         """Write one vector step: each field given as an array/tensor of shape [N, ...]."""
         for name, value in row.items():
-            self.data[name][self.pos].copy_(torch.as_tensor(value), non_blocking=True)
+            if self._np is not None and not isinstance(value, torch.Tensor):
+                self._np[name][self.pos] = value
+            else:
+                self.data[name][self.pos].copy_(torch.as_tensor(value), non_blocking=True)
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
@@ -77,13 +84,18 @@ class ReplayBuffer:
             last = (self.pos - 1) % self.rows
             self.data["truncated"][last, torch.as_tensor(envs, device=self.device)] = True
 
-    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """Uniform transitions: every field as [B, ...] on ``out_device``."""
+    def sample(self, batch_size: int, fields: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
+        """Uniform transitions: every field (or those named in ``fields``) as [B, ...] on ``out_device``."""
         filled = self.rows if self.full else self.pos
         t = torch.randint(0, filled, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
-        flat = (t * self.num_envs + e).to(self.device)  # index into the [T * N] view
-        return self._out({name: v.flatten(0, 1).index_select(0, flat) for name, v in self.data.items()})
+        flat = t if self.num_envs == 1 else t * self.num_envs + e  # index into the [T * N] view
+        names = self.data if fields is None else fields
+        if self._np is not None:  # numpy's take gathers the rows about a third faster than index_select
+            rows = flat.numpy()
+            return self._out({name: torch.from_numpy(self._np_rows[name].take(rows, axis=0)) for name in names})
+        flat = flat.to(self.device)
+        return self._out({name: self.data[name].flatten(0, 1).index_select(0, flat) for name in names})
 
     def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.out_device == self.device:

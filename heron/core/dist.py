@@ -191,9 +191,11 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
 def update_norm(norm: Any, x: torch.Tensor) -> None:
     """Fold a batch [B, *shape] into a RunningNorm; under torchrun the moments of every rank's
     batch, so the statistics stay bitwise identical on all ranks (world size 1: ``norm.update``)."""
+    if not norm.enabled:  # the usual case, at every env step: no further calls
+        return
     if not _active():
         norm.update(x)
-    elif norm.enabled:
+    else:
         norm.update_moments(*global_moments(x.reshape(-1, *norm.mean.shape)))
 
 

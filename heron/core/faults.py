@@ -4,8 +4,9 @@
   CLI prints the message on one line and exits with ``exit_code``: ``Diverged`` 3, ``EnvCrashed``
   and ``WriteFailed`` 1 (bad input stays ``HeronError``, exit 2; a stop request 130).
 * ``DivergenceGuard``: watches every update's metrics for non-finite values with device-side
-  tensor ops only; the one host sync that reads its flag happens where the run syncs anyway
-  (logging, evaluation, checkpoints).
+  tensor ops only (one per update, a few per 64 updates); the host sync that reads its flag
+  happens where the run syncs anyway (logging, evaluation, checkpoints), and on a GPU at the
+  latest every 16,384 updates.
 * ``close_bounded``: closing envs on the way out may hang (a dead worker, an OpenGL context
   interrupted mid-render); a watchdog ends the process instead.
 * ``inject``: fault-injection points for the tests (``HERON_FAULT``), inert otherwise.
@@ -76,44 +77,79 @@ def _scalar(v: torch.Tensor) -> torch.Tensor:
 class DivergenceGuard:
     """Non-finite metrics of the update steps, recorded without a host sync.
 
-    Per update: ``ok &= all(isfinite(values))``, and while ``ok`` was still true, the values and the
-    env step are recorded; so after the first bad update the record holds that update's values and
-    step (one slot per set of metric names: SAC's actor metrics come every other update).
+    Per update the watched values become one row on the device (one ``stack``: the guard runs at
+    every update, where each extra operation showed in TD3's loop); every ``FOLD`` updates the rows
+    are folded into the flag, ``ok &= all(isfinite(rows))``. The folded rows stay until the flag is
+    read (``tripped``, where the run syncs anyway; on the CPU, where reading it costs nothing, at
+    each fold; elsewhere at the latest after ``KEEP`` folds, one sync per ``FOLD * KEEP`` updates),
+    so once it is down, ``describe`` names the first bad update's non-finite values and env step.
     ``ignore``: name prefixes left out; under a loss scale (16-mixed) the gradient norms, which are
     infinite on the steps the GradScaler skips to lower its scale."""
 
+    FOLD = 64
+    KEEP = 256
+
     def __init__(self, device: torch.device, ignore: tuple[str, ...] = ()):
-        self.ignore = ignore
+        self.ignore, self.device = ignore, torch.device(device)
         self.ok = torch.ones((), dtype=torch.bool, device=device)
-        self.step = torch.zeros((), dtype=torch.int64, device=device)
-        self.slots: dict[tuple[str, ...], torch.Tensor] = {}
+        self.bad = False  # a read found the flag down: nothing after the first bad update is recorded
+        self.width = 0  # rows are padded with zeros to the widest set of names seen
+        self._zero = torch.zeros((), device=device)
+        self.rows: list[torch.Tensor] = []  # not yet folded, with their (names, env step)
+        self.meta: list[tuple[tuple[str, ...], int]] = []
+        self.folded: list[tuple[torch.Tensor, list[tuple[tuple[str, ...], int]]]] = []  # not yet read
 
     def watch(self, metrics: dict[str, Any], step: int) -> dict[str, Any]:
+        if self.bad:
+            return metrics
         names = tuple(k for k, v in metrics.items() if isinstance(v, torch.Tensor) and not k.startswith(self.ignore))
         if not names:
             return metrics
-        values = torch.stack([_scalar(metrics[k]) for k in names])
-        ok = self.ok
-        self.step = torch.where(ok, step, self.step)
-        slot = self.slots.get(names)
-        # a set of names first seen after the divergence must not be blamed for it: zeros until recorded
-        self.slots[names] = torch.where(ok, values, torch.zeros_like(values) if slot is None else slot)
-        self.ok = ok & values.isfinite().all()
+        if len(names) > self.width:
+            self._fold()
+            self.width = len(names)
+        values = [_scalar(metrics[k]) for k in names]
+        values += [self._zero] * (self.width - len(names))
+        self.rows.append(torch.stack(values))
+        self.meta.append((names, step))
+        if len(self.rows) >= self.FOLD:
+            self._fold()
         return metrics
 
+    def _fold(self) -> None:
+        if not self.rows:
+            return
+        rows = torch.stack(self.rows)
+        self.ok = self.ok & rows.isfinite().all()
+        self.folded.append((rows, self.meta))
+        self.rows, self.meta = [], []
+        if self.device.type == "cpu" or len(self.folded) >= self.KEEP:
+            self._read()
+
+    def _read(self) -> None:
+        """The host sync: forget the folded rows while the flag is up; keep them once it is down."""
+        if not self.bad:
+            if bool(self.ok):
+                self.folded.clear()
+            else:
+                self.bad = True
+
     def tripped(self) -> bool:
-        return not bool(self.ok)  # the host sync: only where the run syncs anyway
+        self._fold()
+        self._read()  # only where the run syncs anyway
+        return self.bad
 
     def describe(self) -> str:
         """'losses/qf1_loss = inf at env step 1234 (also ...)': the first update that went bad."""
-        bad = []
-        for names, values in self.slots.items():
-            for name, v in zip(names, values.tolist()):
-                if not math.isfinite(v):
-                    bad.append(f"{name} = {v}")
-        more = bad[1:4] + ([f"{len(bad) - 4} more"] if len(bad) > 4 else [])
-        also = f" (also {', '.join(more)})" if more else ""
-        return f"{bad[0] if bad else 'a metric'} at env step {int(self.step)}{also}"
+        self._fold()
+        for rows, meta in self.folded:
+            for (names, step), row in zip(meta, rows.tolist()):
+                bad = [f"{name} = {v}" for name, v in zip(names, row) if not math.isfinite(v)]
+                if bad:
+                    more = bad[1:4] + ([f"{len(bad) - 4} more"] if len(bad) > 4 else [])
+                    also = f" (also {', '.join(more)})" if more else ""
+                    return f"{bad[0]} at env step {step}{also}"
+        return "a metric"
 
 
 def nonfinite_tensor(state: Any, prefix: str = "") -> str | None:

@@ -172,11 +172,13 @@ def train(cfg: Config, run: Run) -> dict:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
+    # the hand-written step reads no truncation flags (they only mark sequence starts)
+    fields = ("obs", "next_obs", "actions", "rewards", "terminated") if isinstance(update, lean.LeanUpdate) else None
 
     def sample_batch() -> dict[str, torch.Tensor]:
         if S:  # --batch-size counts transitions: batch_size / sequence_length windows
             return rb.sample_sequences(max(1, batch_size // cfg.sequence_length), cfg.sequence_length)
-        return {k: v.unsqueeze(1) for k, v in rb.sample(batch_size).items()}  # [B, 1, ...]
+        return {k: v.unsqueeze(1) for k, v in rb.sample(batch_size, fields).items()}  # [B, 1, ...]
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
