@@ -132,6 +132,28 @@ def test_td3_lean_step_equals_the_autograd_step(mix):
     assert_same_steps(reference, written, ref, mine, td3_batches(5), [step % 2 == 1 for step in range(5)])
 
 
+def test_td3_lean_step_follows_weights_loaded_or_moved_between_steps():
+    """The hand-written step keeps its layer views between steps (``heron.core.lean.LayerViews``):
+    weights loaded in place (a checkpoint) and a parameter whose storage was replaced must both
+    reach the next step, as the autograd step sees them."""
+    cfg = TD3Config(hidden_sizes=(32, 32))
+    ref, mine = make_td3_nets(cfg), make_td3_nets(cfg)
+    reference, written = td3_make_update(cfg, ref, Precision("32", CPU)), td3_lean.LeanUpdate(cfg, mine)
+    batches = td3_batches(4)
+    assert_same_steps(reference, written, ref, mine, batches[:2], [False, True])
+    other = make_td3_nets(cfg, seed=1)
+    for nets in (ref, mine):
+        nets.critic.load_state_dict(other.critic.state_dict())  # in place
+    new_target = other.critic_target.q.layers[1].weight.detach()
+    with torch.no_grad():
+        ref.critic_target.q.layers[1].weight.copy_(new_target)
+    mine.critic_target.q.layers[1].weight.data = new_target.clone()  # a new storage
+    mine.actor_target.net[0].weight.data = other.actor_target.net[0].weight.detach().clone()
+    with torch.no_grad():
+        ref.actor_target.net[0].weight.copy_(other.actor_target.net[0].weight)
+    assert_same_steps(reference, written, ref, mine, batches[2:], [False, True])
+
+
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_bf16_lean_step_equals_the_autograd_bf16_step(algo):
     """Under bf16-mixed the hand-written step runs the products in bfloat16 as the autograd step's

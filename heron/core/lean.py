@@ -50,6 +50,35 @@ class FlatGrads:
         self.opt.lean_step() if isinstance(self.opt, Adam) else self.opt.step()
 
 
+class LayerViews:
+    """``_layers(params, member, dtype, float32_out=True)`` and its weights, per member (None: the
+    nn.Linear layout), kept between steps in float32: they are views of the parameters, so the
+    optimizers' in-place steps and checkpoint loads show through, made again only when a
+    parameter's storage moves (the data pointers, read at each call). A SAC step asks for some 18
+    member passes; their index and transpose views were some 60 tensor calls per step. Under
+    bf16-mixed every call casts afresh: the cast weights must follow each step."""
+
+    def __init__(self, params: list[torch.Tensor], dtype: torch.dtype | None):
+        self.params, self.dtype = list(params), dtype
+        self._key: tuple | None = None
+        self._kept: dict = {}
+
+    def __call__(self, member: int | None) -> tuple[list, list[torch.Tensor]]:
+        """(layers [(W [in, out], b)], their weights)."""
+        if self.dtype is not None:
+            layers = _layers(self.params, member, self.dtype, float32_out=True)
+            return layers, [w for w, _ in layers]
+        key = tuple(p.data_ptr() for p in self.params)
+        if key != self._key:
+            self._kept.clear()
+            self._key = key
+        got = self._kept.get(member)
+        if got is None:
+            layers = _layers(self.params, member, None)
+            got = self._kept[member] = (layers, [w for w, _ in layers])
+        return got
+
+
 class LeanCritics:
     """Twin critics (an ``EnsembleMLP``) and their targets, written out. Inputs are ``[B, in]``
     (observation features, then actions), shared by the members; ``dtype`` is the products' type
@@ -64,18 +93,20 @@ class LeanCritics:
         assert {id(p) for p in self.grads.params} == {id(p) for p in self.params}, "the q optimizer holds the critics"
         self.dws = [self.grads.of(layer.weight) for layer in critic.layers]
         self.dbs = [self.grads.of(layer.bias) for layer in critic.layers]
+        self.member_grads = [([dw[e] for dw in self.dws], [db[e] for db in self.dbs]) for e in range(self.E)]
+        self.views, self.t_views = LayerViews(self.params, dtype), LayerViews(self.t_params, dtype)
 
     def forward(self, x: torch.Tensor, members=None, target: bool = False) -> tuple[torch.Tensor, list]:
         """Q values [len(members), B] (float32) of ``members`` (default all) and, per member, its
         weights and layer inputs (``kept``, for ``step``/``input_grad``/``min_input_grad``)."""
-        params = self.t_params if target else self.params
+        views = self.t_views if target else self.views
         xc = x if self.dtype is None else x.to(self.dtype)  # once for all members
         outs, kept = [], []
         for e in (range(self.E) if members is None else members):
-            layers = _layers(params, e, self.dtype, float32_out=True)
+            layers, ws = views(e)
             y, inputs = _forward(xc, layers, "relu", False)
             outs.append(y)
-            kept.append(([w for w, _ in layers], inputs))
+            kept.append((ws, inputs))
         return torch.stack(outs).squeeze(-1), kept
 
     def step(self, x: torch.Tensor, target: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,8 +118,7 @@ class LeanCritics:
         g = diff.mul(2.0 / q.shape[1]).unsqueeze(-1)  # [E, B, 1]
         self.grads.attach()
         for e, (ws, inputs) in enumerate(kept):
-            backprop(g[e], ws, inputs, [dw[e] for dw in self.dws], [db[e] for db in self.dbs], "relu",
-                     False, linear_layout=False)
+            backprop(g[e], ws, inputs, *self.member_grads[e], "relu", False, linear_layout=False)
         self.grads.step(max_norm)
         return q, losses
 

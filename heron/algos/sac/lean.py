@@ -36,8 +36,8 @@ import math
 import torch
 from torch import nn
 
-from heron.core.fused import _forward, _layers, backprop
-from heron.core.lean import FlatGrads, LeanCritics
+from heron.core.fused import _forward, backprop
+from heron.core.lean import FlatGrads, LayerViews, LeanCritics
 from heron.core.nets import LOG_STD_MAX, LOG_STD_MIN, Adam
 from heron.core.precision import Precision
 
@@ -72,6 +72,7 @@ class LeanUpdate:
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
         self.critics = LeanCritics(self.critic.q, self.target.q, self.q_opt, dtype)
+        self.a_views = LayerViews(self.a_params, dtype)
         self.log_scale = torch.log(self.actor.scale)
 
     # -- pieces ---------------------------------------------------------------------------------------
@@ -79,13 +80,13 @@ class LeanUpdate:
         """The actor on ``feats`` [N, D]: the Gaussian's mean and log-std (and std, and tanh of the raw
         log-std output, for the backward) [N, A] in float32, and what the backward keeps: the
         (cast) weights as [in, out] and every layer's input."""
-        layers = _layers(self.a_params, None, self.dtype, float32_out=True)
+        layers, ws = self.a_views(None)
         out, inputs = _forward(feats, layers, "relu", False)  # float32: the last layer runs in float32
         mean, raw = out.chunk(2, -1)
         t_raw = torch.tanh(raw)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t_raw + 1)
         std = log_std.exp()
-        return mean, log_std, std, t_raw, ([w for w, _ in layers], inputs)
+        return mean, log_std, std, t_raw, (ws, inputs)
 
     def _sample(self, mean, log_std, std, eps):
         """``heron.core.nets.tanh_normal_sample`` with the noise given: actions, log-probs, tanh(u)."""

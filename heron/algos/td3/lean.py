@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from heron.core.fused import _forward, _layers, backprop
-from heron.core.lean import FlatGrads, LeanCritics
+from heron.core.fused import _forward, backprop
+from heron.core.lean import FlatGrads, LayerViews, LeanCritics
 from heron.core.precision import Precision
 
 
@@ -46,13 +46,14 @@ class LeanUpdate:
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
         self.critics = LeanCritics(nets.critic.q, nets.critic_target.q, nets.q_opt, dtype)
+        self.a_views, self.t_views = LayerViews(self.a_params, dtype), LayerViews(self.t_params, dtype)
 
-    def _actor(self, params: list[torch.Tensor], obs: torch.Tensor):
+    def _actor(self, views: LayerViews, obs: torch.Tensor):
         """tanh of the actor's (or its target's) last layer on ``obs``, float32, and what its
         backward keeps: the (cast) weights as [in, out] and every layer's input."""
-        layers = _layers(params, None, self.dtype, float32_out=True)
+        layers, ws = views(None)
         z, inputs = _forward(obs, layers, "relu", False)  # float32: the last layer runs in float32
-        return torch.tanh(z), [w for w, _ in layers], inputs
+        return torch.tanh(z), ws, inputs
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -62,7 +63,7 @@ class LeanUpdate:
 
         # steps 5-9: smoothed target actions, the target critics' minimum, y
         noise = torch.randn_like(batch["actions"]) * cfg.policy_noise
-        t_next = self._actor(self.t_params, next_obs)[0]
+        t_next = self._actor(self.t_views, next_obs)[0]
         eps = noise.clamp(-cfg.noise_clip, cfg.noise_clip) * actor.scale
         next_actions = torch.max(torch.min(t_next * actor.scale + actor.bias + eps, actor.high), actor.low)
         next_q, _ = critics.forward(torch.cat([next_obs, next_actions], -1), target=True)
@@ -74,7 +75,7 @@ class LeanUpdate:
                    "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
 
         if update_actor:  # step 13: J = -mean Q1(s, pi(s)), through the updated first critic
-            t, ws, inputs = self._actor(self.a_params, obs)
+            t, ws, inputs = self._actor(self.a_views, obs)
             q1, kept = critics.forward(torch.cat([obs, t * actor.scale + actor.bias], -1), members=(0,))
             metrics["losses/actor_loss"] = -q1[0].mean()
             g_a = critics.input_grad(kept, (0,), [torch.full_like(q1[0], -1.0 / B)], D)
