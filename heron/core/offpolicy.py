@@ -16,6 +16,11 @@ from heron.core.envs import VecEnv
 from heron.core.run import Run
 
 
+# what SAC's and TD3's feed-forward gradient steps read of a sampled batch (no truncation flags:
+# those only mark where recurrent sequences start)
+STEP_FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")
+
+
 def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its networks without making an env."""
     return {"obs_shape": list(obs_space.shape),

@@ -172,8 +172,7 @@ def train(cfg: Config, run: Run) -> dict:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
 
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
-    # the hand-written step reads no truncation flags (they only mark sequence starts)
-    fields = ("obs", "next_obs", "actions", "rewards", "terminated") if isinstance(update, lean.LeanUpdate) else None
+    fields = offpolicy.STEP_FIELDS if isinstance(update, lean.LeanUpdate) else None  # the autograd step reads all
 
     def sample_batch() -> dict[str, torch.Tensor]:
         if S:  # --batch-size counts transitions: batch_size / sequence_length windows

@@ -28,9 +28,6 @@ from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
 
 
-FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")  # what a gradient step reads of a batch
-
-
 def check(cfg: Config) -> dict:
     """Reject an env whose spaces TD3 cannot handle, before a run directory exists; returns the
     spaces a checkpoint saves (resume and eval compare them)."""
@@ -176,7 +173,8 @@ def train(cfg: Config, run: Run) -> dict:
             for _ in range(cfg.gradient_steps):
                 n_updates += 1
                 delayed = n_updates % cfg.policy_frequency == 0
-                metrics.update(run.watch(update(rb.sample(run.local(cfg.batch_size), FIELDS), delayed), global_step))
+                batch = rb.sample(run.local(cfg.batch_size), offpolicy.STEP_FIELDS)
+                metrics.update(run.watch(update(batch, delayed), global_step))
                 if delayed:  # steps 14-15
                     polyak(cfg.tau)
 
