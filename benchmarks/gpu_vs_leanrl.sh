@@ -67,7 +67,8 @@ init and log do nothing but note LeanRL's own 'speed'. On import it also
   count passes a multiple of $LEANRL_EVERY, in $LEANRL_STEPS;
 - gives Gymnasium 1.x the 0.29 vector API those scripts read: same-step autoreset with
   infos['final_observation'] and infos['final_info'] (a list of the finished envs' infos), and
-  TransformObservation's observation_space optional."""
+  TransformObservation's observation_space optional;
+- lets a TensorDictModule return more tensors than its out_keys, as tensordict did then."""
 import os
 import time
 
@@ -124,6 +125,22 @@ class TransformObservation(gym.wrappers.TransformObservation):
 
 gym.vector.SyncVectorEnv = SyncVectorEnv
 gym.wrappers.TransformObservation = TransformObservation
+
+# tensordict 0.12 refuses a module that returns more tensors than out_keys; the tensordict of
+# LeanRL's time wrote the first ones and dropped the rest (its SAC policy returns action, log-prob
+# and mean under the one key "action")
+try:
+    from tensordict.nn import TensorDictModule as _Module
+except ImportError:
+    _Module = None
+if _Module is not None:
+    _write = _Module._write_to_tensordict
+
+    def _write_first(self, tensordict, tensors, tensordict_out=None, out_keys=None):
+        keys = self.out_keys_source if out_keys is None else out_keys
+        return _write(self, tensordict, list(tensors)[: len(keys)], tensordict_out, out_keys)
+
+    _Module._write_to_tensordict = _write_first
 EOF
 
 # rate KIND PATH START ALGO: env steps/s from step START to the last one recorded; one line, and
