@@ -26,7 +26,6 @@ from heron.core.run import compile_step, seed_everything
 from heron.core.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-CUDA = torch.device("cuda")
 ppo_train = importlib.import_module("heron.algos.ppo.train")
 DEBUG = dict(PRESETS["debug"], progress="none")
 
@@ -137,23 +136,24 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
 
 
 # -- SAC, TD3 and PPO: --cuda-graphs against the eager step -----------------------------------------
-def _offpolicy_steps(algo: str, graphed: bool, n: int = 14,
-                     compiled: bool = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
+                     device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
     training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
-    statistics (each must reach the recorded step)."""
+    statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
+    torch.compile, or the name of a torch.compile backend."""
     sac = algo == "sac"
     cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
-    with torch.device("cuda"):  # the nets' tensors made on the GPU (make_nets is the lean tests')
+    with torch.device(device):  # the nets' tensors made there (make_nets is the lean tests')
         nets = make_nets(cfg) if sac else make_td3_nets(cfg)
     targets = [(nets.critic_target, nets.critic)] + ([] if sac else [(nets.actor_target, nets.actor)])
     for module in (nets.actor, *(m for pair in targets for m in pair)):
-        module.cuda()  # the buffers made from CPU tensors (action bounds)
+        module.to(device)  # the buffers made from CPU tensors (action bounds)
     norm = nets.actor.encoder.norm if sac else nets.actor.norm
-    update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", CUDA))
+    update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
     opts = [nets.actor_opt, nets.q_opt] + ([nets.alpha_opt] if sac else [])
     if compiled:
-        update = compile_step(update)
+        update = _compiled(update, compiled)
     if graphed:
         capturable(*opts)
         update = GraphedSteps(update)
@@ -164,11 +164,11 @@ def _offpolicy_steps(algo: str, graphed: bool, n: int = 14,
     for i, batch in enumerate(batches):
         for opt, lr in zip(opts, (cfg.policy_lr, cfg.q_lr)):
             set_lr(opt, lr * (1 - i / n))
-        metrics = update({k: v.cuda() for k, v in batch.items()}, i % 2 == 1)
+        metrics = update({k: v.to(device) for k, v in batch.items()}, i % 2 == 1)
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
         polyak(0.05)
         if i not in (5, 6):  # the two captures (steps 6 and 7) meet statistics an eager step has cached
-            norm.update(torch.randn(8, norm.mean.shape[0], device="cuda") * 2 + 1)
+            norm.update(torch.randn(8, norm.mean.shape[0], device=device) * 2 + 1)
     if graphed:
         assert sorted(update.steps) == [False, True] and all(s.graph is not None for s in update.steps.values())
     params = [p.detach().clone() for m in (nets.actor, nets.critic) for p in m.parameters()]
@@ -196,27 +196,32 @@ def test_offpolicy_graphed_steps_equal_eager_steps(algo):
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
 
 
-def _ppo_steps(graphed: bool, n: int = 10, compiled: bool = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+def _compiled(update, compiled: bool | str):
+    return compile_step(update) if compiled is True else torch.compile(update, backend=compiled)
+
+
+def _ppo_steps(graphed: bool, n: int = 10, compiled: bool | str = False,
+               device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     cfg = ppo_train.Config(hidden_sizes=(32, 32), obs_norm=True, ent_coef=0.01, clip_vloss=True, clip_coef=0.2)
     torch.manual_seed(0)
     model = ppo_train._build(cfg, ppo_spaces("box"))
     g = torch.Generator().manual_seed(1)
     batches = [_minibatch(model, "box", 64, g) for _ in range(n)]  # made on the CPU by the initial model
-    model.cuda()
+    model.to(device)
     opt = adam(model.parameters(), 3e-4, eps=1e-5)
-    update = ppo_train.make_update(cfg, model, opt, Precision("32", CUDA))
+    update = ppo_train.make_update(cfg, model, opt, Precision("32", torch.device(device)))
     if compiled:
-        update = compile_step(update)
+        update = _compiled(update, compiled)
     if graphed:
         capturable(opt)
         update = GraphedStep(update)
     history = []
     for i, mb in enumerate(batches):
         set_lr(opt, 3e-4 * (1 - i / n))  # annealing
-        metrics = update({k: v.cuda() for k, v in mb.items()})
+        metrics = update({k: v.to(device) for k, v in mb.items()})
         history.append({k: float(v) for k, v in metrics.items()})
         if i != 2:  # as in training (one normalizer update per rollout), the capture (step 3) meets cached statistics
-            model.norm.update(torch.randn(16, 5, device="cuda") * 3 + 1)
+            model.norm.update(torch.randn(16, 5, device=device) * 3 + 1)
     if graphed:
         assert update.graph is not None
     return history, [p.detach().clone() for p in model.parameters()]

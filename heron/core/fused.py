@@ -167,14 +167,19 @@ def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torch.dtype | None,
         act: str = "relu", last: bool = False) -> torch.Tensor:
     """The MLP(s) on ``x`` (shapes as ``_MLP``; ``act`` between layers, and after the last one when
-    ``last``) through one autograd node, or straight through when nothing needs gradients. Under
-    an enclosing autocast, its type is the compute type."""
+    ``last``) through one autograd node; straight through when nothing needs gradients, and as
+    autograd's own graph inside torch.compile. Under an enclosing autocast, its type is the compute
+    type."""
     device_type = x.device.type
     if torch.is_autocast_enabled(device_type):
         with torch.autocast(device_type, enabled=False):
             return run(x, params, members, dtype or torch.get_autocast_dtype(device_type), act, last)
-    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+    if (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+            and not torch.compiler.is_compiling()):
         return _MLP.apply(x, members, dtype, act, last, *params)
+    # no gradient wanted, or inside torch.compile: the same operations under autograd, whose graph
+    # Inductor fuses as well as this node's (and Dynamo before torch 2.13 traced this node's backward
+    # wrongly for tanh bodies: PPO's compiled steps moved none of their weights)
     outs = [_forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
             for j, i in enumerate(members)]
     y = outs[0] if members == (None,) else torch.stack(outs)

@@ -156,8 +156,9 @@ class Adam(torch.optim.Adam):
                     step.copy_(counter)
 
     def step(self, closure=None):
-        self._sync_steps()
-        self._lean = None  # torch's step moves the per-parameter counters: lists and counters anew
+        if self._lean is not None:  # (never under torch.compile: Dynamo before torch 2.13 cannot set it)
+            self._sync_steps()
+            self._lean = None  # torch's step moves the per-parameter counters: lists and counters anew
         return super().step(closure)
 
     def lean_step(self) -> None:

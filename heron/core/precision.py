@@ -180,7 +180,9 @@ class Precision:
         params = list(params)
         if self.scaler is not None and id(opt) in self._stepped:
             self.update()
-        lean = isinstance(opt, Adam) and self.scaler is None
+        # the lean step keeps lists on the optimizer between steps: eager only (a compiled step gets
+        # torch's, which Dynamo traces; its attribute writes broke tracing before torch 2.13)
+        lean = isinstance(opt, Adam) and self.scaler is None and not torch.compiler.is_compiling()
         opt.lean_zero_grad() if lean else opt.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         dist.all_reduce_grads(params)  # torchrun: the global batch's gradient (identical scale on every rank)
