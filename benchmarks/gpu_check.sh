@@ -43,7 +43,9 @@ fi
 sps() {
     python3 - "$1" "$2" <<'EOF'
 import csv, sys
-rows = [(int(r["step"]), float(r["wall_time"])) for r in csv.DictReader(open(sys.argv[1] + "/metrics.csv"))]
+# the final evaluation's rows (after the final checkpoint) are no training: left out of the window
+rows = [(int(r["step"]), float(r["wall_time"])) for r in csv.DictReader(open(sys.argv[1] + "/metrics.csv"))
+        if not r["metric"].startswith("eval/")]
 start = int(sys.argv[2])
 window = [r for r in rows if r[0] >= start]
 if len(window) < 2 or window[-1][0] == window[0][0]:

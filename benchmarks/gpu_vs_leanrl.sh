@@ -152,7 +152,10 @@ own = launch = None
 if kind == "heron":
     with open(path + "/metrics.csv", newline="") as f:
         lines = [line for line in f if line.endswith("\n")]  # a kill can tear the last one
-    pts = [(int(r[0]), float(r[1])) for r in csv.reader(lines[1:]) if len(r) == 4 and r[0].isdigit()]
+    # heron's final evaluation (after its final checkpoint, even with --eval-every 0) is left out:
+    # LeanRL has none (on the H200 a SAC run's came 11 s after its last training row)
+    pts = [(int(r[0]), float(r[1])) for r in csv.reader(lines[1:])
+           if len(r) == 4 and r[0].isdigit() and not r[2].startswith("eval/")]
 else:
     pts = []
     for r in csv.reader(open(path)):
