@@ -19,7 +19,7 @@ from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
 from heron.cli import main
 from heron.core import checkpoint as ckpt
-from heron.core.graphs import GraphedStep, GraphedSteps, capturable
+from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
 from heron.core.run import compile_step, seed_everything
@@ -194,6 +194,50 @@ def test_offpolicy_graphed_steps_equal_eager_steps(algo):
     eager, eager_w = _offpolicy_steps(algo, graphed=False)
     graphed, graphed_w = _offpolicy_steps(algo, graphed=True)
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
+
+
+def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
+    """n acting calls (SAC: sampled actions; TD3: the greedy ones) on fresh observations, with the
+    actor's weights and the normalizer moved in place between calls, as the update steps do."""
+    sac = algo == "sac"
+    cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
+    with torch.device("cuda"):
+        nets = make_nets(cfg) if sac else make_td3_nets(cfg)
+    actor = nets.actor.cuda()
+    norm = actor.encoder.norm if sac else actor.norm
+    none = torch.zeros(3, 0, device="cuda")  # SAC's feed-forward recurrent state
+
+    def fn(obs):
+        return actor.act(obs.float(), none, deterministic=False)[0] if sac else actor(obs)
+
+    def eager(obs):
+        with torch.no_grad():
+            return fn(torch.as_tensor(obs, device="cuda")).cpu().numpy()
+
+    act = GraphedActor(fn, "cuda") if graphed else eager
+    torch.cuda.manual_seed(0)
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        out.append(act(rng.standard_normal((3, norm.mean.shape[0])).astype(np.float32) * 2))
+        with torch.no_grad():
+            for p in actor.parameters():
+                p.mul_(0.98).add_(0.01)
+        norm.update(torch.randn(8, norm.mean.shape[0], device="cuda") + 0.5)
+    if graphed:
+        assert act.step.graph is not None
+    return np.stack(out)
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_graphed_acting_equals_eager_acting(algo):
+    """--cuda-graphs records SAC's and TD3's acting call too: its replays give the eager actions
+    (SAC's sampled ones from the same CUDA generator), with the weights and normalizer statistics
+    moved in place between calls reaching the replays."""
+    eager, graphed = _acting(algo, graphed=False), _acting(algo, graphed=True)
+    np.testing.assert_allclose(graphed, eager, rtol=1e-5, atol=1e-6)
+    assert len({a.tobytes() for a in graphed[4:]}) == len(graphed) - 4  # the replays moved with the weights
 
 
 def _compiled(update, compiled: bool | str):

@@ -94,7 +94,7 @@ class ReplayBuffer:
         if self._np is not None:  # numpy's take gathers the rows about a third faster than index_select
             rows = flat.numpy()
             return self._out({name: torch.from_numpy(self._np_rows[name].take(rows, axis=0)) for name in names})
-        flat = flat.to(self.device)
+        flat = flat.to(self.device, non_blocking=True)  # from pageable memory: staged, and no stream sync after
         return self._out({name: self.data[name].flatten(0, 1).index_select(0, flat) for name in names})
 
     def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -115,7 +115,7 @@ class ReplayBuffer:
         start = torch.randint(0, filled - length + 1, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
         t = (oldest + start[:, None] + torch.arange(length)[None, :]) % self.rows  # [B, L]
-        flat = (t * self.num_envs + e[:, None]).flatten().to(self.device)  # [B * L]
+        flat = (t * self.num_envs + e[:, None]).flatten().to(self.device, non_blocking=True)  # [B * L]
         return self._out({name: v.flatten(0, 1).index_select(0, flat).view(batch_size, length, *v.shape[2:])
                           for name, v in self.data.items()})
 

@@ -22,7 +22,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedSteps, capturable
+from heron.core.graphs import GraphedActor, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -207,19 +207,26 @@ def train(cfg: Config, run: Run) -> dict:
     # -- the loop -----------------------------------------------------------------------------------
     polyak = Polyak((critic_target, critic))
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
+    graphed_actor = None  # the feed-forward actor's acting recorded too under --cuda-graphs
+    if cfg.cuda_graphs and not S:
+        graphed_actor = GraphedActor(lambda o: actor.act(o.float(), a_state, deterministic=False)[0], device)
     while global_step < cfg.total_steps:
-        obs_t = torch.as_tensor(obs, device=device)
         if S:
+            obs_t = torch.as_tensor(obs, device=device).float()
             with torch.no_grad():
-                _, next_c_state = critic.encode_step(obs_t.float(), c_state)
+                _, next_c_state = critic.encode_step(obs_t, c_state)
         if global_step < cfg.learning_starts:
             actions = np_rng.uniform(low, high, size=(N, A)).astype(np.float32)
             if S:
-                _, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
+                _, next_a_state = actor.act(obs_t, a_state, deterministic=False)
         elif fast_actor:
             actions = fast_actor(obs, torch.randn(N, A).numpy())  # the normals actor.act would draw
+        elif graphed_actor:
+            actions = graphed_actor(obs)
         else:
-            actions_t, next_a_state = actor.act(obs_t.float(), a_state, deterministic=False)
+            if not S:
+                obs_t = torch.as_tensor(obs, device=device).float()
+            actions_t, next_a_state = actor.act(obs_t, a_state, deterministic=False)
             actions = actions_t.cpu().numpy()
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs

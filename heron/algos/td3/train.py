@@ -21,7 +21,7 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedSteps, capturable
+from heron.core.graphs import GraphedActor, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -148,6 +148,7 @@ def train(cfg: Config, run: Run) -> dict:
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
     polyak = Polyak((actor_target, actor), (critic_target, critic))
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
+    graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs else None  # acting recorded too
 
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
@@ -155,6 +156,8 @@ def train(cfg: Config, run: Run) -> dict:
         else:
             if fast_actor:
                 greedy = fast_actor(obs)
+            elif graphed_actor:
+                greedy = graphed_actor(obs)
             else:
                 with torch.no_grad():
                     greedy = actor(torch.as_tensor(obs, device=device)).cpu().numpy()
