@@ -18,6 +18,7 @@ from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
 from heron.cli import main
+from heron.core import acting
 from heron.core import checkpoint as ckpt
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
@@ -325,6 +326,17 @@ def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, monkeypatch, algo
     config.write_text(text.replace("cuda_graphs: true", "cuda_graphs: false"))  # the same run, eager from here
     assert main(["train", "--resume", str(run_dir), "--total-steps", str(3 * step)]) == 0
     assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
+
+
+@needs_cuda
+def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
+    """PPO's feed-forward model on the GPU acts in numpy on a CPU twin, refreshed once per rollout."""
+    refreshes, refresh = [], acting.CpuTwin.refresh
+    monkeypatch.setattr(acting.CpuTwin, "refresh", lambda self: (refreshes.append(1), refresh(self))[1])
+    r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / "p"),
+                  progress="none", eval_episodes=1)
+    state = ckpt.load(ckpt.latest_checkpoint(tmp_path / "p" / "checkpoints"))
+    assert np.isfinite(r["mean_return"]) and len(refreshes) == int(state["n_updates"]) > 1
 
 
 @needs_cuda

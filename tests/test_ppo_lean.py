@@ -11,6 +11,7 @@ import torch
 
 from heron.algos.ppo import lean
 from heron.algos.ppo.config import Config
+from heron.core import acting
 from heron.core.nets import adam
 from heron.core.precision import Precision
 
@@ -171,6 +172,27 @@ def test_numpy_acting_samples_what_the_torch_step_samples(kind, overrides):
         assert np.array_equal(actions, ref_actions.numpy()) and to_env is actions
     torch.testing.assert_close(torch.from_numpy(logp), ref_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(torch.from_numpy(values), ref_values, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cpu_twin_acts_as_the_model_after_each_refresh():
+    """A model on a GPU acts through a CPU twin refreshed once per rollout (heron.core.acting.CpuTwin):
+    after a refresh the twin's numpy acting is the model's, weights, free log-std and observation
+    statistics moved since included; before it, the twin keeps the previous rollout's."""
+    torch.manual_seed(0)
+    model = ppo_train._build(Config(obs_norm=True), _spaces("box"))
+    twin = acting.CpuTwin(model)
+    obs, noise = (torch.randn(4, 5, dtype=torch.float64) * 3).numpy(), model.pi_head.noise((4,), "cpu").numpy()
+    for _ in range(2):  # two rollouts' worth of learning between refreshes
+        stale = twin.twin.numpy_acting(4)(obs, noise)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.2 * torch.randn_like(p))
+        model.norm.update(torch.randn(40, 5) * 2 - 1)
+        fresh, ref = twin.refresh().numpy_acting(4)(obs, noise), model.numpy_acting(4)(obs, noise)
+        for got, want, old in zip(fresh, ref, stale):
+            np.testing.assert_array_equal(got, want)
+            assert not np.allclose(old, want)
+    assert all(t.device.type == "cpu" for t in twin.twin.state_dict().values())
 
 
 def test_numpy_acting_only_where_it_is_eligible():

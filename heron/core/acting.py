@@ -10,10 +10,12 @@ differ in the last bits, which the algorithms' tests bound against their torch a
 
 Each algorithm decides where it applies (``eligible``): feed-forward MLPs, float32 CPU weights (no
 mixed precision), and products small enough that numpy's BLAS keeps them on the calling thread.
+PPO on a GPU acts on a CPU copy of its model (``CpuTwin``), refreshed once per rollout.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Sequence
 
 import numpy as np
@@ -65,6 +67,20 @@ class NumpyMLP:
             x = self.hidden(x @ w + b)
         w, b = arrays[-1]
         return x @ w + b
+
+
+class CpuTwin:
+    """A CPU copy of a module that lives on an accelerator, for acting in numpy there too: where the
+    weights move only between rollouts (PPO), copying them to the host once per rollout spares every
+    env step its kernel launches and its two host syncs. ``refresh()`` brings the copy's parameters
+    and buffers (normalizer statistics included) up to the module's."""
+
+    def __init__(self, module: nn.Module):
+        self.module, self.twin = module, copy.deepcopy(module).cpu()
+
+    def refresh(self) -> nn.Module:
+        self.twin.load_state_dict(self.module.state_dict())
+        return self.twin
 
 
 def normalize(obs: np.ndarray, norm: nn.Module) -> np.ndarray:

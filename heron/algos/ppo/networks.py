@@ -267,8 +267,8 @@ class ActorCritic(nn.Module):
     def numpy_acting(self, num_envs: int) -> NumpyActing | None:
         """The numpy acting step for one rollout (``NumpyActing``: it keeps the rollout's clamped
         log-std), or None where acting stays in torch: recurrent, CNN or shared bodies, mixed
-        precision, a GPU, or products large enough for numpy's BLAS to take more threads than the
-        run's."""
+        precision, a GPU (training then acts on a CPU twin: ``heron.core.acting.CpuTwin``), or
+        products large enough for numpy's BLAS to take more threads than the run's."""
         if self._direct is None or not acting.eligible(num_envs, self._direct[0] + self._direct[1],
                                                         self.pi_body.mlp.amp_dtype):
             return None

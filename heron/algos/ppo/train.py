@@ -26,7 +26,7 @@ from heron.algos.ppo import lean, losses
 from heron.algos.ppo.config import Config
 from heron.algos.ppo.networks import ActorCritic
 from heron.config import HeronError
-from heron.core import atari, dist, offpolicy
+from heron.core import acting, atari, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
 from heron.core.envs import VecEnv, probe_spaces
@@ -263,6 +263,11 @@ def train(cfg: Config, run: Run) -> dict:
         capturable(opt)  # after the restore; set_lr then anneals the recorded step's learning rate
     policy = Policy(model, obs_shape, S, device, obs_dt)
     metrics: dict[str, torch.Tensor] = {}
+    # a model on a GPU acts in numpy on a CPU twin where a CPU model would (weights and statistics
+    # move only between rollouts: one copy to the host per rollout, no kernel launch per env step)
+    twin = acting.CpuTwin(model) if device.type != "cpu" else None
+    if twin is not None and twin.twin.numpy_acting(N) is None:
+        twin = None
 
     def at_boundary() -> dict:
         """What changes during a rollout, as it stands between iterations (``full_state`` saves it)."""
@@ -282,8 +287,9 @@ def train(cfg: Config, run: Run) -> dict:
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
         noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
-        fast = model.numpy_acting(N)  # numpy acting (feed-forward MLPs on the CPU) or None; per rollout
-        noise_np = noise.numpy() if fast else None
+        # numpy acting (feed-forward MLPs on the CPU) or None; per rollout
+        fast = (twin.refresh() if twin is not None else model).numpy_acting(N)
+        noise_np = noise.cpu().numpy() if fast else None
         for t in range(T):
             if fast:
                 to_env, actions, logp, v = fast(obs, noise_np[t])
