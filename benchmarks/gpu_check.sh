@@ -17,6 +17,8 @@
 # then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
 # and $OUT/{pytest.log,sps.txt} come back.
 #
+# What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
+#
 # Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s):
 #   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
@@ -70,6 +72,17 @@ timed() {
         echo "$label: exit $code"; tail -5 "$OUT/$name.log"
     fi
 }
+
+if [ "$mode" = eval ]; then
+    # what one evaluation (10 HalfCheetah-v5 episodes) costs: one at a time on the GPU, together, and
+    # together on the actor's CPU copy (about 1 minute for the three algorithms)
+    export MUJOCO_GL=disable
+    for algo in sac td3 ppo; do
+        python3 benchmarks/eval_speed.py --algo $algo --device cuda --threads 4 --rounds 2 2>&1 \
+            | grep -v "^WARNING\|^$" | tee -a "$OUT/eval.txt"
+    done
+    exit
+fi
 
 if [ "$mode" = atari ]; then
     # PPO, --preset atari (8 envs x 128 steps), PongNoFrameskip-v4 on ALE's vector env stepping on 8

@@ -176,8 +176,8 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
     if video:
         video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
     seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
-    returns = run_episodes(policy, cfg.env_id, episodes, seed, video_path=video_path,
-                           env_fn=eval_env_fn(module, cfg))
+    returns = run_episodes(policy.on_host(), cfg.env_id, episodes, seed, video_path=video_path,
+                           env_fn=eval_env_fn(module, cfg), at_once=cfg.eval_envs)
     out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
            "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
     if video_path:

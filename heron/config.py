@@ -41,6 +41,9 @@ class RunConfig:
     run_dir: str = opt("", "run directory; empty means runs/<env>__<algo>__<seed>__<time>")
     eval_every: int = opt(10_000, "deterministic evaluation every N env steps (0 = off)")
     eval_episodes: int = opt(10, "episodes per evaluation")
+    eval_envs: int = opt(10, "envs an evaluation plays its episodes in at once, one episode each, acting for all "
+                         "of them in one batch (1: one episode after another in one env, for an env of which "
+                         "only one instance can exist)")
     checkpoint_every: int = opt(100_000, "checkpoint every N env steps (0 = off; a checkpoint is always written at the end)")
     checkpoint_minutes: float = opt(10.0, "also checkpoint by wall time: first after 1 minute, then every 2, 4, 8, ... "
                                     "minutes up to this many (0 = off)")
@@ -64,7 +67,7 @@ class RunConfig:
 
     def validate(self) -> None:
         """Reject impossible values with a one-line reason."""
-        positive = ["total_steps", "num_envs", "eval_episodes", "keep_checkpoints", "log_every"]
+        positive = ["total_steps", "num_envs", "eval_episodes", "eval_envs", "keep_checkpoints", "log_every"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")

@@ -23,6 +23,7 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "sac", "--polcy-lr", "1e-3"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
     (["train", "sac", "--policy-lr", "-1e-3"], "--policy-lr must be positive"),
     (["train", "td3", "--q-lr", "0"], "--q-lr must be positive"),
+    (["train", "sac", "--eval-envs", "0"], "--eval-envs must be positive"),
     (["train", "sac", "--batch-size", "512", "--buffer-size", "256"], "larger than --buffer-size"),
     (["train", "sac", "--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["train", "sac", "--batch-size", "abc"], "--batch-size expects an integer"),

@@ -336,7 +336,26 @@ def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
     r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / "p"),
                   progress="none", eval_episodes=1)
     state = ckpt.load(ckpt.latest_checkpoint(tmp_path / "p" / "checkpoints"))
-    assert np.isfinite(r["mean_return"]) and len(refreshes) == int(state["n_updates"]) > 1
+    evaluations = len((tmp_path / "p" / "eval.csv").read_text().splitlines()) - 1  # each acts on the host too
+    assert np.isfinite(r["mean_return"]) and len(refreshes) == int(state["n_updates"]) + evaluations
+    assert int(state["n_updates"]) > 1 and evaluations >= 1
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3", "ppo"])
+def test_evaluation_on_cuda_acts_on_a_host_copy(tmp_path, algo):
+    """A feed-forward actor trained on the GPU is evaluated on a CPU copy of it (no launches or
+    syncs per eval step), acting as the GPU actor does."""
+    env_id = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
+    api.train(algo, presets=["debug"], device="cuda", env_id=env_id, run_dir=str(tmp_path / "r"), progress="none",
+              eval_episodes=3, obs_norm=True)
+    policy = api.load(tmp_path / "r", device="cuda")
+    host = policy.on_host()
+    assert host is not policy and {p.device.type for p in host.actor.parameters()} == {"cpu"}
+    obs = np.random.default_rng(0).normal(size=(5, 4 if algo == "ppo" else 3)).astype(np.float32)
+    close = np.testing.assert_array_equal if algo == "ppo" else np.testing.assert_allclose
+    close(host.predict(obs), policy.predict(obs), **({} if algo == "ppo" else {"rtol": 1e-4, "atol": 1e-5}))
+    assert api.evaluate(tmp_path / "r", episodes=3, device="cuda")["episodes"] == 3
 
 
 @needs_cuda

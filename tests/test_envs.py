@@ -389,3 +389,75 @@ def test_ale_vector_rom_names_seeds_and_resume():
         envs.load_state_dict({"rng": [], "fresh": []})
     envs.close()
     envs.close()
+
+
+class _Lean:
+    """A batched numpy policy with a recurrent state: each row counts the steps since its reset,
+    and after 40 steps the rule changes. Returns equal one-at-a-time play only if every row sees
+    its own episode from its own reset."""
+
+    batched = True
+
+    def __init__(self):
+        self.resets, self.batches = [], []
+
+    def reset(self, batch=1):
+        self.resets.append(batch)
+        self.count = np.zeros(batch, int)
+
+    def predict(self, obs, deterministic=True):
+        obs = np.asarray(obs)
+        rows = obs if obs.ndim == 2 else obs[None]
+        self.batches.append(len(rows))
+        self.count += 1
+        act = np.where(self.count <= 40, rows[:, 2] > 0, rows[:, 3] > 0).astype(np.int64)
+        return act if obs.ndim == 2 else act[0]
+
+
+def test_episodes_played_together_return_what_they_return_one_after_another():
+    from heron.core.envs import evaluate
+
+    alone, together = _Lean(), _Lean()
+    one = evaluate(alone, "CartPole-v1", 7, seed=3, at_once=1)
+    three = evaluate(together, "CartPole-v1", [0, 1, 2, 3, 4, 5, 6], seed=3, at_once=3)
+    assert len(set(one.tolist())) > 3  # episodes of different lengths: rows end at different steps
+    assert three.tolist() == one.tolist()
+    assert alone.resets == [1] * 7 and set(alone.batches) == {1}
+    assert together.resets == [3, 3, 1] and set(together.batches) == {3, 1}
+    lengths = one.astype(int).tolist()  # CartPole: reward 1 per step
+    assert len(together.batches) == max(lengths[:3]) + max(lengths[3:6]) + lengths[6]  # one predict per group step
+    _Lean.batched = False  # a policy that does not act on batches is played one episode at a time
+    try:
+        unbatched = _Lean()
+        assert evaluate(unbatched, "CartPole-v1", 2, seed=3, at_once=3).tolist() == one[:2].tolist()
+        assert unbatched.resets == [1, 1]
+    finally:
+        _Lean.batched = True
+
+
+def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
+    import torch
+
+    from heron.core.policy import Policy
+
+    class Actor(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+            self.register_buffer("scale", torch.ones(2))
+
+        def act(self, x, state, deterministic):
+            return self.linear(x) * self.scale, state
+
+    policy = Policy(Actor(), (3,))
+    assert policy.on_host() is policy  # on the CPU already: nothing to copy
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    host = policy.host_copy()
+    assert host.actor is not policy.actor and host.device.type == "cpu"
+    np.testing.assert_array_equal(host.predict(obs), policy.predict(obs))
+    with torch.no_grad():
+        policy.actor.linear.weight.add_(1.0)
+        policy.actor.scale.fill_(3.0)
+    assert not np.allclose(host.predict(obs), policy.predict(obs))  # a copy, not a view
+    assert policy.host_copy() is host  # made once, refreshed at each call
+    np.testing.assert_array_equal(host.predict(obs), policy.predict(obs))

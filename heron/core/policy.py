@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
+
+from heron.core.acting import CpuTwin
 
 
 class Policy:
@@ -14,12 +18,33 @@ class Policy:
 
     The wrapped actor implements ``act(obs [B, ...], state [B, S], deterministic) -> (actions, state)``."""
 
+    batched = True  # evaluations may play several episodes at once through one predict (envs.evaluate)
+
     def __init__(self, actor: nn.Module, obs_shape: tuple[int, ...], state_size: int = 0,
                  device: str | torch.device = "cpu", obs_dtype: torch.dtype = torch.float32):
         self.actor = actor.to(device).eval()
         self.obs_shape, self.state_size = tuple(obs_shape), state_size
         self.device, self.obs_dtype = torch.device(device), obs_dtype
         self.state: torch.Tensor | None = None
+
+    def on_host(self) -> Policy:
+        """This policy for an evaluation: on an accelerator, ``host_copy()``; the actor's forward for
+        a few observations is then a few microseconds of CPU per step instead of a dozen kernel
+        launches and two host syncs. Itself where there is no gain: on the CPU, or for an actor with
+        convolutions (pixels), whose forward belongs on the accelerator."""
+        if self.device.type == "cpu" or any(isinstance(m, nn.modules.conv._ConvNd) for m in self.actor.modules()):
+            return self
+        return self.host_copy()
+
+    def host_copy(self) -> Policy:
+        """A policy over a CPU copy of the actor, made at the first call and brought up to the
+        actor's current parameters and buffers (normalizer statistics) at each."""
+        if getattr(self, "_host", None) is None:
+            self._twin = CpuTwin(self.actor)
+            self._host = copy.copy(self)
+            self._host.actor, self._host.device, self._host.state = self._twin.twin.eval(), torch.device("cpu"), None
+        self._twin.refresh()
+        return self._host
 
     def reset(self, batch: int = 1) -> None:
         self.state = torch.zeros(batch, self.state_size, device=self.device)

@@ -171,6 +171,11 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+def on_host(policy: Any) -> Any:
+    """The policy an evaluation acts with: ``Policy.on_host()`` where the policy has it."""
+    return policy.on_host() if hasattr(policy, "on_host") else policy
+
+
 class RunLock:
     """One live process per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``. The kernel
     releases it when its holder dies, even by kill -9, so a stale lock never blocks a resume; the
@@ -543,9 +548,9 @@ class Run:
         returns: np.ndarray | None = np.zeros(0)
         if mine:
             with torch.random.fork_rng(devices=devices):
-                returns = run_episodes(policy, self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
+                returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
                                        video_path=video_path, env_fn=self.eval_env_fn,
-                                       should_stop=lambda: self.stop_requested)
+                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
         parts = dist.gather(None if returns is None else returns.tolist())
         if any(part is None for part in parts):
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
@@ -600,7 +605,7 @@ class Run:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
         elif self.cfg.capture_video and self.world.is_main:  # evaluated at this step already: film one episode
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
-            run_episodes(policy, self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
+            run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
                          env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
         if result is None:
             raise Interrupted(f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
