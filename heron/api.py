@@ -162,13 +162,17 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest", seed: int | None = None,
-             video: bool = False, device: str = "auto", env: Callable[..., Any] | None = None) -> dict:
+             video: bool = False, device: str = "auto", env: Callable[..., Any] | None = None,
+             envs: int | None = None) -> dict:
     """Run a saved policy deterministically for ``episodes`` episodes (``heron eval``). Episode k
     starts from ``reset(seed=seed + k)``, by default the run's own evaluation seeds. Returns
     mean_return, std_return, episodes, returns, env_id, algo, steps (and video: its path).
-    ``env``: the callable the run was trained on, when it was given as one (``train``)."""
+    ``env``: the callable the run was trained on, when it was given as one (``train``). ``envs``:
+    episodes played at once, one env instance each (default: the run's ``eval_envs``)."""
     if episodes <= 0:
         raise HeronError(f"--episodes must be positive, got {episodes}")
+    if envs is not None and envs <= 0:
+        raise HeronError(f"--envs must be positive, got {envs}")
     algo, cfg, state = load_checkpoint(run_dir, checkpoint, env, check_env=True)
     module = registry.get(algo)
     policy = module.load_policy(cfg, state, resolve_device(device))
@@ -177,7 +181,7 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
         video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
     seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
     returns = run_episodes(policy.on_host(), cfg.env_id, episodes, seed, video_path=video_path,
-                           env_fn=eval_env_fn(module, cfg), at_once=cfg.eval_envs)
+                           env_fn=eval_env_fn(module, cfg), at_once=envs or cfg.eval_envs)
     out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
            "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
     if video_path:

@@ -27,7 +27,7 @@ USAGE = """usage: heron <command> ...
 commands:
   train ALGO [flags]                      train an algorithm (heron train ALGO --help lists its flags)
   train --resume RUN_DIR [--total-steps N] [--torch-threads N]  continue a run from its latest checkpoint
-  eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best]
+  eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best] [--envs N]
   check-env ENV_ID [--steps N] [--json]   will this env train with heron, and with which algorithms?
   list                                    algorithms and their presets
   plot RUN_DIR [RUN_DIR ...] [--out FILE] learning curves of one or more runs (--bands: mean over seeds)
@@ -157,9 +157,12 @@ def cmd_eval(argv: list[str]) -> int:
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")
     p.add_argument("--seed", type=int, default=None, help="first episode seed (default: the run's eval seed)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--envs", type=int, default=None,
+                   help="episodes played at once, one env each (default: the run's --eval-envs)")
     args, unknown = p.parse_known_args(argv)
-    _reject_unknown(unknown, ["--episodes", "--video", "--json", "--checkpoint", "--seed", "--device"])
-    out = api.evaluate(args.run_dir, args.episodes, args.checkpoint, args.seed, args.video, args.device)
+    _reject_unknown(unknown, ["--episodes", "--video", "--json", "--checkpoint", "--seed", "--device", "--envs"])
+    out = api.evaluate(args.run_dir, args.episodes, args.checkpoint, args.seed, args.video, args.device,
+                       envs=args.envs)
     if args.json:
         print(json.dumps(out))
     else:

@@ -39,6 +39,7 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "sac", "--config", "/nonexistent/cfg.yaml"], "config file not found"),
     (["train", "--resume", "/nonexistent/run"], "run directory not found"),
     (["eval", "/nonexistent/run"], "run directory not found"),
+    (["eval", "/nonexistent/run", "--envs", "0"], "--envs must be positive"),
     (["frobnicate"], "unknown command 'frobnicate'"),
     (["train", "sac", "--track"], "--track needs wandb"),
     (["train", "ppo", "--dual-clip", "0.5"], "--dual-clip must be greater than 1"),
@@ -109,6 +110,9 @@ def test_train_then_eval_json_and_new_run_dir_guard(capsys, tmp_path):
     result = json.loads(out[0])
     assert {"mean_return", "std_return", "episodes", "env_id", "steps"} <= result.keys()
     assert result["episodes"] == 2 and result["env_id"] == "Pendulum-v1" and result["steps"] == 600
+    assert main(["eval", str(run), "--episodes", "2", "--envs", "1", "--json"]) == 0  # one after another
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["returns"] == pytest.approx(result["returns"], rel=1e-5)  # the same episodes, from the same starts
     assert "already holds checkpoints" in _error(capsys, ["train", "td3", *TINY_FLAGS, "--run-dir", str(run)])
     assert main(["eval", str(run), "--episodes", "1", "--checkpoint", "best"]) == 0
     assert "td3 on Pendulum-v1 @ 600 steps" in capsys.readouterr().out
