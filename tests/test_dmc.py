@@ -153,3 +153,20 @@ def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_agent_steps():
             n, done = n + 1, terminated or truncated
         env.close()
         assert n == steps and truncated
+
+
+def test_triton_loads_after_pixels_were_rendered():
+    """CUDA builds of torch bring triton, which torch imports in every run (torch.optim imports
+    torch._dynamo); triton 3.8.0 (torch 2.14.1) segfaulted on import once Mesa's EGL had rendered.
+    heron imports it before dm_control loads its OpenGL."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("no triton here (a CPU build of torch)")
+    code = ("import gymnasium as gym; from heron.core import dmc; dmc.register('dmc_cartpole_swingup'); "
+            "env = gym.make('dmc_cartpole_swingup', from_pixels=True); obs, _ = env.reset(seed=0); "
+            "assert obs.shape[-1] == 3 or obs.shape[0] == 3, obs.shape; import triton; print('loaded')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "loaded" in proc.stdout, (proc.returncode, proc.stderr[-2000:])

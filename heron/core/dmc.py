@@ -28,6 +28,7 @@ import importlib.util
 import inspect
 import math
 import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -56,6 +57,7 @@ def _suite():
         spec = None
     if spec is None:
         raise HeronError("DeepMind Control Suite ids need dm_control: pip install 'heron[dmc]'")
+    _triton_first()
     try:
         from dm_control import suite
     except ModuleNotFoundError as exc:
@@ -66,6 +68,21 @@ def _suite():
                          f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
                          f"{_GL_HINT}") from exc
     return suite
+
+
+def _triton_first() -> None:
+    """Import triton (which CUDA builds of torch bring) before dm_control loads its OpenGL: triton
+    3.8.0 (torch 2.14.1) segfaults on import once Mesa's EGL has rendered in the process, and torch
+    imports it later in every run (``torch.optim`` imports ``torch._dynamo``). Imported first, both
+    work. Nothing happens where triton is absent (CPU builds of torch)."""
+    if "triton" in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec("triton") is None:
+            return
+        import triton  # noqa: F401
+    except Exception:
+        pass  # a triton that cannot load here is torch's concern, not a reason to refuse DMC
 
 
 def _one_line(exc: BaseException) -> str:
