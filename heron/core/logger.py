@@ -21,6 +21,7 @@ import torch
 from heron.core.faults import WriteFailed, armed, inject
 
 FLUSH_SECONDS = 2.0  # logged rows reach the disk this soon: a SIGKILL loses at most this much of the logs
+BAR_SECONDS = 0.1  # the progress bar's line is made at most this often (rich redraws at 10 Hz)
 
 
 def _scalar(v: Any) -> float:
@@ -92,7 +93,7 @@ class Logger:
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "log"
         self.mode = mode
-        self._bar = None
+        self._bar, self._bar_updated = None, -math.inf
         if mode == "bar":
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -155,17 +156,26 @@ class Logger:
 
     # -- progress -------------------------------------------------------------------------------
     def progress(self, step: int, extra: str = "") -> None:
+        """Called every env step (PPO: every iteration). The line is made only when it is shown:
+        the bar's at most every ``BAR_SECONDS`` (rich redraws at 10 Hz) and at the last step, the
+        plain log's every 10 s; the other steps pay a clock read."""
         self.flush_if_due()
-        sps = self.sps(step)
-        ret = f"return {sum(self.recent_returns) / len(self.recent_returns):.1f}" if self.recent_returns else ""
-        info = "  ".join(x for x in (f"{sps:.0f} SPS", ret, extra) if x)
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, info=info)
+            now = time.monotonic()
+            if now - self._bar_updated < BAR_SECONDS and step < self.total_steps:
+                return
+            self._bar_updated = now
+            self._bar.update(self._task, completed=step, info=self._info(step, extra))
         elif self.mode == "log" and time.time() - self._last_line >= 10.0:
             self._last_line = time.time()
+            sps, info = self.sps(step), self._info(step, extra)
             left = (self.total_steps - step) / sps if sps > 0 else math.inf
             eta = f"{left / 60:.1f} min left" if math.isfinite(left) else ""
             self.print(f"step {step}/{self.total_steps}  {info}  {eta}".rstrip())
+
+    def _info(self, step: int, extra: str) -> str:
+        ret = f"return {sum(self.recent_returns) / len(self.recent_returns):.1f}" if self.recent_returns else ""
+        return "  ".join(x for x in (f"{self.sps(step):.0f} SPS", ret, extra) if x)
 
     def print(self, text: str) -> None:
         if self._bar is not None:
