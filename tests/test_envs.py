@@ -461,3 +461,36 @@ def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
     assert not np.allclose(host.predict(obs), policy.predict(obs))  # a copy, not a view
     assert policy.host_copy() is host  # made once, refreshed at each call
     np.testing.assert_array_equal(host.predict(obs), policy.predict(obs))
+
+
+def test_an_evaluation_pool_keeps_its_envs_until_a_failure():
+    import gymnasium as gym
+
+    from heron.core.envs import evaluate
+
+    made, closed = [], []
+
+    class Counted(gym.Wrapper):
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    def env_fn(render_mode):
+        made.append(Counted(gym.make("CartPole-v1", render_mode=render_mode)))
+        return made[-1]
+
+    pool = []
+    first = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
+    assert len(made) == 2 and pool == made and not closed  # kept open for the next evaluation
+    again = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
+    assert len(made) == 2 and again.tolist() == first.tolist()  # the same envs, the same episodes
+    fresh = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2)
+    assert fresh.tolist() == first.tolist() and set(map(id, closed)) == set(map(id, made[2:]))  # no pool: made, closed
+
+    class Broken(_Lean):
+        def predict(self, obs, deterministic=True):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        evaluate(Broken(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
+    assert pool == [] and set(map(id, closed)) == set(map(id, made))  # a failure closes the pool

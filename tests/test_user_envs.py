@@ -163,3 +163,23 @@ def test_check_env_json_and_bad_input(capsys):
     assert "not finite" in report["algos"]["sac"] and report["algos"]["ppo"] == ""
     assert main(["check-env", "Pendulm-v1"]) == 2
     assert "did you mean Pendulum-v1" in capsys.readouterr().err
+
+
+def test_a_run_makes_its_evaluation_envs_once(tmp_path):
+    """Evaluations play their episodes together (--eval-envs) in envs the run keeps between them: an
+    env that is slow to make (a simulator, a GL context) is made once per episode slot, not at
+    every evaluation; and all of them are closed when the run ends."""
+    made, closed = [], []
+
+    def make():
+        env = user_envs.make_target()
+        made.append(env)
+        close = env.close
+        env.close = lambda: (closed.append(env), close())
+        return env
+
+    r = heron.train("td3", env=make, run_dir=str(tmp_path / "r"), **{**TINY_KW, "eval_every": 100, "eval_episodes": 3})
+    evaluations = len((tmp_path / "r" / "eval.csv").read_text().splitlines()) - 1
+    assert r["episodes"] == 3 and evaluations == 3  # steps 100, 200, 300 (the last is the final one)
+    assert len(made) == 2 + 3  # the probe and the training env, then 3 evaluation envs for all evaluations
+    assert set(map(id, closed)) == set(map(id, made))
