@@ -128,6 +128,11 @@ class DreamerPolicy(Policy):
         self.keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
         self.spec = _obs_spec(spaces)
 
+    def on_host(self) -> Policy:
+        """Itself: the player (RSSM, encoder and actor, 400-600 units wide) is not the few small
+        products that a CPU copy runs faster than the accelerator."""
+        return self
+
     def predict(self, obs: dict[str, np.ndarray], deterministic: bool = True) -> np.ndarray:
         if not isinstance(obs, dict):
             raise ValueError(f"expected a dict of observations with keys {self.keys}")
