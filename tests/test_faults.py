@@ -307,7 +307,8 @@ def test_sigkill_at_a_random_moment_leaves_recent_logs_and_a_checkpoint_to_resum
     proc = _popen(["train", "sac", "--env-id", "Pendulum-v1", "--total-steps", "1000000", "--learning-starts", "300",
                    "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", "50", "--progress", "none",
                    "--checkpoint-minutes", "0.02", "--run-dir", str(run)])  # everything else at its default
-    time.sleep(random.uniform(5.0, 9.0))
+    _wait_for(run / "metrics.csv", proc)  # started (importing torch alone can take 5 s on a loaded machine)
+    time.sleep(random.uniform(4.0, 8.0))
     killed_at = time.time()
     proc.kill()
     proc.communicate()
