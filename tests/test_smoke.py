@@ -66,3 +66,20 @@ def test_capture_video_and_plot(tmp_path, tiny):
     from heron.plot import plot_runs
     out = plot_runs([str(tmp_path / "v")], str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 1000 and out.endswith("p.png")
+
+
+def test_the_progress_bar_is_drawn_at_most_every_tenth_of_a_second_and_ends_full(tmp_path):
+    from heron.core.logger import Logger
+
+    logger = Logger(tmp_path, total_steps=5000, progress="bar", tensorboard=False)
+    drawn = []
+    update = logger._bar.update
+    logger._bar.update = lambda task, **kw: (drawn.append(kw["completed"]), update(task, **kw))
+    try:
+        for step in range(1, 5001):
+            logger.progress(step)
+        assert drawn[0] == 1 and drawn[-1] == 5000  # the first step and the last are always drawn
+        assert len(drawn) < 100  # not every step: 5,000 steps take far less than 10 s here
+        assert logger._bar.tasks[0].completed == 5000
+    finally:
+        logger.close()
