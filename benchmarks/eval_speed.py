@@ -1,14 +1,11 @@
 """What one evaluation costs: 10 episodes of HalfCheetah-v5 (1,000 steps each) with a SAC, TD3 or
-PPO actor, played four ways:
+PPO actor, played three ways:
 
-  one at a time   one episode after another in one new env, the actor on the training device
+  one at a time   one episode after another in one env, the actor on the training device
                   (heron before --eval-envs, and what ``--eval-envs 1`` does on the CPU)
-  together        the 10 episodes at once, one new env each, one batched forward per step
-                  (``heron eval``)
-  together, host  the same with the actor's CPU copy (``Policy.on_host()``; the same as
-                  "together" on the CPU)
-  as a run does   together, on the host copy, in envs kept from the run's previous evaluation
-                  (every evaluation of a run but its first)
+  together        the 10 episodes at once, one env each, one batched forward per step
+  together, host  the same with the actor's CPU copy (``Policy.on_host()``; what heron's
+                  evaluations do on a GPU, and the same as "together" on the CPU)
 
 The actor is the one a short run leaves (no gradient step: the weights do not change what an
 evaluation costs, and HalfCheetah's episodes always last 1,000 steps). Rounds alternate the ways;
@@ -28,7 +25,7 @@ import time
 import torch
 
 import heron
-from heron.core.envs import close_envs, evaluate
+from heron.core.envs import evaluate
 
 
 def main() -> None:
@@ -47,17 +44,14 @@ def main() -> None:
     heron.train(args.algo, env_id=args.env_id, device=args.device, run_dir=run, eval_every=0, eval_episodes=1,
                 checkpoint_every=0, progress="none", torch_threads=args.threads, **steps)
     policy = heron.load(run, device=args.device)
-    pool: list = []
-    evaluate(policy.on_host(), args.env_id, args.episodes, seed=1_000_001, at_once=args.episodes, pool=pool)
-    ways = [("one at a time", lambda: policy, 1, None), ("together", lambda: policy, args.episodes, None),
-            ("together, host", policy.on_host, args.episodes, None),
-            ("as a run does", policy.on_host, args.episodes, pool)]
+    ways = [("one at a time", lambda: policy, 1), ("together", lambda: policy, args.episodes),
+            ("together, host", policy.on_host, args.episodes)]
     times: dict[str, list[float]] = {name: [] for name, *_ in ways}
     means: dict[str, float] = {}
     for _ in range(args.rounds):
-        for name, get, at_once, kept in ways:
+        for name, get, at_once in ways:
             t0 = time.perf_counter()
-            returns = evaluate(get(), args.env_id, args.episodes, seed=1_000_001, at_once=at_once, pool=kept)
+            returns = evaluate(get(), args.env_id, args.episodes, seed=1_000_001, at_once=at_once)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t0)
@@ -67,7 +61,6 @@ def main() -> None:
           f"{args.rounds} rounds (torch {torch.__version__})")
     print("| way | seconds per evaluation (median) | speed-up | mean return |")
     print("|---|---:|---:|---:|")
-    close_envs(pool, args.env_id)
     for name, *_ in ways:
         t = statistics.median(times[name])
         print(f"| {name} | {t:.2f} | {base / t:.2f}x | {means[name]:.3f} |")

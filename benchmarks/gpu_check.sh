@@ -75,7 +75,7 @@ timed() {
 
 if [ "$mode" = eval ]; then
     # what one evaluation (10 HalfCheetah-v5 episodes) costs: one at a time on the GPU, together, and
-    # together on the actor's CPU copy, and in kept envs (about 2 minutes for the three algorithms)
+    # together on the actor's CPU copy (about 2 minutes for the three algorithms)
     export MUJOCO_GL=disable
     for algo in sac td3 ppo; do
         python3 benchmarks/eval_speed.py --algo $algo --device cuda --threads 4 --rounds 2 2>&1 \

@@ -463,7 +463,7 @@ def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
     np.testing.assert_array_equal(host.predict(obs), policy.predict(obs))
 
 
-def test_an_evaluation_pool_keeps_its_envs_until_a_failure():
+def test_an_evaluation_closes_every_env_it_made_however_it_ends():
     import gymnasium as gym
 
     from heron.core.envs import evaluate
@@ -479,18 +479,15 @@ def test_an_evaluation_pool_keeps_its_envs_until_a_failure():
         made.append(Counted(gym.make("CartPole-v1", render_mode=render_mode)))
         return made[-1]
 
-    pool = []
-    first = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
-    assert len(made) == 2 and pool == made and not closed  # kept open for the next evaluation
-    again = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
-    assert len(made) == 2 and again.tolist() == first.tolist()  # the same envs, the same episodes
-    fresh = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2)
-    assert fresh.tolist() == first.tolist() and set(map(id, closed)) == set(map(id, made[2:]))  # no pool: made, closed
+    first = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2)
+    again = evaluate(_Lean(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2)
+    assert again.tolist() == first.tolist() and len(made) == 4  # fresh envs at every evaluation
+    assert set(map(id, closed)) == set(map(id, made))
 
     class Broken(_Lean):
         def predict(self, obs, deterministic=True):
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        evaluate(Broken(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2, pool=pool)
-    assert pool == [] and set(map(id, closed)) == set(map(id, made))  # a failure closes the pool
+        evaluate(Broken(), "CartPole-v1", 4, seed=3, env_fn=env_fn, at_once=2)
+    assert len(made) == 6 and set(map(id, closed)) == set(map(id, made))

@@ -48,6 +48,19 @@ def make_target():
     return Target()
 
 
+class Remembering(Target):
+    """Its first observation drifts with every reset the instance has had, whatever the seed: an
+    env whose episodes depend on what it played before (as PyBullet's locomotion envs do)."""
+
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.resets += 1
+        self.pos = float(np.clip(self.pos + 0.1 * self.resets, -5, 5))
+        return self._obs(), info
+
+
 class Endless(Target):
     """Never ends an episode: nothing to evaluate to the end."""
 

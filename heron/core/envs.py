@@ -621,8 +621,7 @@ EVAL_EPISODE_CAP = 100_000  # agent steps; longer than any standard env's time l
 def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, video_path: str | None = None,
              flatten_dict: bool = True, max_episode_steps: int | None = None,
              env_fn: Callable[[str | None], gym.Env] | None = None,
-             should_stop: Callable[[], bool] | None = None, at_once: int = 1,
-             pool: list[gym.Env] | None = None) -> np.ndarray | None:
+             should_stop: Callable[[], bool] | None = None, at_once: int = 1) -> np.ndarray | None:
     """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` and return their
     returns. Episode k starts from ``reset(seed=seed + k)``: the same start states at every
     evaluation, independent of training's random state, so that evaluating never perturbs a run.
@@ -641,23 +640,18 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
     observation until the group ends, so a recurrent state keeps its row. With a video the episodes
     are played one after another in one env, and the frames go to the file as they are rendered.
 
-    ``pool``: envs kept open between evaluations (a run's), used first and added to when fewer than
-    needed; every episode starts with ``reset(seed=...)``, so a kept env plays what a new one would,
-    without the making (on this project's CPU VM: 5 ms for HalfCheetah-v5, 0.18 s for ALE/Pong-v5,
-    0.6 s for a DMC task from pixels with its OpenGL context, per env and evaluation). Left
-    open, except after a failure or a stop request, when the pool's envs are closed and it is
-    emptied. Not used with a video (its env renders)."""
+    The envs are made afresh at every call: some envs' episodes depend on what the instance played
+    before, whatever the seed (PyBullet's locomotion envs), and an evaluation must depend on the
+    policy alone, so that ``heron eval`` of a checkpoint and a resumed run reproduce it."""
     render_mode = "rgb_array" if video_path else None
     numbers = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
     together = 1 if video_path or not getattr(policy, "batched", False) else max(1, min(at_once, len(numbers)))
-    pooled = pool is not None and not video_path
-    envs: list[gym.Env] = pool if pooled else []
+    envs: list[gym.Env] = []
     video: VideoFile | None = None
 
     def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return env_call(env_id, f"{what} (evaluation)", fn, *args, **kwargs)
 
-    failed = True
     try:
         while len(envs) < together:
             envs.append(env_fn(render_mode) if env_fn is not None else
@@ -697,12 +691,10 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
             returns.extend(totals.tolist())
         if video is not None:
             video.commit()
-        failed = False
     finally:
         if video is not None:
             video.discard()
-        if failed or not pooled:
-            close_envs(envs, env_id)
+        close_envs(envs, env_id)
     return np.asarray(returns, np.float64)
 
 

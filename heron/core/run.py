@@ -29,7 +29,7 @@ import yaml
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
 from heron.core import cores, dist
-from heron.core.envs import close_envs, evaluate as run_episodes
+from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
     nonfinite_tensor, release
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv
@@ -227,7 +227,6 @@ class Run:
     step: int = 0  # the last env step whose work is complete (after_step)
     state_fn: Callable[[], tuple[dict, dict | None]] | None = None  # (state, buffer state) at that step
     owned: list = field(default_factory=list)  # envs closed (bounded) when the run closes
-    eval_pool: list = field(default_factory=list)  # evaluation envs kept between evaluations
     last_checkpoint_time: float = field(default_factory=time.monotonic)
     checkpoint_cost: float = 0.0  # seconds the latest checkpoint took
     checkpoints_written: int = 0
@@ -551,8 +550,7 @@ class Run:
             with torch.random.fork_rng(devices=devices):
                 returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
                                        video_path=video_path, env_fn=self.eval_env_fn,
-                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs,
-                                       pool=self.eval_pool)
+                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
         parts = dist.gather(None if returns is None else returns.tolist())
         if any(part is None for part in parts):
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
@@ -634,10 +632,6 @@ class Run:
         self.logger.close()
         if self.lock is not None:
             self.lock.release()
-        try:
-            close_envs(self.eval_pool, self.cfg.env_id)
-        except Exception:
-            pass
         for envs in reversed(self.owned):
             try:
                 close_bounded(envs.close, f"the {self.cfg.env_id} envs")
