@@ -175,3 +175,17 @@ def test_an_evaluation_depends_on_the_policy_alone_even_where_an_env_remembers(t
     assert evaluations == 3  # steps 100, 200 and 300 (the final one)
     again = heron.evaluate(tmp_path / "r", episodes=3)
     assert again["mean_return"] == pytest.approx(r["mean_return"], rel=1e-6)
+
+
+def test_eval_envs_reaches_the_run_and_heron_eval_and_envs_overrides_it(tmp_path):
+    """With an env that remembers its resets, episodes played one after another in one env return
+    something else than episodes played together in fresh envs: that difference shows which way
+    each path played them."""
+    run = tmp_path / "r"
+    r = heron.train("td3", env_id="user_envs:Remembering", run_dir=str(run),
+                    **{**TINY_KW, "eval_episodes": 3, "eval_envs": 1})
+    default = heron.evaluate(run, episodes=3)  # the run's --eval-envs 1
+    assert default["mean_return"] == pytest.approx(r["mean_return"], rel=1e-6)
+    together = heron.evaluate(run, episodes=3, envs=3)
+    assert together["returns"][0] == pytest.approx(default["returns"][0], rel=1e-6)  # a fresh env either way
+    assert together["returns"][1:] != pytest.approx(default["returns"][1:], rel=1e-3)

@@ -694,14 +694,9 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
     finally:
         if video is not None:
             video.discard()
-        close_envs(envs, env_id)
+        for env in envs:
+            close_bounded(env.close, f"the {env_id} evaluation env")
     return np.asarray(returns, np.float64)
-
-
-def close_envs(envs: list[gym.Env], env_id: str) -> None:
-    """Close evaluation envs (each with a bounded wait) and empty the list."""
-    while envs:
-        close_bounded(envs.pop().close, f"the {env_id} evaluation env")
 
 
 def _stack(obs: list[Any]) -> Any:
