@@ -136,3 +136,25 @@ def test_cpu_sampling_gathers_the_rows_index_select_gathers_and_only_the_fields_
     for k, v in got.items():
         assert v.dtype == want[k].dtype and torch.equal(v, want[k]), k
     assert bool(got["terminated"].any()) and bool(got["truncated"].any())
+
+
+def test_sequence_windows_are_the_same_rows_through_numpy_and_index_select():
+    """Sequence windows go through the same gather as single transitions: on the CPU numpy's take,
+    giving what index_select gives, shaped [B, L, ...], every field and dtype kept."""
+    buf = ReplayBuffer(capacity=30, num_envs=3, obs_shape=(2,), obs_dtype=np.uint8, action_shape=(1,),
+                       extra={"actor_state": (4,)})
+    rng = np.random.default_rng(1)
+    for t in range(14):  # wraps past the 10 rows
+        buf.add(**_row(buf, t, 3, (2,), np.uint8), actor_state=rng.normal(size=(3, 4)).astype(np.float32))
+    state = buf.generator.get_state()
+    got = buf.sample_sequences(6, 4)
+    buf.generator.set_state(state)
+    rows = buf.sequence_indices(6, 4)
+    assert rows.shape == (24,)
+    buf._np = None  # the tensor path
+    want = buf.gather(rows, None, (6, 4))
+    assert set(got) == set(want) == set(buf.data)
+    for k, v in got.items():
+        assert v.shape[:2] == (6, 4) and v.dtype == want[k].dtype and torch.equal(v, want[k]), k
+    steps = got["actions"][..., 0]  # [B, L]: consecutive steps of one env, never across the write position (row 4)
+    assert torch.equal(steps[:, 1:] - steps[:, :-1], torch.ones(6, 3)) and bool((steps >= 4).all())

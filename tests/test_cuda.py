@@ -1,5 +1,5 @@
 """CUDA paths: every algorithm on a GPU, with and without ``--cuda-graphs``, in every precision.
-Skipped where there is no GPU (CI). On a GPU machine: ``python -m pytest -q tests/test_cuda.py``."""
+Skipped where there is no GPU (CI), except a CPU check of a helper the GPU tests share. On a GPU machine: ``python -m pytest -q tests/test_cuda.py``."""
 
 import importlib
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_ppo_lean import _minibatch
 from test_ppo_lean import _spaces as ppo_spaces
-from test_sac_lean import make_batch, make_nets, make_td3_nets, td3_batches
+from test_sac_lean import A, B, D, make_batch, make_nets, make_td3_nets, td3_batches
 
 from heron import api
 from heron.algos.sac.config import Config as SACConfig
@@ -18,8 +18,9 @@ from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
 from heron.cli import main
-from heron.core import acting
+from heron.core import acting, offpolicy
 from heron.core import checkpoint as ckpt
+from heron.core.buffers import ReplayBuffer
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
@@ -194,6 +195,75 @@ def test_offpolicy_graphed_steps_equal_eager_steps(algo):
     with the learning rates, target networks and normalizer moving between steps."""
     eager, eager_w = _offpolicy_steps(algo, graphed=False)
     graphed, graphed_w = _offpolicy_steps(algo, graphed=True)
+    _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
+
+
+def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, device: str = "cuda",
+                 manual: bool = False) -> tuple[list[dict[str, float]], list]:
+    """n gradient steps as the loop takes them (``offpolicy.Learn``: sample, update, average the
+    targets) from a replay buffer that gets a new env step after each, wrapping around. ``manual``:
+    the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
+    sac = algo == "sac"
+    cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
+    with torch.device(device):
+        nets = make_nets(cfg) if sac else make_td3_nets(cfg)
+    targets = [(nets.critic_target, nets.critic)] + ([] if sac else [(nets.actor_target, nets.actor)])
+    for module in (nets.actor, *(m for pair in targets for m in pair)):
+        module.to(device)
+    update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
+    if graphed:
+        capturable(nets.actor_opt, nets.q_opt, *([nets.alpha_opt] if sac else []))
+    rb = ReplayBuffer(2 * 40, 2, (D,), np.float32, (A,), device=buffer_device, seed=3, out_device=device)
+    rng = np.random.default_rng(0)
+
+    def add():
+        rb.add(obs=rng.normal(size=(2, D)).astype(np.float32) * 2, next_obs=rng.normal(size=(2, D)).astype(np.float32),
+               actions=rng.uniform(-1, 1, (2, A)).astype(np.float32), rewards=rng.normal(size=2).astype(np.float32),
+               terminated=rng.random(2) < 0.2, truncated=rng.random(2) < 0.1)
+
+    for _ in range(30):
+        add()
+    fields, polyak = None if sac else offpolicy.STEP_FIELDS, Polyak(*targets)
+    learn = offpolicy.Learn(update, rb, (B, 1) if sac else (B,), fields, polyak, 0.05, graphed)
+    torch.manual_seed(1)
+    history = []
+    for i in range(n):
+        delayed = i % 2 == 1
+        if manual:
+            batch = {k: v.unsqueeze(1) if sac else v for k, v in rb.sample(B, fields).items()}
+            metrics = update(batch, delayed)
+            polyak(0.05) if delayed or sac else None
+        else:
+            metrics = learn(delayed, delayed or sac)  # SAC averages after every step, TD3 after its actor's
+        history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
+        add()  # recorded gathers must read the rows written since
+    if graphed:
+        assert learn.rows_in == (buffer_device == "cuda")
+        assert sorted(learn.step.steps) == [(False, sac), (True, True)]
+        assert all(s.graph is not None for s in learn.step.steps.values())
+    params = [p.detach().clone() for m in (nets.actor, *(m for pair in targets for m in pair)) for p in m.parameters()]
+    return history, params
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_learn_takes_the_loops_steps(algo):
+    """(On the CPU, for CI.) ``offpolicy.Learn`` without graphs is the loop's sample, update and
+    Polyak step, in that order, on the same rows: equal to them written out, to the last bit."""
+    manual, manual_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", manual=True)
+    learn, learn_w = _learn_steps(algo, False, "cpu", n=6, device="cpu")
+    assert learn == manual and all(torch.equal(a, b) for a, b in zip(learn_w, manual_w))
+
+
+@needs_cuda
+@pytest.mark.parametrize("buffer_device", ["cuda", "cpu"])
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_recorded_sampling_update_and_averaging_equal_eager(algo, buffer_device):
+    """--cuda-graphs records the batch's gather from a device buffer, the update and the targets'
+    Polyak step as one graph per variant, fed only the rows drawn on the host: the eager losses
+    step by step and weights (the targets' included), the same rows drawn, rows written after the
+    capture read by the replays. With the buffer in host memory the gathered batch is the input."""
+    eager, eager_w = _learn_steps(algo, False, buffer_device)
+    graphed, graphed_w = _learn_steps(algo, True, buffer_device)
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
 
 

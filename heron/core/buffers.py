@@ -86,27 +86,24 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, fields: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
         """Uniform transitions: every field (or those named in ``fields``) as [B, ...] on ``out_device``."""
+        return self.gather(self.indices(batch_size), fields)
+
+    def sample_sequences(self, batch_size: int, length: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` windows of ``length`` consecutive steps of one env: fields [B, L, ...]."""
+        return self.gather(self.sequence_indices(batch_size, length), None, (batch_size, length))
+
+    def indices(self, batch_size: int) -> torch.Tensor:
+        """Rows of ``batch_size`` uniform transitions in the [T * N] view: [B] int64 on the host,
+        drawn from the buffer's generator (``gather`` reads them)."""
         filled = self.rows if self.full else self.pos
         t = torch.randint(0, filled, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
-        flat = t if self.num_envs == 1 else t * self.num_envs + e  # index into the [T * N] view
-        names = self.data if fields is None else fields
-        if self._np is not None:  # numpy's take gathers the rows about a third faster than index_select
-            rows = flat.numpy()
-            return self._out({name: torch.from_numpy(self._np_rows[name].take(rows, axis=0)) for name in names})
-        flat = flat.to(self.device, non_blocking=True)  # from pageable memory: staged, and no stream sync after
-        return self._out({name: self.data[name].flatten(0, 1).index_select(0, flat) for name in names})
+        return t if self.num_envs == 1 else t * self.num_envs + e
 
-    def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.out_device == self.device:
-            return batch
-        return {name: v.to(self.out_device) for name, v in batch.items()}
-
-    def sample_sequences(self, batch_size: int, length: int) -> dict[str, torch.Tensor]:
-        """``batch_size`` windows of ``length`` consecutive steps of one env: fields [B, L, ...].
-
-        Windows never cross the write position (where old and new data meet); they may cross
-        episode boundaries, which the consumer handles with ``terminated | truncated``."""
+    def sequence_indices(self, batch_size: int, length: int) -> torch.Tensor:
+        """Rows of ``batch_size`` windows of ``length`` consecutive steps of one env: [B * L], window
+        by window. Windows never cross the write position (where old and new data meet); they may
+        cross episode boundaries, which the consumer handles with ``terminated | truncated``."""
         filled = self.rows if self.full else self.pos
         if filled < length:
             raise HeronError(f"buffer holds {filled} steps per env, fewer than the sequence length {length}")
@@ -115,9 +112,30 @@ class ReplayBuffer:
         start = torch.randint(0, filled - length + 1, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
         t = (oldest + start[:, None] + torch.arange(length)[None, :]) % self.rows  # [B, L]
-        flat = (t * self.num_envs + e[:, None]).flatten().to(self.device, non_blocking=True)  # [B * L]
-        return self._out({name: v.flatten(0, 1).index_select(0, flat).view(batch_size, length, *v.shape[2:])
-                          for name, v in self.data.items()})
+        return (t * self.num_envs + e[:, None]).flatten()  # [B * L]
+
+    def gather(self, rows: torch.Tensor, fields: tuple[str, ...] | None = None,
+               shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+        """The given rows of the [T * N] view (from ``indices`` or ``sequence_indices``): every
+        field (or those in ``fields``) as [*shape, ...] (shape: the rows' own, [B], by default) on
+        ``out_device``. Rows on the buffer's device are read without leaving it, so the gather can
+        be part of a recorded CUDA graph (``offpolicy.Learn``)."""
+        names = self.data if fields is None else fields
+        shape = tuple(rows.shape) if shape is None else tuple(shape)
+        if self._np is not None and rows.device.type == "cpu":  # numpy's take: about a third faster than index_select
+            picked = rows.numpy()
+            batch = {name: torch.from_numpy(self._np_rows[name].take(picked, axis=0)) for name in names}
+        else:
+            rows = rows.to(self.device, non_blocking=True)  # from pageable memory: staged, and no stream sync after
+            batch = {name: self.data[name].flatten(0, 1).index_select(0, rows) for name in names}
+        if shape != tuple(rows.shape):
+            batch = {name: v.view(*shape, *v.shape[1:]) for name, v in batch.items()}
+        return self._out(batch)
+
+    def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.out_device == self.device:
+            return batch
+        return {name: v.to(self.out_device) for name, v in batch.items()}
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

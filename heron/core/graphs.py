@@ -19,9 +19,12 @@ The returned metrics are the graph's static outputs. Each replay overwrites them
 the latest step's values. The logger reads them every ``log_every`` steps, which is what it needs.
 
 ``GraphedSteps(fn)`` is the same for a step with a variant, ``fn(batch, variant)``: SAC and TD3
-update the actor only every ``policy_frequency``-th step, so they record two graphs (critic only;
-critic and actor), each with its own warm-up, capture, static tensors and memory pool. Graphs
-replayed in any order must not share a pool.
+update the actor only every ``policy_frequency``-th step and average their targets every
+``target_network_frequency``-th (TD3: after each actor step), so they record a graph for each
+(actor step, averaging) pair that occurs, usually two. Each has its own warm-up, capture, static
+tensors and memory pool: graphs replayed in any order must not share a pool. Their input is the
+batch's row indices: the gather from the device replay buffer is recorded with the update and the
+averaging (``heron.core.offpolicy.Learn``).
 
 Under ``--compile`` (SAC, TD3, PPO) ``fn`` is the compiled step. Its warm-up calls compile it,
 once per variant, and the capture records Inductor's fused kernels, as LeanRL pairs
@@ -59,10 +62,15 @@ def recording(t: torch.Tensor) -> bool:
 
 
 class GraphedStep:
-    def __init__(self, fn: Callable[[Batch], dict[str, torch.Tensor]], warmup: int = 3):
+    """``device``: where the static inputs live, for inputs given on the host (replays copy them
+    in; the warm-up and the capture see device copies). Without it the inputs are device tensors."""
+
+    def __init__(self, fn: Callable[[Batch], dict[str, torch.Tensor]], warmup: int = 3,
+                 device: str | torch.device | None = None):
         if warmup < 1:
             raise ValueError("CUDA graph capture needs at least one eager warm-up call")
         self.fn, self.warmup = fn, warmup
+        self.device = None if device is None else torch.device(device)
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_in: Batch = {}
@@ -71,6 +79,8 @@ class GraphedStep:
 
     def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.calls += 1
+        if self.graph is None and self.device is not None:
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         if self.graph is None and self.calls <= self.warmup:
             if self._stream is None:
                 self._stream = torch.cuda.Stream()
@@ -97,14 +107,15 @@ class GraphedStep:
 class GraphedSteps:
     """``fn(batch, variant)`` with one ``GraphedStep`` per variant (module doc)."""
 
-    def __init__(self, fn: Callable[[Batch, Any], dict[str, torch.Tensor]], warmup: int = 3):
-        self.fn, self.warmup = fn, warmup
+    def __init__(self, fn: Callable[[Batch, Any], dict[str, torch.Tensor]], warmup: int = 3,
+                 device: str | torch.device | None = None):
+        self.fn, self.warmup, self.device = fn, warmup, device
         self.steps: dict[Hashable, GraphedStep] = {}
 
     def __call__(self, batch: Batch, variant: Hashable) -> dict[str, torch.Tensor]:
         step = self.steps.get(variant)
         if step is None:
-            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup)
+            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup, self.device)
         return step(batch)
 
 
@@ -119,15 +130,11 @@ class GraphedActor:
     come from the CUDA generator, as in the eager call."""
 
     def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], device: str | torch.device, warmup: int = 3):
-        self.device = torch.device(device)
-        self.step = GraphedStep(lambda batch: {"actions": fn(batch["obs"])}, warmup)
+        self.step = GraphedStep(lambda batch: {"actions": fn(batch["obs"])}, warmup, device)
 
     def __call__(self, obs: Any) -> Any:
-        x = torch.as_tensor(obs)
-        if self.step.graph is None:  # warm-up and capture run on device tensors; replays copy from the host
-            x = x.to(self.device)
         with torch.no_grad():
-            return self.step({"obs": x})["actions"].cpu().numpy()
+            return self.step({"obs": torch.as_tensor(obs)})["actions"].cpu().numpy()
 
 
 def capturable(*optimizers: torch.optim.Optimizer) -> None:

@@ -1,9 +1,11 @@
-"""What SAC and TD3 share around their update steps: spaces, the replay buffer, snapshots for
-checkpoints and resume (the per-step cadences are ``Run.after_step``)."""
+"""What SAC and TD3 share around their update steps: spaces, the replay buffer, the gradient step
+as the loop takes it (``Learn``), snapshots for checkpoints and resume (the per-step cadences are
+``Run.after_step``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -13,6 +15,8 @@ from heron.config import HeronError
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
 from heron.core.envs import VecEnv
+from heron.core.graphs import GraphedSteps
+from heron.core.nets import Polyak
 from heron.core.run import Run
 
 
@@ -34,6 +38,55 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
                         envs.obs_dtype, envs.single_action_space.shape,
                         device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
                         extra=extra, seed=run.rank_seed(), out_device=device)
+
+
+class Learn:
+    """One gradient step as SAC's and TD3's loops take it: ``learn(update_actor, average)`` draws a
+    batch from the replay buffer, runs ``update(batch, update_actor)`` and then, when ``average``,
+    the targets' Polyak step; it returns the update's metrics.
+
+    ``shape``: the batch's leading shape, [B] (TD3), [B, 1] (SAC) or [B, L] with ``sequences``
+    (recurrent SAC: windows of L steps). ``fields``: what the update reads (all when None).
+
+    Under --cuda-graphs the three are recorded together, one graph per (update_actor, average)
+    (``GraphedSteps``). With the replay on the training device the graph's one input is the
+    batch's rows, drawn on the host from the buffer's generator as in the eager path (the same
+    rows, and a checkpoint holds the stream). The gather, the update and the averaging then replay
+    with one launch and one small copy, where the eager gather and averaging around a recorded
+    update were about a dozen launches and copies per step: a gather per field, a copy of each
+    into the graph's inputs, the Polyak step. With the replay in host memory (--buffer-device cpu)
+    the gathered batch is the graph's input."""
+
+    def __init__(self, update: Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]], rb: ReplayBuffer,
+                 shape: tuple[int, ...], fields: tuple[str, ...] | None, polyak: Polyak, tau: float, graphs: bool,
+                 sequences: bool = False):
+        self.rb, self.shape, self.fields, self.sequences = rb, tuple(shape), fields, sequences
+
+        def step(batch: dict[str, torch.Tensor], variant: tuple[bool, bool]) -> dict[str, torch.Tensor]:
+            update_actor, average = variant
+            metrics = update(batch, update_actor)
+            if average:
+                polyak(tau)
+            return metrics
+
+        self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
+        if self.rows_in:
+            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows["rows"]), variant), device=rb.device)
+        else:
+            self.step = GraphedSteps(step) if graphs else step
+
+    def rows(self) -> torch.Tensor:
+        if self.sequences:
+            return self.rb.sequence_indices(*self.shape)
+        return self.rb.indices(math.prod(self.shape))
+
+    def read(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.rb.gather(rows, self.fields, self.shape)
+
+    def __call__(self, update_actor: bool, average: bool) -> dict[str, torch.Tensor]:
+        if self.rows_in:
+            return self.step({"rows": self.rows()}, (update_actor, average))
+        return self.step(self.read(self.rows()), (update_actor, average))
 
 
 def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:

@@ -22,7 +22,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedActor, GraphedSteps, capturable
+from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -164,20 +164,17 @@ def train(cfg: Config, run: Run) -> dict:
     # -- one gradient step --------------------------------------------------------------------------
     nets = Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)
     update = make_update(cfg, nets, prec)
-    if cfg.compile:
+    if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
         update = compile_step(update)
-    if cfg.cuda_graphs:  # under --compile the compiled step is recorded (LeanRL's pairing)
-        update = GraphedSteps(update)  # the autograd step recorded twice: critic only, critic and actor
-    elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
+    elif not cfg.cuda_graphs and cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
-
-    batch_size = run.local(cfg.batch_size)  # this process's share of every batch
     fields = offpolicy.STEP_FIELDS if isinstance(update, lean.LeanUpdate) else None  # the autograd step reads all
-
-    def sample_batch() -> dict[str, torch.Tensor]:
-        if S:  # --batch-size counts transitions: batch_size / sequence_length windows
-            return rb.sample_sequences(max(1, batch_size // cfg.sequence_length), cfg.sequence_length)
-        return {k: v.unsqueeze(1) for k, v in rb.sample(batch_size, fields).items()}  # [B, 1, ...]
+    batch_size = run.local(cfg.batch_size)  # this process's share of every batch
+    # --batch-size counts transitions: batch_size / sequence_length windows [B, L], or [B, 1]
+    shape = (max(1, batch_size // cfg.sequence_length), cfg.sequence_length) if S else (batch_size, 1)
+    polyak = Polyak((critic_target, critic))
+    # sample, update, average the targets (--cuda-graphs: recorded, per actor step and averaging)
+    learn = offpolicy.Learn(update, rb, shape, fields, polyak, cfg.tau, cfg.cuda_graphs, sequences=bool(S))
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
@@ -205,7 +202,6 @@ def train(cfg: Config, run: Run) -> dict:
     low, high = act_space.low, act_space.high
 
     # -- the loop -----------------------------------------------------------------------------------
-    polyak = Polyak((critic_target, critic))
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
     graphed_actor = None  # the feed-forward actor's acting recorded too under --cuda-graphs
     if cfg.cuda_graphs and not S:
@@ -249,9 +245,8 @@ def train(cfg: Config, run: Run) -> dict:
                     set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
                     set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
                 n_updates += 1
-                metrics.update(run.watch(update(sample_batch(), n_updates % cfg.policy_frequency == 0), global_step))
-                if n_updates % cfg.target_network_frequency == 0:
-                    polyak(cfg.tau)
+                metrics.update(run.watch(learn(n_updates % cfg.policy_frequency == 0,
+                                               n_updates % cfg.target_network_frequency == 0), global_step))
 
         lr = cfg.policy_lr * lr_factor(max(n_updates - 1, 0))  # the latest update's
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,

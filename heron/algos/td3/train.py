@@ -21,7 +21,7 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedActor, GraphedSteps, capturable
+from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -117,12 +117,15 @@ def train(cfg: Config, run: Run) -> dict:
 
     nets = Nets(actor, critic, actor_target, critic_target, actor_opt, q_opt)
     update = make_update(cfg, nets, prec)
-    if cfg.compile:
+    if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
         update = compile_step(update)
-    if cfg.cuda_graphs:  # under --compile the compiled step is recorded (LeanRL's pairing)
-        update = GraphedSteps(update)  # the autograd step recorded twice: critic only, critic and actor
-    elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
+    elif not cfg.cuda_graphs and cfg.fused_update and lean.supported(prec, cfg.compile) is None:
         update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
+    polyak = Polyak((actor_target, actor), (critic_target, critic))
+    # steps 4-15: sample, update, and after a delayed actor step average the targets (--cuda-graphs:
+    # recorded twice, critic only; critic, actor and targets)
+    learn = offpolicy.Learn(update, rb, (run.local(cfg.batch_size),), offpolicy.STEP_FIELDS, polyak, cfg.tau,
+                            cfg.cuda_graphs)
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
@@ -146,7 +149,6 @@ def train(cfg: Config, run: Run) -> dict:
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
-    polyak = Polyak((actor_target, actor), (critic_target, critic))
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
     graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs else None  # acting recorded too
 
@@ -176,10 +178,7 @@ def train(cfg: Config, run: Run) -> dict:
             for _ in range(cfg.gradient_steps):
                 n_updates += 1
                 delayed = n_updates % cfg.policy_frequency == 0
-                batch = rb.sample(run.local(cfg.batch_size), offpolicy.STEP_FIELDS)
-                metrics.update(run.watch(update(batch, delayed), global_step))
-                if delayed:  # steps 14-15
-                    polyak(cfg.tau)
+                metrics.update(run.watch(learn(delayed, delayed), global_step))
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
                        policy, policy_state, checkpoint_state)
