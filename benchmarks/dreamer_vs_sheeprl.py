@@ -23,7 +23,12 @@ model (sheeprl's default).
 
 On CUDA both sides run with sheeprl's default numerics (TF32 matrix products, cuDNN autotuning,
 non-deterministic kernels) unless ``--heron-defaults`` gives heron its own training defaults
-(full fp32 matrix products, deterministic kernels). ``--cuda-graphs`` times heron's
+(deterministic kernels, and its ``--precision`` as a training run sets it: ``32`` is full fp32
+matrix products, ``tf32`` TF32). With sheeprl's numerics heron's ``32`` has TF32 products, as
+sheeprl's float32 has on CUDA (its ``float32_matmul_precision: high``). (From 2026-11-25 to
+2026-11-27 heron's ``Precision`` turned TF32 and autotuning off again after the script had set
+them; the H200 figures in docs/benchmarks.md are from before.) On CUDA each side also reports the
+most memory its tensors held (``peak_gpu_mb``). ``--cuda-graphs`` times heron's
 ``--cuda-graphs`` step (3 eager steps, a capture, then replays: give ``--warmup`` 4 or more).
 
 ``--precision`` runs heron's step in that ``--precision`` (``heron.core.precision``) and sheeprl's
@@ -77,9 +82,6 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     keep_freed_memory()  # as heron's training loop does
     torch.set_num_threads(1)
     seed_everything(0, deterministic=heron_defaults)
-    if device.startswith("cuda") and not heron_defaults:  # sheeprl's defaults (its config.yaml)
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.benchmark = True
     cfg = Config(use_continues=False, per_rank_batch_size=batch, sequence_length=length, device=device,
                  cuda_graphs=cuda_graphs, **SIZES[sizes])
     spaces = {"obs_spec": {"rgb": [[3, 64, 64], "uint8"]}, "cnn_keys": ["rgb"], "mlp_keys": [],
@@ -88,6 +90,9 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
         spaces.update(action_low=torch.full((actions,), -1.0), action_high=torch.full((actions,), 1.0))
     agent = build(cfg, spaces).to(device)
     prec = Precision(precision, torch.device(device), deterministic=heron_defaults)
+    if device.startswith("cuda") and not heron_defaults:  # sheeprl's numerics (its config.yaml), over Precision's
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
     prec.apply(agent)  # as heron's training does
     update = wrap_update(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), prec))
     rng = np.random.default_rng(0)
@@ -122,7 +127,8 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
             "batch": [length, batch], "continuous": continuous, "sec_per_grad_step": statistics.mean(times),
             "median": statistics.median(times), "min": min(times), "steps": steps, "params": params,
             # the peak resident memory of this process, which runs heron alone (sheeprl reports its own)
-            "peak_rss_mb": peak_rss_mb()}
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None}
 
 
 def sheeprl_step_time(python: str, sizes: str, warmup: int, steps: int, batch: int, length: int,
@@ -169,7 +175,8 @@ def main() -> None:
     print(json.dumps({"sizes": args.sizes, "device": args.device, "heron_s": round(heron["sec_per_grad_step"], 4),
                       "sheeprl_s": round(peer["sec_per_grad_step"], 4),
                       "speedup": round(peer["sec_per_grad_step"] / heron["sec_per_grad_step"], 2),
-                      "heron_peak_rss_mb": heron["peak_rss_mb"], "sheeprl_peak_rss_mb": peer.get("peak_rss_mb")}))
+                      "heron_peak_rss_mb": heron["peak_rss_mb"], "sheeprl_peak_rss_mb": peer.get("peak_rss_mb"),
+                      "heron_peak_gpu_mb": heron["peak_gpu_mb"], "sheeprl_peak_gpu_mb": peer.get("peak_gpu_mb")}))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 # and $OUT/{pytest.log,sps.txt} come back.
 #
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
+# What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 #
 # Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s):
 #   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
@@ -80,6 +81,33 @@ if [ "$mode" = eval ]; then
     for algo in sac td3 ppo; do
         python3 benchmarks/eval_speed.py --algo $algo --device cuda --threads 4 --rounds 2 2>&1 \
             | grep -v "^WARNING\|^$" | tee -a "$OUT/eval.txt"
+    done
+    exit
+fi
+
+if [ "$mode" = precision ]; then
+    # what each --precision does to speed and GPU memory (issue 17; about 5 minutes):
+    # 1. DreamerV2's gradient step at the seed's DMC sizes (batch 50 x 50, continuous actions), with
+    #    heron's training numerics (deterministic kernels; 32 is full fp32, tf32 TF32): eager in every
+    #    precision, graphed in all but 16-mixed (its loss scaling is not recorded); peak_gpu_mb is
+    #    the most memory its tensors held
+    echo "== DreamerV2 gradient step, DMC sizes, per precision" | tee "$OUT/precision.txt"
+    for p in 32 tf32 bf16-mixed 16-mixed; do
+        for graphs in "" "--cuda-graphs"; do
+            [ "$p" = 16-mixed ] && [ -n "$graphs" ] && continue
+            python3 benchmarks/dreamer_vs_sheeprl.py --device cuda --sizes dmc --continuous --batch-size 50 \
+                --warmup 6 --steps 20 --heron-defaults --skip-sheeprl --precision $p $graphs 2>&1 | tail -1 \
+                | python3 -c "import json, sys; r = json.loads(sys.stdin.read()); print(r['precision'], \
+'graphed' if r['cuda_graphs'] else 'eager', f\"{r['sec_per_grad_step']:.4f} s/step\", r['peak_gpu_mb'], 'MB')" \
+                | tee -a "$OUT/precision.txt"
+        done
+    done
+    # 2. SAC on HalfCheetah-v5, graphed, whole runs: env steps/s in float32 and bf16-mixed
+    export MUJOCO_GL=disable
+    for p in 32 bf16-mixed; do
+        timed sac-$p "sac --cuda-graphs --precision $p" ${SPS_SECONDS:-60} 8000 sac --preset mujoco \
+            --env-id HalfCheetah-v5 --device cuda --cuda-graphs true --precision $p --total-steps 20000 \
+            --learning-starts 5000 --eval-every 0 --checkpoint-every 0 --torch-threads 4
     done
     exit
 fi

@@ -279,6 +279,8 @@ def main(argv=None):
         # the peak resident memory of this process since its exec (CPU runs: activations, weights,
         # optimizer state); VmHWM, not getrusage's ru_maxrss, which keeps the forking parent's size
         "peak_rss_mb": peak_rss_mb(),
+        # on a GPU: the most memory its tensors held at once (torch's caching allocator), in MB
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
     }
     shutil.rmtree(log_dir, ignore_errors=True)
     print(json.dumps(result), flush=True)
