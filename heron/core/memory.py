@@ -5,7 +5,9 @@ training step that builds and drops large activations (DreamerV2 decodes 800 64x
 step) page-faults its whole working set in again at every step: a quarter of the step time on
 a CPU. ``keep_freed_memory()`` makes glibc serve those from its heap and keep what is freed, so
 that after the first step the same pages are reused. The process's peak footprint is unchanged;
-it is just not handed back between steps."""
+it is just not handed back between steps. Every training run sets it (``Run``): PPO on Atari
+frames, whose minibatch activations are tens of MB, page-faulted about 2,500 times per vector step
+on a CPU without it, and a vector step took about 1.2x longer."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
     nonfinite_tensor, release
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv
+from heron.core.memory import keep_freed_memory
 from heron.core.precision import Precision
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
@@ -337,6 +338,7 @@ class Run:
     def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
               world: dist.World, device: torch.device) -> "Run":
         thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
+        keep_freed_memory()  # activations freed at every step: reuse their pages, not fault them in again
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
         precision = Precision(cfg.precision, device, cfg.torch_deterministic)
         # a skipped 16-mixed step (the loss scale too high) has an infinite gradient norm: not a divergence

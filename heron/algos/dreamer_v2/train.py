@@ -42,7 +42,6 @@ from heron.core import dist
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedStep
-from heron.core.memory import keep_freed_memory
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
@@ -270,7 +269,6 @@ def wrap_update(cfg: Config, update):
 # -- training -----------------------------------------------------------------------------------------
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
-    keep_freed_memory()  # large per-step activations: reuse their pages instead of faulting them in again
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
     envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
