@@ -1,5 +1,6 @@
 """CUDA paths: every algorithm on a GPU, with and without ``--cuda-graphs``, in every precision.
-Skipped where there is no GPU (CI), except a CPU check of a helper the GPU tests share. On a GPU machine: ``python -m pytest -q tests/test_cuda.py``."""
+Skipped where there is no GPU (CI), except a CPU check of a helper the GPU tests share. On a GPU
+machine: ``python -m pytest -q tests/test_cuda.py``."""
 
 import importlib
 
@@ -232,7 +233,8 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
         if manual:
             batch = {k: v.unsqueeze(1) if sac else v for k, v in rb.sample(B, fields).items()}
             metrics = update(batch, delayed)
-            polyak(0.05) if delayed or sac else None
+            if delayed or sac:
+                polyak(0.05)
         else:
             metrics = learn(delayed, delayed or sac)  # SAC averages after every step, TD3 after its actor's
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
