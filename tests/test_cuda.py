@@ -139,12 +139,9 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
 
 
 # -- SAC, TD3 and PPO: --cuda-graphs against the eager step -----------------------------------------
-def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
-                     device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
-    """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
-    training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
-    statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
-    torch.compile, or the name of a torch.compile backend."""
+def _offpolicy_setup(algo: str, device: str) -> tuple:
+    """SAC's or TD3's small networks (32-32, normalized observations) on ``device``: (config, nets,
+    (target, source) pairs, the autograd update step, optimizers)."""
     sac = algo == "sac"
     cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
     with torch.device(device):  # the nets' tensors made there (make_nets is the lean tests')
@@ -152,9 +149,20 @@ def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str
     targets = [(nets.critic_target, nets.critic)] + ([] if sac else [(nets.actor_target, nets.actor)])
     for module in (nets.actor, *(m for pair in targets for m in pair)):
         module.to(device)  # the buffers made from CPU tensors (action bounds)
-    norm = nets.actor.encoder.norm if sac else nets.actor.norm
     update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
     opts = [nets.actor_opt, nets.q_opt] + ([nets.alpha_opt] if sac else [])
+    return cfg, nets, targets, update, opts
+
+
+def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
+                     device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+    """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
+    training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
+    statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
+    torch.compile, or the name of a torch.compile backend."""
+    sac = algo == "sac"
+    cfg, nets, targets, update, opts = _offpolicy_setup(algo, device)
+    norm = nets.actor.encoder.norm if sac else nets.actor.norm
     if compiled:
         update = _compiled(update, compiled)
     if graphed:
@@ -205,15 +213,9 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
     targets) from a replay buffer that gets a new env step after each, wrapping around. ``manual``:
     the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
     sac = algo == "sac"
-    cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
-    with torch.device(device):
-        nets = make_nets(cfg) if sac else make_td3_nets(cfg)
-    targets = [(nets.critic_target, nets.critic)] + ([] if sac else [(nets.actor_target, nets.actor)])
-    for module in (nets.actor, *(m for pair in targets for m in pair)):
-        module.to(device)
-    update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
+    _, nets, targets, update, opts = _offpolicy_setup(algo, device)
     if graphed:
-        capturable(nets.actor_opt, nets.q_opt, *([nets.alpha_opt] if sac else []))
+        capturable(*opts)
     rb = ReplayBuffer(2 * 40, 2, (D,), np.float32, (A,), device=buffer_device, seed=3, out_device=device)
     rng = np.random.default_rng(0)
 

@@ -653,7 +653,7 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
         return env_call(env_id, f"{what} (evaluation)", fn, *args, **kwargs)
 
     try:
-        while len(envs) < together:
+        for _ in range(together):
             envs.append(env_fn(render_mode) if env_fn is not None else
                         make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
                                  max_episode_steps=max_episode_steps))
