@@ -1,6 +1,9 @@
 """``--precision 32|tf32|bf16-mixed|16-mixed``: the numerics of every algorithm, in one place.
 
-* ``32``: float32 throughout (the default).
+* ``32``: float32 throughout (the default). On CUDA the matrix products are full float32, and
+  cuDNN's convolutions may use TF32 tensor cores, as PyTorch's own default has it: full-float32
+  convolutions made DreamerV2's graphed step at the DMC sizes 3.6x slower than ``tf32`` on an
+  H200, with 3.4x the peak memory (15.4 against 4.6 GB; docs/benchmarks.md).
 * ``tf32``: float32 storage, TF32 matrix products and cuDNN autotuning on CUDA (sheeprl's GPU
   numerics); on a CPU the same as ``32``.
 * ``bf16-mixed``: the matrix products and convolutions of every network run in bfloat16 under
@@ -137,7 +140,7 @@ class Precision:
         if device.type == "cuda":
             tf32 = mode == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = True  # convolutions: PyTorch's default in every mode (module doc)
             torch.backends.cudnn.benchmark = tf32 and not deterministic
 
     @property
