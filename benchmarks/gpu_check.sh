@@ -17,6 +17,8 @@
 # then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
 # and $OUT/{pytest.log,sps.txt} come back.
 #
+# sps takes SPS_ALGOS (sac td3 ppo) and SPS_GRAPHS (false true): SPS_GRAPHS=true SPS_SECONDS=50
+# times the three graphed runs alone (about 3 minutes).
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 #
@@ -88,9 +90,9 @@ fi
 if [ "$mode" = precision ]; then
     # what each --precision does to speed and GPU memory (issue 17; about 5 minutes):
     # 1. DreamerV2's gradient step at the seed's DMC sizes (batch 50 x 50, continuous actions), with
-    #    heron's training numerics (deterministic kernels; 32 is full fp32, tf32 TF32): eager in every
-    #    precision, graphed in all but 16-mixed (its loss scaling is not recorded); peak_gpu_mb is
-    #    the most memory its tensors held
+    #    heron's training numerics (deterministic kernels; 32 has full-fp32 matrix products, tf32
+    #    TF32 ones): eager in every precision, graphed in all but 16-mixed (its loss scaling is not
+    #    recorded); peak_gpu_mb is the most memory its tensors held
     echo "== DreamerV2 gradient step, DMC sizes, per precision" | tee "$OUT/precision.txt"
     for p in 32 tf32 bf16-mixed 16-mixed; do
         for graphs in "" "--cuda-graphs"; do
@@ -127,8 +129,8 @@ python3 -c "import mujoco; print('mujoco', mujoco.__version__)"
 
 echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
-for algo in sac td3 ppo; do
-    for graphs in false true; do
+for algo in ${SPS_ALGOS:-sac td3 ppo}; do
+    for graphs in ${SPS_GRAPHS:-false true}; do
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
