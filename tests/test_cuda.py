@@ -19,13 +19,13 @@ from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
 from heron.cli import main
-from heron.core import acting, offpolicy
+from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
-from heron.core.run import compile_step, seed_everything
+from heron.core.run import compile_step, cuda_graphs_note, seed_everything
 from heron.core.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -73,6 +73,19 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches) -> tuple[list[dict[
         if (i + 1) % cfg.critic_target_update_freq == 0:  # as the training loop does, between steps
             agent.target_critic.load_state_dict(agent.critic.state_dict())
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
+
+
+@pytest.mark.parametrize("device,graphs,precision,ranks,told", [
+    ("cuda", False, "32", 1, True), ("cuda", False, "bf16-mixed", 1, True), ("cuda", True, "32", 1, False),
+    ("cpu", False, "32", 1, False), ("cuda", False, "16-mixed", 1, False), ("cuda", False, "32", 2, False)])
+def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, precision, ranks, told):
+    """A one-process CUDA run without --cuda-graphs gets a note naming it (on the CPU too: no GPU
+    needed); not where it cannot apply: the CPU, 16-mixed, torchrun, or graphs already on."""
+    cfg = SACConfig(cuda_graphs=graphs, precision=precision)
+    note = cuda_graphs_note(cfg, torch.device(device), dist.World(size=ranks, local_size=ranks))
+    assert (note is not None) == told
+    if told:
+        assert "--cuda-graphs true" in note and "\n" not in note
 
 
 @needs_cuda

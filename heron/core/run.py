@@ -90,6 +90,16 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
     return note, cores.ThreadGovernor(ceiling, cores.env_workers(local_envs, cfg.vector_mode))
 
 
+def cuda_graphs_note(cfg: Any, device: torch.device, world: dist.World) -> str | None:
+    """What to tell a user who trains on a GPU without ``--cuda-graphs`` where it applies (one
+    process, not 16-mixed); None elsewhere."""
+    if device.type != "cuda" or cfg.cuda_graphs or world.distributed or cfg.precision == "16-mixed":
+        return None
+    return ("--cuda-graphs true records each gradient step as one CUDA graph, with the same results: on an H200 "
+            "graphed SAC and TD3 ran at least 2.3x their eager env steps/s and DreamerV2's step 4.8x faster "
+            "(docs/usage.md, 'On a GPU')")
+
+
 def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -362,8 +372,9 @@ class Run:
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
                   precision=precision, governor=governor)
-        if thread_note is not None:
-            logger.print(f"heron: note: {thread_note}")  # no action asked for: quiet under --progress none
+        for note in (thread_note, cuda_graphs_note(cfg, device, world)):
+            if note is not None:
+                logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
         if (slow := precision.slow_warning()) is not None:
             logger.warn(slow)
         run._catch_signals()
