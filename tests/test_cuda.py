@@ -75,13 +75,15 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches) -> tuple[list[dict[
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
 
 
-@pytest.mark.parametrize("device,graphs,precision,ranks,told", [
-    ("cuda", False, "32", 1, True), ("cuda", False, "bf16-mixed", 1, True), ("cuda", True, "32", 1, False),
-    ("cpu", False, "32", 1, False), ("cuda", False, "16-mixed", 1, False), ("cuda", False, "32", 2, False)])
-def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, precision, ranks, told):
+@pytest.mark.parametrize("device,graphs,compiled,precision,ranks,told", [
+    ("cuda", False, False, "32", 1, True), ("cuda", False, False, "bf16-mixed", 1, True),
+    ("cuda", True, False, "32", 1, False), ("cuda", False, True, "32", 1, False), ("cpu", False, False, "32", 1, False),
+    ("cuda", False, False, "16-mixed", 1, False), ("cuda", False, False, "32", 2, False)])
+def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, compiled, precision, ranks, told):
     """A one-process CUDA run without --cuda-graphs gets a note naming it (on the CPU too: no GPU
-    needed); not where it cannot apply: the CPU, 16-mixed, torchrun, or graphs already on."""
-    cfg = SACConfig(cuda_graphs=graphs, precision=precision)
+    needed); not where it cannot apply (the CPU, 16-mixed, torchrun), nor with graphs already on or
+    --compile chosen."""
+    cfg = SACConfig(cuda_graphs=graphs, compile=compiled, precision=precision)
     note = cuda_graphs_note(cfg, torch.device(device), dist.World(size=ranks, local_size=ranks))
     assert (note is not None) == told
     if told:
