@@ -105,3 +105,56 @@ def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
             for run in ("numpy", "torch"))
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=1e-4, msg=name)
+
+
+def _ppo_model(kind: str, **overrides):
+    from heron.algos.ppo.config import Config as PPOConfig
+    from heron.algos.ppo.train import _build
+
+    action = {"discrete": {"kind": "discrete", "n": 4}, "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
+              "box": {"kind": "box", "low": [-1.0, -2.0, 0.0], "high": [1.0, 2.0, 3.0]}}[kind]
+    return _build(PPOConfig(obs_norm=True, **overrides), {"obs_shape": [5], "obs_dtype": "float32", "action": action,
+                                                         "obs_parts": None})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: build(5, LOW, HIGH, (32, 32), True, "none", 8)[0], lambda: td3_build(5, LOW, HIGH, (32, 32), True)[0],
+    lambda: _ppo_model("box"), lambda: _ppo_model("box", state_dependent_std=True), lambda: _ppo_model("discrete"),
+    lambda: _ppo_model("multidiscrete")], ids=["sac", "td3", "ppo-box", "ppo-box-state-std", "ppo-discrete",
+                                               "ppo-multidiscrete"])
+def test_policy_predicts_in_numpy_what_the_actor_acts(make):
+    """Policy.predict (evaluations, heron.load) takes the actor's deterministic numpy step: the
+    deterministic actions of ``act`` to float32 rounding, for a batch and for one observation, with
+    no torch call (``act`` is not reached); sampled actions stay in torch."""
+    from heron.core.policy import Policy
+
+    actor = make()
+    _shaken(actor, actor.encoder.norm if hasattr(actor, "encoder") else actor.norm)
+    policy = Policy(actor, (5,))
+    obs = _obs(3)
+    with torch.no_grad():
+        ref = actor.act(torch.as_tensor(obs).float(), torch.zeros(3, 0), True)[0].numpy()
+    called = []
+    real_act = actor.act
+    actor.act = lambda *args: called.append(args) or real_act(*args)
+    batch, single = policy.predict(obs), policy.predict(obs[1])
+    assert not called
+    single = np.asarray(single)  # a discrete action is a numpy scalar, as through torch
+    assert batch.dtype == ref.dtype and single.shape == ref[1].shape
+    torch.testing.assert_close(torch.from_numpy(batch), torch.from_numpy(ref), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(single), torch.from_numpy(np.asarray(ref[1])), rtol=1e-5, atol=1e-5)
+    policy.predict(obs, deterministic=False)
+    assert len(called) == 1
+
+
+def test_policy_keeps_torch_where_numpy_does_not_apply():
+    """A recurrent actor and a mixed-precision one act through torch in Policy.predict."""
+    from heron.core.policy import Policy
+
+    recurrent, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
+    mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
+    Precision("bf16-mixed", torch.device("cpu")).apply(mixed)
+    for actor, state in ((recurrent, 8), (mixed, 0)):
+        policy = Policy(actor, (5,), state)
+        assert policy._numpy_mode(3) is None
+        assert policy.predict(_obs(3)).shape == (3, 3)

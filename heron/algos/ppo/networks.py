@@ -201,6 +201,16 @@ class NumpyActing:
         else:
             self.bounds = np.cumsum([0] + head.sizes).tolist()
 
+    def mode(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic actions for the env (``ActorCritic.act(..., deterministic=True)``): the
+        mean clipped to the bounds, or each categorical's most likely choice."""
+        out = self.pi(acting.normalize(obs, self.norm))
+        head = self.head
+        if head.kind == "box":
+            return np.minimum(np.maximum(out[:, :head.dim], self.low), self.high)
+        picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
+        return picks[0] if head.kind == "discrete" else np.stack(picks, -1)
+
     def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         x = acting.normalize(obs, self.norm)
         out, values = self.pi(x), self.v(x)[:, 0]
@@ -263,6 +273,12 @@ class ActorCritic(nn.Module):
     def _direct_ok(self) -> bool:
         """Whether this call may take the direct layers: an eligible model, float32, no gradients."""
         return self._direct is not None and self.pi_body.mlp.amp_dtype is None and not torch.is_grad_enabled()
+
+    def numpy_mode(self, batch: int):
+        """``act(obs, state, deterministic=True)`` in numpy for ``batch`` observations
+        (``heron.core.policy.Policy``: evaluations and ``heron.load``), or None where it stays in torch."""
+        acting_step = self.numpy_acting(batch)
+        return None if acting_step is None else acting_step.mode
 
     def numpy_acting(self, num_envs: int) -> NumpyActing | None:
         """The numpy acting step for one rollout (``NumpyActing``: it keeps the rollout's clamped

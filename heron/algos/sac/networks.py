@@ -42,6 +42,12 @@ class Actor(nn.Module):
         action = self.deterministic(feats) if deterministic else self.sample(feats)[0]
         return action, state
 
+    def numpy_mode(self, batch: int):
+        """``act(obs, state, deterministic=True)`` in numpy for ``batch`` observations
+        (``heron.core.policy.Policy``), or None where it stays in torch (``NumpyActor.of``)."""
+        actor = NumpyActor.of(self, batch)
+        return None if actor is None else actor.mode
+
 
 class NumpyActor:
     """``Actor.act`` (sampled actions, feed-forward) in numpy for acting on the CPU
@@ -64,6 +70,10 @@ class NumpyActor:
         mean, raw = out[:, :self.dim], out[:, self.dim:]
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(raw) + 1)  # squash_log_std
         return np.tanh(mean + np.exp(log_std) * normals) * self.scale + self.bias
+
+    def mode(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic actions (``Actor.deterministic``): the squashed mean, rescaled."""
+        return np.tanh(self.mlp(acting.normalize(obs, self.norm))[:, :self.dim]) * self.scale + self.bias
 
 
 class Critic(nn.Module):

@@ -30,6 +30,11 @@ class Actor(nn.Module):
         the training loop."""
         return self(obs), state
 
+    def numpy_mode(self, batch: int):
+        """``act`` in numpy for ``batch`` observations (``heron.core.policy.Policy``), or None where
+        it stays in torch (``NumpyActor.of``)."""
+        return NumpyActor.of(self, batch)
+
 
 class NumpyActor:
     """``Actor.forward`` in numpy for acting on the CPU (``heron.core.acting``): obs [N, D] arrays
