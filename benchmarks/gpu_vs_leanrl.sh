@@ -37,7 +37,7 @@
 #        for a in sac td3 ppo; do f=leanrl/${a}_continuous_action_torchcompile.py
 #          git --git-dir=$M show HEAD:$f > .leanrl/$f; done
 # then (about 35 MB carried): run(command="bash benchmarks/gpu_vs_leanrl.sh",
-#   carry=[".whl", ".whl_leanrl", ".leanrl"], timeout_s=450). What it prints and $OUT/summary.txt,
+#   carry=[".whl", ".whl_leanrl", ".leanrl"], timeout_s=540). What it prints and $OUT/summary.txt,
 #   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv come back (8 files; with
 #   HERON_MODES="graphs compiled" name two algorithms in ALGOS, or a log is left out).
 # ALGOS="sac td3" leaves PPO out; HERON_SECONDS, LEANRL_SECONDS and START change the timings;

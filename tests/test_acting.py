@@ -145,6 +145,15 @@ def test_policy_predicts_in_numpy_what_the_actor_acts(make):
     torch.testing.assert_close(torch.from_numpy(single), torch.from_numpy(np.asarray(ref[1])), rtol=1e-5, atol=1e-5)
     policy.predict(obs, deterministic=False)
     assert len(called) == 1
+    with torch.no_grad():  # an optimizer's in-place step shows through the kept numpy step
+        for p in actor.parameters():
+            p.mul_(0.5)
+        moved = real_act(torch.as_tensor(obs).float(), torch.zeros(3, 0), True)[0].numpy()
+    torch.testing.assert_close(torch.from_numpy(policy.predict(obs)), torch.from_numpy(moved), rtol=1e-5, atol=1e-5)
+    assert len(called) == 1
+    host = policy.host_copy()  # what an evaluation on a GPU plays: its own numpy step, on the copy
+    assert host._numpy is not policy._numpy
+    torch.testing.assert_close(torch.from_numpy(host.predict(obs)), torch.from_numpy(moved), rtol=1e-5, atol=1e-5)
 
 
 def test_policy_keeps_torch_where_numpy_does_not_apply():
@@ -152,6 +161,7 @@ def test_policy_keeps_torch_where_numpy_does_not_apply():
     from heron.core.policy import Policy
 
     recurrent, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
+    assert recurrent.numpy_mode(3) is None
     mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
     Precision("bf16-mixed", torch.device("cpu")).apply(mixed)
     for actor, state in ((recurrent, 8), (mixed, 0)):

@@ -32,6 +32,7 @@ def _metrics(run_dir):
     ("Pendulum-v1", dict(recurrent="lstm", obs_norm=True, reward_scale=True, checkpoint_every=256, keep_checkpoints=1)),
     ("heron-test/MultiDiscrete-v0", dict(env_backend="gymnasium")),
     ("heron-test/DictObs-v0", dict(progress="log")),
+    ("heron-test/ByteVector-v0", dict()),  # uint8 vectors into the MLP without normalization
 ])
 def test_flags(env_id, flags, tmp_path):
     result = heron.train("ppo", env_id=env_id, run_dir=str(tmp_path / "r"), **{**TINY, **flags})
@@ -41,7 +42,7 @@ def test_flags(env_id, flags, tmp_path):
     policy = heron.load(tmp_path / "r", device="cpu")
     action = policy.predict(toy_obs(env_id))
     assert action.shape == {"CartPole-v1": (), "Pendulum-v1": (1,), "heron-test/MultiDiscrete-v0": (2,),
-                            "heron-test/DictObs-v0": (1,)}[env_id]
+                            "heron-test/DictObs-v0": (1,), "heron-test/ByteVector-v0": ()}[env_id]
     if flags.get("keep_checkpoints") == 1:
         assert len(list((tmp_path / "r" / "checkpoints").glob("step_*[0-9].pt"))) == 1
 

@@ -87,6 +87,30 @@ class MultiDiscreteTarget(gym.Env):
 gym.register("heron-test/MultiDiscrete-v0", entry_point=MultiDiscreteTarget, max_episode_steps=10)
 
 
+class ByteVector(gym.Env):
+    """uint8 vector observations (as Atari's RAM): reward 1 when the action is the first byte's
+    parity."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 255, (8,), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self):
+        self.obs = self.np_random.integers(0, 256, 8, dtype=np.uint8)
+        return self.obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.obs[0] % 2)
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("heron-test/ByteVector-v0", entry_point=ByteVector, max_episode_steps=20)
+
+
 class DictImage(gym.Env):
     """Dict of a small channel-last uint8 image and a vector; reward 1 when the action is the sign
     of vec[0] (the image is noise)."""

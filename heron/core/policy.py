@@ -56,7 +56,8 @@ class Policy:
         torch dispatches: an evaluation makes one call per env step."""
         if batch not in self._numpy:
             make = getattr(self.actor, "numpy_mode", None)
-            usable = make is not None and self.device.type == "cpu" and self.state_size == 0
+            usable = (make is not None and self.device.type == "cpu" and self.state_size == 0
+                      and self.obs_dtype == torch.float32)  # torch's path casts other types first
             self._numpy[batch] = make(batch) if usable else None
         return self._numpy[batch]
 

@@ -298,9 +298,10 @@ class ActorCritic(nn.Module):
         return out
 
     def _in(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalize the vector entries; images stay as they are (uint8) until their CNN."""
+        """Normalize the vector entries; images stay as they are (uint8) until their CNN. Without
+        an image (a uint8 vector: Atari RAM, a user's byte-valued Box) the MLP gets float32."""
         if not self.norm.enabled:
-            return obs if obs.dtype == torch.uint8 else obs.float()
+            return obs if obs.dtype == torch.uint8 and len(self.pi_body.cnns) else obs.float()
         if not self.flat:
             return self.norm(obs)
         out = obs.float().clone()
