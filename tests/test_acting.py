@@ -1,6 +1,7 @@
 """Acting in numpy (heron/core/acting.py) against the torch acting it replaces: SAC's and TD3's
-actors on fixed observations, their eligibility, and whole short runs from one seed either way.
-PPO's numpy acting has its tests in test_ppo_lean.py and test_ppo_runs.py."""
+actors on fixed observations, their eligibility, and whole short runs from one seed either way;
+Policy.predict's deterministic numpy step for SAC, TD3 and PPO. PPO's numpy acting in training has
+its tests in test_ppo_lean.py and test_ppo_runs.py."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import pytest
 import torch
 
 import heron
+from heron.algos.ppo.config import Config as PPOConfig
+from heron.algos.ppo.train import _build as ppo_build
 from heron.algos.sac.networks import NumpyActor, build
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
 from heron.core import acting
 from heron.core.checkpoint import latest_checkpoint
+from heron.core.policy import Policy
 from heron.core.precision import Precision
 
 LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
@@ -108,13 +112,10 @@ def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
 
 
 def _ppo_model(kind: str, **overrides):
-    from heron.algos.ppo.config import Config as PPOConfig
-    from heron.algos.ppo.train import _build
-
     action = {"discrete": {"kind": "discrete", "n": 4}, "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
               "box": {"kind": "box", "low": [-1.0, -2.0, 0.0], "high": [1.0, 2.0, 3.0]}}[kind]
-    return _build(PPOConfig(obs_norm=True, **overrides), {"obs_shape": [5], "obs_dtype": "float32", "action": action,
-                                                         "obs_parts": None})
+    return ppo_build(PPOConfig(obs_norm=True, **overrides), {"obs_shape": [5], "obs_dtype": "float32",
+                                                             "action": action, "obs_parts": None})
 
 
 @pytest.mark.parametrize("make", [
@@ -126,8 +127,6 @@ def test_policy_predicts_in_numpy_what_the_actor_acts(make):
     """Policy.predict (evaluations, heron.load) takes the actor's deterministic numpy step: the
     deterministic actions of ``act`` to float32 rounding, for a batch and for one observation, with
     no torch call (``act`` is not reached); sampled actions stay in torch."""
-    from heron.core.policy import Policy
-
     actor = make()
     _shaken(actor, actor.encoder.norm if hasattr(actor, "encoder") else actor.norm)
     policy = Policy(actor, (5,))
@@ -158,8 +157,6 @@ def test_policy_predicts_in_numpy_what_the_actor_acts(make):
 
 def test_policy_keeps_torch_where_numpy_does_not_apply():
     """A recurrent actor and a mixed-precision one act through torch in Policy.predict."""
-    from heron.core.policy import Policy
-
     recurrent, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert recurrent.numpy_mode(3) is None
     mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
