@@ -17,8 +17,10 @@
 # then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
 # and $OUT/{pytest.log,sps.txt} come back.
 #
-# sps takes SPS_ALGOS (sac td3 ppo) and SPS_GRAPHS (false true): SPS_GRAPHS=true SPS_SECONDS=50
-# times the three graphed runs alone (about 3 minutes).
+# sps takes SPS_ALGOS (sac td3 ppo), SPS_GRAPHS (false true) and SPS_EVAL_ASYNC (auto: on such a
+# machine the evaluations go to a worker process; "off auto" times both): SPS_GRAPHS=true
+# SPS_SECONDS=50 times the three graphed runs alone (about 3 minutes), and
+# SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes).
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 #
@@ -131,12 +133,15 @@ echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
 for algo in ${SPS_ALGOS:-sac td3 ppo}; do
     for graphs in ${SPS_GRAPHS:-false true}; do
+      for ea in ${SPS_EVAL_ASYNC:-auto}; do
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
         # at most SPS_SECONDS (85) each (6 runs in one call)
-        timed $algo-$graphs "$algo --cuda-graphs $graphs" ${SPS_SECONDS:-85} $start $algo --preset mujoco \
-            --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 --torch-threads 4
+        timed $algo-$graphs-$ea "$algo --cuda-graphs $graphs --eval-async $ea" ${SPS_SECONDS:-85} $start $algo \
+            --preset mujoco --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 \
+            --torch-threads 4 --eval-async $ea
+      done
     done
 done

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from heron import registry
 from heron.config import HeronError, apply_overrides
 from heron.core import checkpoint as ckpt
-from heron.core import dist
+from heron.core import dist, evalworker
 from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
 from heron.core.faults import EnvCrashed, Fault, WriteFailed, first_line
 from heron.core.policy import Policy
@@ -68,7 +68,7 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     module = registry.get(algo)
     check_env_id(cfg.env_id)
     module.check(cfg)
-    check_world(cfg)
+    check_world(algo, cfg)
     run = Run.start(algo, cfg)
     run.on_eval = callback
     return _run(module, run)
@@ -94,18 +94,20 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
         cfg = dataclasses.replace(cfg, torch_threads=torch_threads)
     cfg.validate()
     spaces = module.check(cfg)
-    check_world(cfg)
+    check_world(algo, cfg)
     return _run(module, Run.resume(algo, cfg, spaces=spaces))
 
 
-def check_world(cfg: Any) -> None:
+def check_world(algo: str, cfg: Any) -> None:
     """Under torchrun: the global sizes split over the ranks (``dist.check_split``), and nothing
-    asked of a rank that data-parallel training does not do. Checked on every rank alike, before
-    any rank opens the run, so bad input ends them all with exit 2."""
+    asked of a rank that data-parallel training does not do; ``--eval-async on`` only where a
+    worker process can evaluate. Checked on every rank alike, before any rank opens the run, so bad
+    input ends them all with exit 2."""
     world = dist.from_env()
     dist.check_split(cfg, world)
     if world.distributed and cfg.cuda_graphs:
         raise HeronError("--cuda-graphs is for one process; under torchrun use --compile or neither")
+    evalworker.check(algo, cfg, world.distributed)
 
 
 def _run(module: Any, run: Run) -> dict:

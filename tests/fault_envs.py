@@ -4,7 +4,8 @@
 step of an env instance, ``raise`` an error in step, ``exit`` its process (an async worker dying),
 or return an infinite reward (``inf``). With ``HERON_TEST_FAULT_ONCE=FILE`` the fault happens once
 (the file records it), so that the resumed run trains on. ``HERON_TEST_FAULT_RANK=R``: only in
-rank R of a torchrun job.
+rank R of a torchrun job. ``HERON_TEST_FAULT_IN=eval_worker``: only in the evaluation worker
+process (``--eval-async``).
 """
 
 import os
@@ -23,6 +24,8 @@ class Faulty(gym.Env):
         kind, _, at = os.environ.get("HERON_TEST_FAULT", "").partition("@")
         if os.environ.get("HERON_TEST_FAULT_RANK", os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
             kind = ""
+        if os.environ.get("HERON_TEST_FAULT_IN") == "eval_worker" and not os.environ.get("HERON_EVAL_WORKER"):
+            kind = ""  # only in the evaluation worker process (--eval-async)
         self.kind, self.at, self.steps = kind, int(at or 0), 0
 
     def reset(self, *, seed=None, options=None):

@@ -34,9 +34,13 @@ class Policy:
         a few observations is then a few microseconds of CPU per step instead of a dozen kernel
         launches and two host syncs. Itself where there is no gain: on the CPU, or for an actor with
         convolutions (pixels), whose forward belongs on the accelerator."""
-        if self.device.type == "cpu" or any(isinstance(m, nn.modules.conv._ConvNd) for m in self.actor.modules()):
-            return self
-        return self.host_copy()
+        return self.host_copy() if self.evaluates_on_host() and self.device.type != "cpu" else self
+
+    def evaluates_on_host(self) -> bool:
+        """Whether an evaluation acts on the CPU (``on_host``): all but an actor with convolutions on an
+        accelerator."""
+        return self.device.type == "cpu" or not any(isinstance(m, nn.modules.conv._ConvNd)
+                                                    for m in self.actor.modules())
 
     def host_copy(self) -> Policy:
         """A policy over a CPU copy of the actor, made at the first call and brought up to the

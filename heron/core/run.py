@@ -28,11 +28,11 @@ import yaml
 
 from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
-from heron.core import cores, dist
+from heron.core import cores, dist, evalworker
 from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
     nonfinite_tensor, release
-from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv
+from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv, write_csv
 from heron.core.memory import keep_freed_memory
 from heron.core.precision import Precision
 
@@ -248,6 +248,9 @@ class Run:
     finished: bool = False
     precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
     governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
+    evaluator: evalworker.EvalWorker | None = None  # --eval-async: the worker process evaluations go to
+    eval_inflight: tuple[int, bytes] | None = None  # (step, policy snapshot) of the evaluation it plays
+    redo_eval: tuple[int, dict] | None = None  # resumed: the checkpoint's pending evaluation (its own state)
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -325,7 +328,10 @@ class Run:
                     buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) \
                         if ckpt.buffer_path(latest).exists() else None
                     ckpt.remove_leftovers(run_dir / "checkpoints")
-                    truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
+                    pending = state.get("eval_pending")  # played again below: rows it may have left go
+                    truncate_csv(run_dir / "eval.csv", step if pending is None else pending["step"] - 1, EVAL_HEADER)
+                    if pending is not None:
+                        drop_eval_metrics(run_dir / "metrics.csv", pending["step"])
                     write_config(run_dir, algo, cfg)  # records a new --total-steps target
                 elif not world.is_main:
                     state, buffer_state = read_shard(run_dir, step, world.rank)
@@ -344,6 +350,8 @@ class Run:
         logged = best_logged_eval(run_dir / "eval.csv") if world.is_main else -math.inf
         run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
+        if (pending := state.get("eval_pending")) is not None:
+            run.redo_eval = (int(pending["step"]), pending["state"])
         return run
 
     @classmethod
@@ -374,6 +382,13 @@ class Run:
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
                   precision=precision, governor=governor)
+        if evalworker.wanted(algo, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
+            run.evaluator = evalworker.EvalWorker(algo, cfg, registered_spec(cfg.env_id))
+            try:
+                run.evaluator.start()  # its imports (seconds) overlap the run's start
+            except (OSError, evalworker.WorkerLost) as exc:
+                logger.warn(f"cannot start an evaluation worker ({exc}); evaluations run in the training process")
+                run.evaluator = None
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -481,8 +496,15 @@ class Run:
                 self.check_finite()
                 metrics = dist.mean_metrics(metrics)  # the global batch's losses
                 self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
+        if self.redo_eval is not None:
+            self.evaluate_redo()
         if self.due(step, prev_step, cfg.eval_every):
-            self.evaluate(step, policy, policy_state)
+            if self.evaluator is not None and self.plays_on_cpu(policy):
+                self.evaluate_elsewhere(step, policy_state)
+            else:
+                self.evaluate(step, policy, policy_state)
+        elif self.eval_inflight is not None and self.evaluator is not None and self.evaluator.ready():
+            self.collect_eval()
         timed = self.timed_checkpoint_due()
         if self.world.distributed:  # one collective decides both, so every rank acts at the same step
             timed, self.stop_requested = dist.any_rank(timed, self.stop_requested)
@@ -514,9 +536,13 @@ class Run:
                             f"{self.kept()}") if bad else None)
         dist.check_in_sync(self.synced)
         self.gather_episodes()
+        # an evaluation in the worker is not waited for: the checkpoint keeps its snapshot, and a
+        # resumed run plays it again (best_eval here is that of the evaluations that have landed)
+        pending = None if self.eval_inflight is None else \
+            {"step": self.eval_inflight[0], "state": evalworker.load_snapshot(self.eval_inflight[1])}
         t0 = time.monotonic()
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
-                 "world_size": self.world.size, "precision": self.precision.state_dict()}
+                 "world_size": self.world.size, "precision": self.precision.state_dict(), "eval_pending": pending}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         if self.world.distributed:  # every other rank's shard first, then rank 0's commit
             dist.agree(None if self.world.is_main else
@@ -558,11 +584,9 @@ class Run:
         episodes, size = self.cfg.eval_episodes, self.world.size
         mine = list(range(self.world.rank, episodes, size))
         video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video and self.world.is_main else None
-        # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
         returns: np.ndarray | None = np.zeros(0)
-        if mine:
-            with torch.random.fork_rng(devices=devices):
+        if mine:  # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
+            with torch.random.fork_rng(devices=self._rng_devices()):
                 returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
                                        video_path=video_path, env_fn=self.eval_env_fn,
                                        should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
@@ -573,6 +597,11 @@ class Run:
         returns = np.zeros(episodes)
         for rank, part in enumerate(parts):
             returns[rank::size] = part
+        return self._conclude(step, returns, state_fn)
+
+    def _conclude(self, step: int, returns: np.ndarray, state_fn: Callable[[], dict] | None) -> dict:
+        """An evaluation's returns into the logs, eval.csv and (improved, given ``state_fn``: the
+        policy state of ``step``) ``best.pt``; then the callback."""
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
         improved = result["mean_return"] > self.best_eval
@@ -583,6 +612,92 @@ class Run:
         if self.on_eval is not None and self.world.is_main:
             self.on_eval(dict(result))  # may raise to end the run (heron tune's pruning)
         return result
+
+    # -- evaluations in a worker process (--eval-async; heron.core.evalworker) -------------------------
+    def plays_on_cpu(self, policy: Any) -> bool:
+        """Whether the policy's evaluation runs on the CPU, as the worker's does. One that runs on the
+        accelerator (convolutions on pixels: ``Policy.on_host``) stays in this process, where the
+        results are the accelerator's; the worker is then closed."""
+        if getattr(policy, "evaluates_on_host", lambda: True)():
+            return True
+        if self.cfg.eval_async == "on":
+            self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
+                              "so its evaluations stay in the training process")
+        self.evaluator.close()
+        self.evaluator = None
+        return False
+
+    def evaluate_elsewhere(self, step: int, state_fn: Callable[[], dict]) -> None:
+        """Hand the evaluation of ``step`` to the worker with a snapshot of the policy state, after
+        the one before it has landed (one in flight at a time)."""
+        self.check_finite()
+        inject("eval")
+        if self.eval_inflight is not None:
+            self.collect_eval()
+            if self.eval_inflight is not None:  # a stop request came while waiting
+                self.logger.print(f"evaluation at step {step} cut short by the stop request")
+                return
+        self._submit(step, evalworker.snapshot_bytes(state_fn()))
+
+    def _submit(self, step: int, blob: bytes) -> None:
+        try:
+            self.evaluator.submit(step, blob)
+        except evalworker.WorkerLost as exc:
+            self._lose_worker(exc)
+            self._conclude_here(step, blob)
+            return
+        self.eval_inflight = (step, blob)
+
+    def collect_eval(self) -> dict | None:
+        """Wait for the evaluation in flight and record it as an evaluation in this process would
+        have been at its step (``best.pt`` from its snapshot). A stop request ends the wait with the
+        evaluation still in flight (the checkpoint that follows keeps it); None then."""
+        while not self.evaluator.ready(0.1):
+            if self.stop_requested:
+                return None
+        step, blob = self.eval_inflight
+        self.eval_inflight = None  # whatever happens, it is no longer in flight (a crash checkpoints next)
+        try:
+            returns = self.evaluator.receive()
+        except evalworker.WorkerLost as exc:
+            self._lose_worker(exc)
+            return self._conclude_here(step, blob)
+        return self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
+
+    def _lose_worker(self, exc: Exception) -> None:
+        self.logger.warn(f"{exc}; evaluations run in the training process from now on")
+        self.evaluator.close()
+        self.evaluator = None
+
+    def _conclude_here(self, step: int, blob: bytes) -> dict | None:
+        """The evaluation of a snapshot, played in this process (the worker is gone, or there is none
+        for a resumed run's pending evaluation)."""
+        from heron import registry
+
+        state = evalworker.load_snapshot(blob)
+        with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
+            policy = registry.get(self.algo).load_policy(self.cfg, state, self.device)
+            returns = run_episodes(on_host(policy), self.cfg.env_id, self.cfg.eval_episodes,
+                                   self.cfg.seed + EVAL_SEED_OFFSET, env_fn=self.eval_env_fn,
+                                   should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
+        if returns is None:
+            self.logger.print(f"evaluation at step {step} cut short by the stop request")
+            return None
+        return self._conclude(step, returns, lambda: state)
+
+    def evaluate_redo(self) -> None:
+        """A resumed run whose checkpoint was written while the evaluation of its own step was in
+        flight plays that evaluation again, from the checkpoint's policy state."""
+        step, state = self.redo_eval
+        self.redo_eval = None
+        blob = evalworker.snapshot_bytes(state)
+        if self.evaluator is not None:
+            self._submit(step, blob)
+        else:
+            self._conclude_here(step, blob)
+
+    def _rng_devices(self) -> list[int]:
+        return [self.device.index or 0] if self.device.type == "cuda" else []
 
     def _record_eval(self, result: dict, state_fn: Callable[[], dict] | None) -> None:
         """Rank 0: the evaluation into the logs and eval.csv, and ``best.pt`` (given ``state_fn``)."""
@@ -610,11 +725,15 @@ class Run:
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
+        if self.redo_eval is not None:
+            self.evaluate_redo()
         self.gather_episodes()
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
         if self.last_checkpoint_step != step:  # first: a stop request during the evaluation loses nothing
             self.checkpoint(step, *full_state())
+        if self.eval_inflight is not None:  # the last one (the checkpoint keeps it, should a stop come now)
+            self.collect_eval()
         result = self.last_eval
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
@@ -647,6 +766,9 @@ class Run:
         self.logger.close()
         if self.lock is not None:
             self.lock.release()
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator, self.eval_inflight = None, None
         for envs in reversed(self.owned):
             try:
                 close_bounded(envs.close, f"the {self.cfg.env_id} envs")
@@ -658,6 +780,27 @@ class Run:
         self._old_handlers.clear()
         if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
             dist.close()
+
+
+def registered_spec(env_id: str) -> Any:
+    """The Gymnasium spec ``env_id`` resolves to here, for a worker process that cannot register it
+    by importing (a test's or a notebook's ``gym.register``); None when there is none."""
+    from heron.core.envs import gym_env_id
+
+    try:
+        import gymnasium as gym
+
+        return gym.spec(gym_env_id(env_id))
+    except Exception:
+        return None
+
+
+def drop_eval_metrics(path: Path, step: int) -> None:
+    """metrics.csv without the evaluation rows of ``step``: a resumed run plays that evaluation
+    again (it was in flight when its checkpoint was written, and may have landed before the end)."""
+    if path.exists():
+        write_csv(path, METRICS_HEADER, [r for r in complete_rows(path, len(METRICS_HEADER))
+                                         if not (int(r[0]) == step and r[2].startswith("eval/"))])
 
 
 def attempt(write: Callable[..., Any], *args: Any, **kwargs: Any) -> WriteFailed | None:

@@ -5,4 +5,6 @@ from heron.algos.ppo.train import check, load_policy, train
 
 DESCRIPTION = ("Proximal Policy Optimization: clipped surrogate (dual clip), GAE, value/obs normalization, "
                "recurrent and off-policy modes (Discrete, MultiDiscrete, Box; vectors and images)")
-__all__ = ["Config", "PRESETS", "SEARCH_SPACE", "DESCRIPTION", "check", "load_policy", "train"]
+# its deterministic policy draws nothing: an evaluation may run in a worker process (heron.core.evalworker)
+EVAL_IN_WORKER = True
+__all__ = ["Config", "PRESETS", "SEARCH_SPACE", "DESCRIPTION", "EVAL_IN_WORKER", "check", "load_policy", "train"]

@@ -4,4 +4,6 @@ from heron.algos.td3.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.td3.train import check, load_policy, train
 
 DESCRIPTION = "TD3: deterministic actor, twin critics, target smoothing, delayed updates (Box actions)"
-__all__ = ["Config", "PRESETS", "SEARCH_SPACE", "DESCRIPTION", "check", "load_policy", "train"]
+# its deterministic policy draws nothing: an evaluation may run in a worker process (heron.core.evalworker)
+EVAL_IN_WORKER = True
+__all__ = ["Config", "PRESETS", "SEARCH_SPACE", "DESCRIPTION", "EVAL_IN_WORKER", "check", "load_policy", "train"]
