@@ -44,6 +44,8 @@
 # HERON_MODES (default "graphs"): heron's runs per algorithm, "graphs" (--cuda-graphs) and/or
 # "compiled" (--compile with --cuda-graphs, LeanRL's pairing; its compile time counts, so give it
 # HERON_SECONDS of 80 or more);
+# and/or "features" (--cuda-graphs with evaluation, 10 episodes, and a checkpoint every 10,000 steps:
+# the condition; the evaluations go to a worker process, --eval-async's default on a GPU);
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
 #
 # LeanRL's scripts were written for Gymnasium 0.29; here they run on 1.4 (heron's, for v5 envs and
@@ -203,11 +205,14 @@ for algo in ${ALGOS:-sac td3 ppo}; do
     leanrl_seconds=${LEANRL_SECONDS:-$([ $algo = ppo ] && echo 110 || echo 80)}
     echo "== $algo, HalfCheetah-v5: heron (at most $HERON_SECONDS s), then LeanRL $LEANRL_MODE (at most $leanrl_seconds s)"
     for mode in $HERON_MODES; do
+        extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
         if [ $mode = compiled ]; then label=heron-compiled; mode_flags="--cuda-graphs true --compile true"
+        elif [ $mode = features ]; then label=heron-features; mode_flags="--cuda-graphs true"
+            extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
         else label=heron; mode_flags="--cuda-graphs true"; fi
         dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
-            --device cuda $mode_flags --eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0 $heron_flags \
+            --device cuda $mode_flags $extras $heron_flags \
             --torch-threads 4 --progress none --run-dir $dir > "$log" 2>&1
         code=$?
         if [ -f $dir/metrics.csv ]; then python3 $W/rate.py heron $dir $start $algo $W/results $label

@@ -75,12 +75,13 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
 
 
 def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None,
-           torch_threads: int | None = None) -> dict:
+           torch_threads: int | None = None, eval_async: str | None = None) -> dict:
     """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
     ``env``: the callable the run was trained on, when it was given as one (``train``).
     ``torch_threads``: a new intra-op thread count (0 = choose by the free cores), for another
     machine or a neighbour; a count other than the run's own may change the order of floating-point
-    sums, so the continuation is then not bitwise that of an uninterrupted run."""
+    sums, so the continuation is then not bitwise that of an uninterrupted run. ``eval_async``: where
+    evaluations are played (auto, on, off), for another machine; the results are the same."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
@@ -92,6 +93,8 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
         cfg = dataclasses.replace(cfg, total_steps=total_steps)
     if torch_threads is not None:
         cfg = dataclasses.replace(cfg, torch_threads=torch_threads)
+    if eval_async is not None:
+        cfg = dataclasses.replace(cfg, eval_async=eval_async)
     cfg.validate()
     spaces = module.check(cfg)
     check_world(algo, cfg)

@@ -177,7 +177,8 @@ def read_state(run_dir: Path) -> dict:
 
 
 def last_logged_step(path: Path) -> int:
-    """The step of the last whole row of a growing metrics.csv, reading only its tail."""
+    """The latest step among the last whole rows of a growing metrics.csv, reading only its tail (an
+    evaluation from a worker process, ``--eval-async``, lands after rows of later steps)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -185,11 +186,8 @@ def last_logged_step(path: Path) -> int:
             tail = f.read().decode(errors="replace")
     except OSError:
         return 0
-    for line in reversed(tail.split("\n")[:-1]):  # the part after the last newline may be cut
-        head = line.split(",", 1)[0]
-        if head.isdigit():
-            return int(head)
-    return 0
+    heads = (line.split(",", 1)[0] for line in tail.split("\n")[1:-1])  # the ends may be cut
+    return max((int(h) for h in heads if h.isdigit()), default=0)
 
 
 def eval_summary(run_dir: Path) -> tuple[int, float, float, float] | None:

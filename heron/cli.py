@@ -26,7 +26,7 @@ USAGE = """usage: heron <command> ...
 
 commands:
   train ALGO [flags]                      train an algorithm (heron train ALGO --help lists its flags)
-  train --resume RUN_DIR [--total-steps N] [--torch-threads N]  continue a run from its latest checkpoint
+  train --resume RUN_DIR [--total-steps N] [--torch-threads N] [--eval-async M]  continue a run from its latest checkpoint
   eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best] [--envs N]
   check-env ENV_ID [--steps N] [--json]   will this env train with heron, and with which algorithms?
   list                                    algorithms and their presets
@@ -109,7 +109,8 @@ def cmd_train(argv: list[str]) -> int:
     from heron import api
 
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: heron train ALGO [flags]  |  heron train --resume RUN_DIR [--total-steps N] [--torch-threads N]\n"
+        print("usage: heron train ALGO [flags]  |  heron train --resume RUN_DIR [--total-steps N] [--torch-threads N] "
+              "[--eval-async auto|on|off]\n"
               f"algorithms: {', '.join(registry.ALGOS)}; see heron train ALGO --help")
         return 0 if argv else 2
     if argv[0] == "--resume" or argv[0].startswith("--resume="):
@@ -117,12 +118,14 @@ def cmd_train(argv: list[str]) -> int:
         p.add_argument("--resume", required=True, metavar="RUN_DIR")
         p.add_argument("--total-steps", type=int)
         p.add_argument("--torch-threads", type=int)
+        p.add_argument("--eval-async", choices=["auto", "on", "off"])
         args, unknown = p.parse_known_args(argv)
-        _reject_unknown(unknown, ["--resume", "--total-steps", "--torch-threads"],
-                        "a resumed run keeps its config.yaml; resume takes only --total-steps and --torch-threads")
+        _reject_unknown(unknown, ["--resume", "--total-steps", "--torch-threads", "--eval-async"],
+                        "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads "
+                        "and --eval-async")
         if args.total_steps is not None and args.total_steps <= 0:
             raise HeronError(f"--total-steps must be positive, got {args.total_steps}")
-        api.resume(args.resume, args.total_steps, torch_threads=args.torch_threads)
+        api.resume(args.resume, args.total_steps, torch_threads=args.torch_threads, eval_async=args.eval_async)
         return 0
     algo, rest = argv[0], _negative_values(argv[1:])
     module = registry.get(algo)

@@ -45,8 +45,8 @@ class RunConfig:
                          "of them in one batch (1: one episode after another in one env, for an env of which "
                          "only one instance can exist)")
     eval_async: str = opt("auto", "play evaluations in a worker process while training goes on, from a snapshot "
-                          "of the policy, with the same results: auto (where a core is spare beyond the torch "
-                          "threads and env workers), on or off", ("auto", "on", "off"))
+                          "of the policy, with the same results: auto (a GPU run with a core spare beyond its "
+                          "torch threads, env workers and other processes' load), on or off", ("auto", "on", "off"))
     checkpoint_every: int = opt(100_000, "checkpoint every N env steps (0 = off; a checkpoint is always written at the end)")
     checkpoint_minutes: float = opt(10.0, "also checkpoint by wall time: first after 1 minute, then every 2, 4, 8, ... "
                                     "minutes up to this many (0 = off)")

@@ -232,10 +232,12 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
                           **({"env_id": opts.env_id} if opts.env_id else {}), **opts.overrides)
     if not cfg.eval_every and opts.pruner == "median":
         echo("heron tune: note: --eval-every 0: no evaluations before the end, so nothing to prune on")
+    from heron.core import evalworker
     from heron.core.envs import check_env_id
 
     check_env_id(cfg.env_id)
     registry.get(opts.algo).check(cfg)
+    evalworker.check(opts.algo, cfg, False)
     opts.out.mkdir(parents=True, exist_ok=True)
     study = open_study(opts)
     done = counted(study)

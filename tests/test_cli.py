@@ -182,19 +182,19 @@ def test_missing_simulator_dependency_is_one_line(capsys):
 
 
 def test_resume_can_change_the_thread_count(capsys, tmp_path):
-    """--torch-threads on resume (another machine, a neighbour): recorded in config.yaml; a bad value is
-    a one-line error that leaves the run as it was."""
+    """--torch-threads and --eval-async on resume (another machine, a neighbour): recorded in config.yaml;
+    a bad value is a one-line error that leaves the run as it was."""
     run = tmp_path / "run"
     assert main(["train", "td3", *TINY_FLAGS, "--torch-threads", "2", "--run-dir", str(run)]) == 0
     saved = (run / "config.yaml").read_text()
     assert "--torch-threads must be >= 0" in _error(capsys, ["train", "--resume", str(run), "--total-steps", "700",
                                                              "--torch-threads", "-1"])
     assert (run / "config.yaml").read_text() == saved
-    assert main(["train", "--resume", str(run), "--total-steps", "700", "--torch-threads", "1"]) == 0
+    assert main(["train", "--resume", str(run), "--total-steps", "700", "--torch-threads", "1", "--eval-async", "off"]) == 0
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    assert cfg["torch_threads"] == 1 and cfg["total_steps"] == 700
-    assert "a resumed run keeps its config.yaml; resume takes only --total-steps and --torch-threads" in \
-        _error(capsys, ["train", "--resume", str(run), "--num-envs", "2"])
+    assert cfg["torch_threads"] == 1 and cfg["total_steps"] == 700 and cfg["eval_async"] == "off"
+    assert "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads and --eval-async" \
+        in _error(capsys, ["train", "--resume", str(run), "--num-envs", "2"])
 
 
 def test_resuming_a_finished_run_needs_a_larger_target(capsys, tmp_path):

@@ -423,11 +423,31 @@ def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
     refreshes, refresh = [], acting.CpuTwin.refresh
     monkeypatch.setattr(acting.CpuTwin, "refresh", lambda self: (refreshes.append(1), refresh(self))[1])
     r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / "p"),
-                  progress="none", eval_episodes=1)
+                  progress="none", eval_episodes=1, eval_async="off")  # the worker's evaluations refresh no twin
     state = ckpt.load(ckpt.latest_checkpoint(tmp_path / "p" / "checkpoints"))
     evaluations = len((tmp_path / "p" / "eval.csv").read_text().splitlines()) - 1  # each acts on the host too
     assert np.isfinite(r["mean_return"]) and len(refreshes) == int(state["n_updates"]) + evaluations
     assert int(state["n_updates"]) > 1 and evaluations >= 1
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "ppo"])
+def test_evaluations_in_the_worker_equal_those_on_the_host_copy(tmp_path, algo):
+    """--eval-async on a GPU run (auto's choice on a machine with a spare core): the worker's
+    evaluations, from snapshots of the GPU policy, give eval.csv and best.pt as the host copy's in
+    the training process do (one thread on both sides: the same arithmetic)."""
+    rows = {}
+    for mode in ("off", "on"):
+        api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / mode),
+                  progress="none", total_steps=3000, eval_every=1000, eval_episodes=2, torch_threads=1,
+                  cuda_graphs=True, eval_async=mode)
+        with open(tmp_path / mode / "eval.csv") as f:
+            rows[mode] = [line.rsplit(",", 1)[0] for line in f]  # without the wall time
+    assert rows["on"] == rows["off"] and len(rows["on"]) == 4
+    best = {m: ckpt.load(tmp_path / m / "checkpoints" / "best.pt") for m in ("off", "on")}
+    assert best["on"]["step"] == best["off"]["step"]
+    for name, tensor in best["off"]["actor"].items():
+        assert torch.equal(tensor.cpu(), best["on"]["actor"][name].cpu()), name
 
 
 @needs_cuda

@@ -1,8 +1,8 @@
 """--eval-async: evaluations played in a worker process give what evaluations in the training
-process give (eval.csv, the logs, best.pt, the final state), a checkpoint written while the
-evaluation of its own step is in flight resumes exactly, a worker that dies hands its evaluations
-back, an env that crashes in the worker ends the run as it would in process, and no worker outlives
-its run."""
+process give (eval.csv, the logs, best.pt, the final state); a checkpoint written with evaluations
+unconcluded, or a stop while one is awaited, resumes exactly; a worker that dies or cannot set up
+hands its evaluations back (saying why); an env that crashes in the worker ends the run as it would
+in process; no worker outlives its run."""
 
 import csv
 import os
@@ -14,6 +14,7 @@ import uuid
 import pytest
 import torch
 
+from heron.config import HeronError
 from heron.core import cores, evalworker
 from heron.core.checkpoint import latest_checkpoint
 
@@ -69,7 +70,7 @@ def test_a_checkpoint_with_its_evaluation_in_flight_resumes_exactly(in_process, 
     crashed = _heron("train", *ARGS, "--eval-async", "on", "--run-dir", str(run),
                      env={"HERON_CRASH_AFTER_CHECKPOINT": "2000", tag.split("=")[0]: tag.split("=")[1]})
     assert crashed.returncode == 17, crashed.stderr  # died right after the step-2000 checkpoint
-    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"]["step"] == 2000
+    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"][0]["step"] == 2000
     deadline = time.monotonic() + 10
     while _workers_of(tag) and time.monotonic() < deadline:  # the worker ends with its parent
         time.sleep(0.1)
@@ -119,7 +120,7 @@ def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(in
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"]["step"] == 2000
+    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"][0]["step"] == 2000
     assert not _workers_of(f"HERON_TEST_TAG={tag}")
     resumed = _heron("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr
@@ -166,6 +167,7 @@ def test_auto_takes_a_worker_for_a_gpu_run_with_a_spare_core(monkeypatch):
     from heron.algos.ppo.config import Config
 
     cfg = Config(eval_async="auto")
+    monkeypatch.setattr(cores, "others_now", lambda: None)  # no other load
     for cpus, threads, vector_mode, gpu, expected in ((2, 2, "sync", True, False), (2, 1, "sync", True, True),
                                                       (16, 4, "sync", True, True), (4, 1, "async", True, False),
                                                       (16, 4, "sync", False, False)):
@@ -179,3 +181,44 @@ def test_auto_takes_a_worker_for_a_gpu_run_with_a_spare_core(monkeypatch):
     assert not evalworker.wanted("dreamer_v2", cfg, False, 1, True)
     cfg.eval_every = 0
     assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    cfg.eval_every = cfg.total_steps  # only the final evaluation: nothing to overlap
+    assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    cfg.eval_every, cfg.track = 10_000, True  # W&B: steps in order only
+    assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    cfg.eval_async = "on"
+    with pytest.raises(HeronError, match="W&B takes a run's steps in order"):
+        evalworker.check("ppo", cfg, False)
+
+
+def test_a_worker_that_cannot_make_the_env_says_why_and_the_run_evaluates_itself(tmp_path, capsys):
+    """An env registered in this process under an entry point no other process can import (a lambda,
+    as in a notebook): the worker cannot set up, says why once, and the run evaluates in process."""
+    import gymnasium as gym
+
+    import heron
+
+    gym.register("heron-test/OnlyHere-v0", entry_point=lambda: gym.make("Pendulum-v1").unwrapped,
+                 max_episode_steps=50)
+    try:
+        heron.train("ppo", env_id="heron-test/OnlyHere-v0", total_steps=600, num_envs=1, num_steps=200,
+                    eval_every=200, eval_episodes=1, eval_async="on", torch_threads=1, progress="none",
+                    run_dir=str(tmp_path / "run"))
+    finally:
+        gym.registry.pop("heron-test/OnlyHere-v0", None)
+    err = capsys.readouterr().err
+    assert err.count("the evaluation worker failed: setting up:") == 1
+    assert "unknown environment id 'heron-test/OnlyHere-v0'" in err
+    assert [r[0] for r in _rows(tmp_path / "run" / "eval.csv")] == ["200", "400", "600"]
+
+
+def test_resume_drops_only_the_rows_of_the_evaluations_it_plays_again(tmp_path):
+    from heron.core.logger import write_csv
+    from heron.core.run import EVAL_HEADER, METRICS_HEADER, drop_eval_rows
+
+    write_csv(tmp_path / "eval.csv", EVAL_HEADER, [[1000, -5, 1, 2, 0], [2000, -4, 1, 2, 0], [2500, -3, 1, 2, 0]])
+    write_csv(tmp_path / "metrics.csv", METRICS_HEADER, [[2000, 0, "losses/value_loss", 1.0],
+                                                         [2000, 0, "eval/mean_return", -4.0],
+                                                         [2500, 0, "eval/mean_return", -3.0]])
+    drop_eval_rows(tmp_path, {2000})  # the final evaluation's row (2500) stays: it is in eval.csv only
+    assert [r[0] for r in _rows(tmp_path / "eval.csv")] == ["1000", "2500"]
+    assert _rows(tmp_path / "metrics.csv") == [("2000", "losses/value_loss", "1.0"), ("2500", "eval/mean_return", "-3.0")]

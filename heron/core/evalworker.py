@@ -11,19 +11,24 @@ What stays as it was in this process:
   ``load_policy`` (what ``heron eval`` does with a checkpoint) and plays the same episodes from the
   same seeds, so eval.csv, ``best.pt`` (the snapshot, written when the result arrives) and the
   logs hold what an evaluation in this process gives. Only the time a row is written differs.
-- Exact resume. One evaluation is in flight at a time. A checkpoint waits for one of an earlier
-  step; one of the checkpoint's own step is recorded in it as ``eval_pending``, and a resumed run
-  plays it again from the checkpoint's own policy state, after dropping any row of it that reached
-  eval.csv before the run ended.
+  (The worker acts with one thread: a policy on torch's path, recurrent or convolutional, may
+  round differently in the last bits than in a process with more threads, as any change of the
+  thread count may.)
+- Exact resume. One evaluation is in flight at a time; the next waits for it. Checkpoints do not
+  wait: one written while evaluations are unconcluded keeps their steps and policy states
+  (``eval_pending``), and a resumed run plays them first, after dropping any rows of them that
+  reached the logs before the run ended. A stop request while an evaluation is awaited ends the
+  wait, and the evaluation is kept the same way.
 - Faults. An env that crashes in the worker ends the run as it would here (EnvCrashed, with a
-  checkpoint of the last complete step). A worker that cannot start, cannot make the env, or dies
-  is reported once, and its evaluation and every later one run in this process.
+  checkpoint of the last complete step). A worker that cannot set up (import heron, make the
+  env), does not start within START_SECONDS or dies is reported once, with its reason, and its
+  evaluations and every later one run in this process.
 
-The worker is a fresh interpreter (``python -c "...evalworker import main; main(FD)"``), not a fork: forking a
-process that holds CUDA and OpenMP thread pools is unsafe, and spawning through multiprocessing
-would import the user's main script again. It talks over a socket pair, keeps one torch thread,
-ignores SIGINT and SIGTERM (the training process's stop request: that process ends it) and dies with
-its parent.
+The worker is a fresh interpreter (``python -c BOOT``), not a fork: forking a process that holds
+CUDA and OpenMP thread pools is unsafe, and spawning through multiprocessing would import the
+user's main script again. It talks over a socket pair, keeps one torch thread, runs in its own
+session and ignores SIGINT and SIGTERM (a stop request is the training process's, and that process
+ends it), and dies with its parent.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ import dataclasses
 import io
 import os
 import pickle
-import signal
 import socket
 import subprocess
 import sys
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -59,28 +64,39 @@ def load_snapshot(blob: bytes) -> dict:
 
 
 class EvalWorker:
-    """The training side: ``submit`` an evaluation, ``ready``/``receive`` its returns.
-
-    ``receive`` returns the episode returns (a list), raises EnvCrashed for an env that crashed in
-    the worker, and raises ``WorkerLost`` (with the reason) when the worker itself failed."""
+    """The training side. ``start`` the process (it replies "ready" once it has imported heron and
+    resolved the env), ``submit`` an evaluation once ``started_up``, then ``ready``/``receive`` its
+    returns. ``receive`` returns the episode returns (a list), raises EnvCrashed for an env that
+    crashed in the worker, and raises ``WorkerLost`` with the reason when the worker failed: it
+    could not set up (the reason it gave), died, or did not start within START_SECONDS."""
 
     def __init__(self, algo: str, cfg: Any, env_spec: Any = None):
         self.algo, self.cfg, self.env_spec = algo, cfg, env_spec
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
+        self.set_up = False  # its "ready" has come
+        self.started_at = 0.0
+        self._held: tuple | None = None  # a reply read ahead (by ready()), for receive()
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        # one thread each for torch and numpy's BLAS: the worker keeps to its own core
+        # one thread each for torch and numpy's BLAS: the worker keeps to its own core; the parent's
+        # import path (a notebook's sys.path.insert); a flag an env may read to know where it runs
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "HERON_EVAL_WORKER": "1"}  # an env may ask where it runs
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "HERON_EVAL_WORKER": "1"}
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", f"from heron.core.evalworker import main; "
-                                          f"main({theirs.fileno()})"],
-                                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+            # its own session: a Ctrl-C or a signal to the training's process group does not reach it
+            # (the training process ends it); the parent-death signal is set before the heavy imports
+            self.proc = subprocess.Popen([sys.executable, "-c", BOOT.format(fd=theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
+        self.started_at = time.monotonic()
         spec = None
         if self.env_spec is not None:
             try:
@@ -89,28 +105,49 @@ class EvalWorker:
                 spec = None
         self._send(("setup", self.algo, dataclasses.asdict(self.cfg), list(sys.path), spec))
 
+    def started_up(self, timeout: float = 0.0) -> bool:
+        """Whether it can take an evaluation: it said "ready", or it failed (``receive`` says why)."""
+        return self.set_up or self._next(timeout) is not None or self.set_up
+
     def submit(self, step: int, blob: bytes) -> None:
-        if self.proc is None:
-            self.start()
-        self._send(("eval", step, blob))
+        if self._held is None:  # else it failed already: receive() reports that
+            self._send(("eval", step, blob))
 
     def ready(self, timeout: float = 0.0) -> bool:
-        """Whether the reply is there (within ``timeout`` seconds)."""
-        try:
-            return self.conn is not None and self.conn.poll(timeout)
-        except OSError:
-            return True  # receive() reports it
+        """Whether a reply is there to receive (within ``timeout`` seconds)."""
+        return self._next(timeout) is not None
 
     def receive(self) -> list[float]:
-        try:
-            kind, payload = pickle.loads(self.conn.recv_bytes())
-        except (EOFError, OSError) as exc:
-            raise WorkerLost(f"the evaluation worker ended ({self._exit_reason()})") from exc
+        while (msg := self._next(1.0)) is None:
+            pass
+        self._held = None
+        kind, payload = msg
         if kind == "returns":
             return payload
         if kind == "crashed":
             raise EnvCrashed(payload)
-        raise WorkerLost(f"the evaluation worker failed: {payload}")
+        raise WorkerLost(f"the evaluation worker {'failed: ' if kind == 'failed' else 'ended ('}{payload}"
+                         f"{'' if kind == 'failed' else ')'}")
+
+    def _next(self, timeout: float) -> tuple | None:
+        """The next reply other than "ready" within ``timeout`` seconds (kept until received); a
+        connection that broke, or a worker not up after START_SECONDS, as ("lost", reason)."""
+        if self._held is not None:
+            return self._held
+        try:
+            while self.conn.poll(timeout):
+                msg = pickle.loads(self.conn.recv_bytes())
+                if msg[0] == "ready":
+                    self.set_up, timeout = True, 0.0
+                    continue
+                self._held = msg
+                return msg
+        except (EOFError, OSError):
+            self._held = ("lost", self._exit_reason())
+            return self._held
+        if not self.set_up and time.monotonic() - self.started_at > START_SECONDS:
+            self._held = ("lost", f"not ready within {START_SECONDS:.0f} s of its start")
+        return self._held
 
     def _send(self, msg: tuple) -> None:
         try:
@@ -119,8 +156,6 @@ class EvalWorker:
             raise WorkerLost(f"the evaluation worker ended ({self._exit_reason()})") from exc
 
     def _exit_reason(self) -> str:
-        if self.proc is None:
-            return "never started"
         try:
             code = self.proc.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
@@ -128,8 +163,8 @@ class EvalWorker:
         return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
     def close(self) -> None:
-        """Ask the worker to end; kill it if it is busy or hung (an evaluation in flight is
-        discarded: a checkpoint records it as pending)."""
+        """Ask the worker to end; kill it if it is busy or hung (an evaluation in flight is dropped:
+        a checkpoint keeps it as pending)."""
         if self.conn is not None:
             try:
                 self.conn.send_bytes(pickle.dumps(("end",)))
@@ -151,46 +186,49 @@ class WorkerLost(Exception):
 
 
 # -- the worker's side ---------------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the training process dies, even by kill -9."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass  # elsewhere the closed socket ends the worker at its next receive
+# Before anything heavy: SIGINT and SIGTERM ignored (the training process's stop request; that process
+# ends this one), and on Linux a SIGKILL when the training process dies, even by kill -9.
+BOOT = """import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except Exception:
+    pass  # elsewhere the closed socket ends the worker at its next receive
+from heron.core.evalworker import main
+main({fd})
+"""
 
 
 def _setup(algo: str, cfg_fields: dict, path: list[str], spec: bytes | None) -> tuple[Any, Any, Any]:
     sys.path[:] = path
+    import gymnasium as gym
+
     from heron import registry
-    from heron.core.envs import check_env_id
+    from heron.api import eval_env_fn
+    from heron.core.envs import check_env_id, gym_env_id
 
     module = registry.get(algo)
     cfg = module.Config(**cfg_fields)
+    env_spec = pickle.loads(spec) if spec is not None else None
     try:
         check_env_id(cfg.env_id)
     except Exception:
-        if spec is None:
+        if env_spec is None:
             raise
-        import gymnasium as gym
-
-        env_spec = pickle.loads(spec)  # registered at run time in the training process (not by an import)
-        gym.register(**{f.name: getattr(env_spec, f.name) for f in dataclasses.fields(env_spec) if f.init})
-    from heron.api import eval_env_fn
-
+    if env_spec is not None and gym.registry.get(env_spec.id) != env_spec:
+        # registered (or registered again) at run time in the training process, not by an import
+        gym.registry[env_spec.id] = env_spec
+    gym_env_id(cfg.env_id)
     return module, cfg, eval_env_fn(module, cfg)
 
 
 def main(fd: int) -> None:
-    # Ctrl-C and a SIGTERM to the process group are the training process's stop request: it decides
-    # what becomes of the evaluation in flight (waited for, or recorded as pending), then ends this one
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent()
     torch.set_num_threads(1)
     conn = Connection(fd)
     module = cfg = env_fn = None
+    broken: str | None = None  # why setting up failed: the answer to every evaluation
     while True:
         try:
             msg = pickle.loads(conn.recv_bytes())
@@ -198,35 +236,41 @@ def main(fd: int) -> None:
             return
         if msg[0] == "end":
             return
-        try:
-            if msg[0] == "setup":
+        reply: tuple
+        if msg[0] == "setup":
+            try:
                 module, cfg, env_fn = _setup(*msg[1:])
-                continue
-            from heron.core.envs import evaluate
-            from heron.core.run import EVAL_SEED_OFFSET
+                reply = ("ready",)
+            except BaseException as exc:
+                broken = f"setting up: {first_line(exc)}"
+                reply = ("failed", broken)
+        elif broken is not None:
+            reply = ("failed", broken)
+        else:
+            try:
+                from heron.core.envs import evaluate
+                from heron.core.run import EVAL_SEED_OFFSET
 
-            _, step, blob = msg
-            inject("eval_worker")  # tests: HERON_FAULT=eval_worker@N:exit, the worker dying
-            policy = module.load_policy(cfg, load_snapshot(blob), "cpu")
-            returns = evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET,
-                               env_fn=env_fn, at_once=cfg.eval_envs)
-            reply: tuple = ("returns", returns.tolist())
-        except EnvCrashed as exc:
-            reply = ("crashed", str(exc))
-        except BaseException as exc:  # reported; the training process evaluates in its own stead
-            reply = ("failed", first_line(exc))
+                _, step, blob = msg
+                inject("eval_worker")  # tests: HERON_FAULT=eval_worker@N:exit, the worker dying
+                policy = module.load_policy(cfg, load_snapshot(blob), "cpu")
+                returns = evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET,
+                                   env_fn=env_fn, at_once=cfg.eval_envs)
+                reply = ("returns", returns.tolist())
+            except EnvCrashed as exc:
+                reply = ("crashed", str(exc))
+            except BaseException as exc:  # reported; the training process evaluates in its own stead
+                reply = ("failed", first_line(exc))
         try:
             conn.send_bytes(pickle.dumps(reply))
         except OSError:
-            return
-        if reply[0] == "failed" and msg[0] == "setup":
             return
 
 
 def unsupported(algo: str, cfg: Any, distributed: bool) -> str | None:
     """Why this run's evaluations cannot move to a worker; None when they can."""
     from heron import registry
-    from heron.core.envs import _CALLABLES, is_callable_id
+    from heron.core.envs import is_callable_id
 
     if not getattr(registry.get(algo), "EVAL_IN_WORKER", False):
         return f"{algo}'s evaluation acts on the training device and samples from its random stream"
@@ -234,22 +278,30 @@ def unsupported(algo: str, cfg: Any, distributed: bool) -> str | None:
         return "under torchrun the ranks share each evaluation"
     if cfg.precision not in ("32", "tf32"):
         return f"the worker's policy is float32, and --precision {cfg.precision} evaluates in {cfg.precision}"
-    if is_callable_id(cfg.env_id) or cfg.env_id in _CALLABLES:
+    if is_callable_id(cfg.env_id):
         return "the env is a callable that only this process knows (define it in a module to evaluate elsewhere)"
+    if cfg.track:
+        return "W&B takes a run's steps in order, and an evaluation from the worker lands after later steps"
     return None
 
 
 def wanted(algo: str, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -> bool:
     """``--eval-async``: ``on`` where it applies (``check`` refused the rest before the run began).
     ``auto``: for a run that trains on a GPU (its steps leave the CPU idle but for the envs, and an
-    evaluation is then a large share of the wall time) with a core that neither torch's threads nor
-    the async env workers keep, so that the worker never takes time from training."""
+    evaluation is then a large share of the wall time) with a core that neither torch's threads, the
+    async env workers nor other processes keep, so that the worker takes no time from training.
+    Neither where the final evaluation is the only one."""
     from heron.core import cores
 
-    if cfg.eval_async == "off" or cfg.eval_every == 0 or unsupported(algo, cfg, distributed) is not None:
+    if (cfg.eval_async == "off" or not 0 < cfg.eval_every < cfg.total_steps  # none but the final: nothing to overlap
+            or unsupported(algo, cfg, distributed) is not None):
         return False
-    spare = len(cores.usable_cpus()) > threads + cores.env_workers(cfg.num_envs, cfg.vector_mode)
-    return cfg.eval_async == "on" or (on_gpu and spare)
+    if cfg.eval_async == "on":
+        return True
+    if not on_gpu:
+        return False
+    taken = threads + cores.env_workers(cfg.num_envs, cfg.vector_mode) + cores.busy_cores(cores.others_now())
+    return len(cores.usable_cpus()) > taken
 
 
 def check(algo: str, cfg: Any, distributed: bool) -> None:

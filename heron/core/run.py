@@ -30,8 +30,8 @@ from heron.config import HeronError, to_dict
 from heron.core import checkpoint as ckpt
 from heron.core import cores, dist, evalworker
 from heron.core.envs import evaluate as run_episodes
-from heron.core.faults import Diverged, DivergenceGuard, Fault, WriteFailed, close_bounded, first_line, inject, \
-    nonfinite_tensor, release
+from heron.core.faults import Diverged, DivergenceGuard, EnvCrashed, Fault, WriteFailed, close_bounded, first_line, \
+    inject, nonfinite_tensor, release
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv, write_csv
 from heron.core.memory import keep_freed_memory
 from heron.core.precision import Precision
@@ -249,8 +249,8 @@ class Run:
     precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
     governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
     evaluator: evalworker.EvalWorker | None = None  # --eval-async: the worker process evaluations go to
-    eval_inflight: tuple[int, bytes] | None = None  # (step, policy snapshot) of the evaluation it plays
-    redo_eval: tuple[int, dict] | None = None  # resumed: the checkpoint's pending evaluation (its own state)
+    evals: list = field(default_factory=list)  # (step, policy snapshot) of evaluations not yet concluded
+    eval_sent: bool = False  # the first of them is with the worker
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -328,10 +328,9 @@ class Run:
                     buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) \
                         if ckpt.buffer_path(latest).exists() else None
                     ckpt.remove_leftovers(run_dir / "checkpoints")
-                    pending = state.get("eval_pending")  # played again below: rows it may have left go
-                    truncate_csv(run_dir / "eval.csv", step if pending is None else pending["step"] - 1, EVAL_HEADER)
-                    if pending is not None:
-                        drop_eval_metrics(run_dir / "metrics.csv", pending["step"])
+                    truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
+                    # evaluations the checkpoint keeps are played again: rows of them that landed go
+                    drop_eval_rows(run_dir, {int(p["step"]) for p in state.get("eval_pending") or []})
                     write_config(run_dir, algo, cfg)  # records a new --total-steps target
                 elif not world.is_main:
                     state, buffer_state = read_shard(run_dir, step, world.rank)
@@ -350,8 +349,7 @@ class Run:
         logged = best_logged_eval(run_dir / "eval.csv") if world.is_main else -math.inf
         run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
-        if (pending := state.get("eval_pending")) is not None:
-            run.redo_eval = (int(pending["step"]), pending["state"])
+        run.evals = [(int(p["step"]), evalworker.snapshot_bytes(p["state"])) for p in state.get("eval_pending") or []]
         return run
 
     @classmethod
@@ -383,12 +381,7 @@ class Run:
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
                   precision=precision, governor=governor)
         if evalworker.wanted(algo, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
-            run.evaluator = evalworker.EvalWorker(algo, cfg, registered_spec(cfg.env_id))
-            try:
-                run.evaluator.start()  # its imports (seconds) overlap the run's start
-            except (OSError, evalworker.WorkerLost) as exc:
-                logger.warn(f"cannot start an evaluation worker ({exc}); evaluations run in the training process")
-                run.evaluator = None
+            run.evaluator = evalworker.EvalWorker(algo, cfg, registered_spec(cfg.env_id))  # started at the first step
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -496,15 +489,15 @@ class Run:
                 self.check_finite()
                 metrics = dist.mean_metrics(metrics)  # the global batch's losses
                 self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
-        if self.redo_eval is not None:
-            self.evaluate_redo()
+        if self.evaluator is not None and self.evaluator.proc is None:
+            self.start_worker(policy)
+        if self.evals:  # conclude what has landed (a resumed run: send what its checkpoint kept)
+            self.pump_evals(wait=False)
         if self.due(step, prev_step, cfg.eval_every):
-            if self.evaluator is not None and self.plays_on_cpu(policy):
+            if self.evaluator is not None:
                 self.evaluate_elsewhere(step, policy_state)
             else:
                 self.evaluate(step, policy, policy_state)
-        elif self.eval_inflight is not None and self.evaluator is not None and self.evaluator.ready():
-            self.collect_eval()
         timed = self.timed_checkpoint_due()
         if self.world.distributed:  # one collective decides both, so every rank acts at the same step
             timed, self.stop_requested = dist.any_rank(timed, self.stop_requested)
@@ -536,10 +529,9 @@ class Run:
                             f"{self.kept()}") if bad else None)
         dist.check_in_sync(self.synced)
         self.gather_episodes()
-        # an evaluation in the worker is not waited for: the checkpoint keeps its snapshot, and a
-        # resumed run plays it again (best_eval here is that of the evaluations that have landed)
-        pending = None if self.eval_inflight is None else \
-            {"step": self.eval_inflight[0], "state": evalworker.load_snapshot(self.eval_inflight[1])}
+        # evaluations not concluded (--eval-async) are not waited for: the checkpoint keeps them, and a
+        # resumed run plays them again (best_eval here is that of the evaluations concluded)
+        pending = [{"step": s, "state": evalworker.load_snapshot(blob)} for s, blob in self.evals] or None
         t0 = time.monotonic()
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
                  "world_size": self.world.size, "precision": self.precision.state_dict(), "eval_pending": pending}
@@ -614,64 +606,77 @@ class Run:
         return result
 
     # -- evaluations in a worker process (--eval-async; heron.core.evalworker) -------------------------
-    def plays_on_cpu(self, policy: Any) -> bool:
-        """Whether the policy's evaluation runs on the CPU, as the worker's does. One that runs on the
-        accelerator (convolutions on pixels: ``Policy.on_host``) stays in this process, where the
-        results are the accelerator's; the worker is then closed."""
-        if getattr(policy, "evaluates_on_host", lambda: True)():
-            return True
-        if self.cfg.eval_async == "on":
-            self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
-                              "so its evaluations stay in the training process")
-        self.evaluator.close()
-        self.evaluator = None
-        return False
+    def start_worker(self, policy: Any) -> None:
+        """At the first step: start the worker, unless the policy evaluates on the accelerator
+        (convolutions on pixels: ``Policy.on_host``), where the results are the accelerator's and its
+        evaluations stay in this process."""
+        if not getattr(policy, "evaluates_on_host", lambda: True)():
+            if self.cfg.eval_async == "on":
+                self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
+                                  "so its evaluations stay in the training process")
+            self.evaluator = None
+            return
+        try:
+            self.evaluator.start()
+        except (OSError, evalworker.WorkerLost) as exc:
+            self._lose_worker(f"cannot start an evaluation worker ({exc})")
 
     def evaluate_elsewhere(self, step: int, state_fn: Callable[[], dict]) -> None:
-        """Hand the evaluation of ``step`` to the worker with a snapshot of the policy state, after
-        the one before it has landed (one in flight at a time)."""
+        """The evaluation of ``step``, with a snapshot of the policy state, to the worker once the one
+        before it has been concluded (one in flight at a time). A stop request while waiting for that
+        one leaves both unconcluded: the checkpoint that follows keeps them."""
         self.check_finite()
         inject("eval")
-        if self.eval_inflight is not None:
-            self.collect_eval()
-            if self.eval_inflight is not None:  # a stop request came while waiting
-                self.logger.print(f"evaluation at step {step} cut short by the stop request")
-                return
-        self._submit(step, evalworker.snapshot_bytes(state_fn()))
+        self.pump_evals(wait=True)
+        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))
+        self.pump_evals(wait=False)
 
-    def _submit(self, step: int, blob: bytes) -> None:
-        try:
-            self.evaluator.submit(step, blob)
-        except evalworker.WorkerLost as exc:
-            self._lose_worker(exc)
-            self._conclude_here(step, blob)
-            return
-        self.eval_inflight = (step, blob)
+    def pump_evals(self, wait: bool) -> None:
+        """Move the unconcluded evaluations along, in step order: conclude the first when its returns
+        are in, send the next. ``wait``: until none is left, or a stop request. Without a worker (it
+        was lost, or a resumed run has none) they are played here."""
+        while self.evals:
+            step, blob = self.evals[0]
+            if self.evaluator is None:
+                if self._conclude_here(step, blob) is None:
+                    return  # cut short by a stop request: it stays, for the checkpoint
+                self.evals.pop(0)
+                continue
+            if not self.eval_sent:
+                if not self.evaluator.started_up(0.1 if wait else 0.0):
+                    if not wait or self.stop_requested:
+                        return
+                    continue
+                try:
+                    self.evaluator.submit(step, blob)
+                except evalworker.WorkerLost as exc:
+                    self._lose_worker(str(exc))
+                    continue
+                self.eval_sent = True
+            if not self.evaluator.ready(0.1 if wait else 0.0):
+                if not wait or self.stop_requested:
+                    return
+                continue
+            try:
+                returns = self.evaluator.receive()
+            except evalworker.WorkerLost as exc:
+                self._lose_worker(str(exc))  # its evaluation is played here, next time round
+                continue
+            except EnvCrashed:
+                self.evals.pop(0)  # as an evaluation here: the run ends on it (a checkpoint of the last step)
+                self.eval_sent = False
+                raise
+            self.evals.pop(0)
+            self.eval_sent = False
+            self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
 
-    def collect_eval(self) -> dict | None:
-        """Wait for the evaluation in flight and record it as an evaluation in this process would
-        have been at its step (``best.pt`` from its snapshot). A stop request ends the wait with the
-        evaluation still in flight (the checkpoint that follows keeps it); None then."""
-        while not self.evaluator.ready(0.1):
-            if self.stop_requested:
-                return None
-        step, blob = self.eval_inflight
-        self.eval_inflight = None  # whatever happens, it is no longer in flight (a crash checkpoints next)
-        try:
-            returns = self.evaluator.receive()
-        except evalworker.WorkerLost as exc:
-            self._lose_worker(exc)
-            return self._conclude_here(step, blob)
-        return self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
-
-    def _lose_worker(self, exc: Exception) -> None:
-        self.logger.warn(f"{exc}; evaluations run in the training process from now on")
+    def _lose_worker(self, reason: str) -> None:
+        self.logger.warn(f"{reason}; evaluations run in the training process from now on")
         self.evaluator.close()
-        self.evaluator = None
+        self.evaluator, self.eval_sent = None, False
 
     def _conclude_here(self, step: int, blob: bytes) -> dict | None:
-        """The evaluation of a snapshot, played in this process (the worker is gone, or there is none
-        for a resumed run's pending evaluation)."""
+        """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
         from heron import registry
 
         state = evalworker.load_snapshot(blob)
@@ -684,17 +689,6 @@ class Run:
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
             return None
         return self._conclude(step, returns, lambda: state)
-
-    def evaluate_redo(self) -> None:
-        """A resumed run whose checkpoint was written while the evaluation of its own step was in
-        flight plays that evaluation again, from the checkpoint's policy state."""
-        step, state = self.redo_eval
-        self.redo_eval = None
-        blob = evalworker.snapshot_bytes(state)
-        if self.evaluator is not None:
-            self._submit(step, blob)
-        else:
-            self._conclude_here(step, blob)
 
     def _rng_devices(self) -> list[int]:
         return [self.device.index or 0] if self.device.type == "cuda" else []
@@ -725,15 +719,14 @@ class Run:
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
-        if self.redo_eval is not None:
-            self.evaluate_redo()
+        if self.evaluator is not None and self.evaluator.proc is None and self.evals:
+            self.start_worker(policy)  # resumed at its last step with evaluations kept: no step came
         self.gather_episodes()
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
         if self.last_checkpoint_step != step:  # first: a stop request during the evaluation loses nothing
             self.checkpoint(step, *full_state())
-        if self.eval_inflight is not None:  # the last one (the checkpoint keeps it, should a stop come now)
-            self.collect_eval()
+        self.pump_evals(wait=True)  # the last ones (the checkpoint keeps them, should a stop come now)
         result = self.last_eval
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
@@ -768,7 +761,7 @@ class Run:
             self.lock.release()
         if self.evaluator is not None:
             self.evaluator.close()
-            self.evaluator, self.eval_inflight = None, None
+            self.evaluator, self.eval_sent = None, False
         for envs in reversed(self.owned):
             try:
                 close_bounded(envs.close, f"the {self.cfg.env_id} envs")
@@ -795,12 +788,18 @@ def registered_spec(env_id: str) -> Any:
         return None
 
 
-def drop_eval_metrics(path: Path, step: int) -> None:
-    """metrics.csv without the evaluation rows of ``step``: a resumed run plays that evaluation
-    again (it was in flight when its checkpoint was written, and may have landed before the end)."""
-    if path.exists():
-        write_csv(path, METRICS_HEADER, [r for r in complete_rows(path, len(METRICS_HEADER))
-                                         if not (int(r[0]) == step and r[2].startswith("eval/"))])
+def drop_eval_rows(run_dir: Path, steps: set[int]) -> None:
+    """eval.csv and metrics.csv without the evaluation rows of ``steps``: a resumed run plays those
+    evaluations again (they were unconcluded when its checkpoint was written, and may have landed
+    before the run ended)."""
+    if not steps:
+        return
+    for name, header, is_eval in (("eval.csv", EVAL_HEADER, lambda r: True),
+                                  ("metrics.csv", METRICS_HEADER, lambda r: r[2].startswith("eval/"))):
+        path = run_dir / name
+        if path.exists():
+            write_csv(path, header, [r for r in complete_rows(path, len(header))
+                                     if not (int(r[0]) in steps and is_eval(r))])
 
 
 def attempt(write: Callable[..., Any], *args: Any, **kwargs: Any) -> WriteFailed | None:
