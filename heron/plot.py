@@ -43,7 +43,8 @@ def read_eval(run_dir: str | Path) -> EvalCurve:
         steps.append(step)
         means.append(mean)
         stds.append(std)
-    return steps, means, stds
+    order = sorted(range(len(steps)), key=steps.__getitem__)  # a replayed evaluation (--eval-async) lands late
+    return [steps[i] for i in order], [means[i] for i in order], [stds[i] for i in order]
 
 
 def _load(run_dirs: list[str], metric: str) -> list[tuple[str, Curve, EvalCurve]]:

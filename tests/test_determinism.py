@@ -15,7 +15,7 @@ from heron.core.checkpoint import latest_checkpoint
 # Pendulum-v1 episodes last 200 steps; checkpoints every 1000 fall on episode boundaries.
 ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "2000", "--learning-starts", "500", "--checkpoint-every", "1000",
         "--eval-every", "1500", "--eval-episodes", "1", "--batch-size", "64", "--hidden-sizes", "32", "32",
-        "--progress", "none", "--log-every", "500", "--torch-threads", "1"]
+        "--progress", "none", "--log-every", "500", "--torch-threads", "1", "--eval-async", "off"]  # rows in step order
 
 
 def _state(run_dir):
@@ -110,7 +110,7 @@ def test_resume_to_a_new_step_target(tmp_path, tiny):
 PPO_ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "3000", "--num-envs", "1", "--num-steps", "200",
             "--num-minibatches", "4", "--update-epochs", "2", "--checkpoint-every", "1000", "--eval-every", "1500",
             "--eval-episodes", "1", "--hidden-sizes", "16", "--progress", "none", "--log-every", "200",
-            "--obs-norm", "--reward-scale", "--value-norm", "--torch-threads", "1"]
+            "--obs-norm", "--reward-scale", "--value-norm", "--torch-threads", "1", "--eval-async", "off"]
 
 
 @pytest.mark.parametrize("extra", [[], ["--mode", "off-policy", "--replay-rollouts", "3"],

@@ -95,23 +95,25 @@ def test_a_checkpoint_with_its_evaluation_in_flight_resumes_exactly(in_process, 
         assert torch.equal(tensor, best_b["actor"][name]), name
 
 
-def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(in_process, tmp_path):
+@pytest.mark.parametrize("held", [2, 3], ids=["mid-run", "last-step"])
+def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(held, in_process, tmp_path):
     """SIGTERM to the whole process group (a preempted job) while the worker plays the evaluation of
-    step 2000 and will not finish it (held): the run stops with a checkpoint that keeps that
-    evaluation, its worker goes with it, and the resumed run plays it and ends as the run without
-    a stop."""
+    step 2000 (or 3000, the last step) and will not finish it (held): the run stops with a checkpoint
+    that keeps that evaluation, its worker goes with it, and the resumed run plays it (at the last
+    step: a resume of a run at its step target, which plays them and ends) and ends as the run
+    without a stop."""
     import signal
 
     run, marker, tag = tmp_path / "run", tmp_path / "marker", uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-m", "heron", "train", *ARGS, "--eval-async", "on", "--run-dir", str(run)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "HERON_FAULT": "eval_worker@2:hold", "HERON_FAULT_MARKER": str(marker),
-                                 "HERON_TEST_TAG": tag})
+                            env={**os.environ, "HERON_FAULT": f"eval_worker@{held}:hold",
+                                 "HERON_FAULT_MARKER": str(marker), "HERON_TEST_TAG": tag})
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert marker.exists(), "the worker never reached the evaluation of step 2000"
+        assert marker.exists(), f"the worker never reached the evaluation of step {held}000"
         os.killpg(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -119,8 +121,8 @@ def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(in
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"][0]["step"] == 2000
+    assert "Traceback" not in err and err.strip().count("\n") == 0
+    assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"][0]["step"] == held * 1000
     assert not _workers_of(f"HERON_TEST_TAG={tag}")
     resumed = _heron("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr

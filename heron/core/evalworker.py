@@ -15,10 +15,11 @@ What stays as it was in this process:
   round differently in the last bits than in a process with more threads, as any change of the
   thread count may.)
 - Exact resume. One evaluation is in flight at a time; the next waits for it. Checkpoints do not
-  wait: one written while evaluations are unconcluded keeps their steps and policy states
-  (``eval_pending``), and a resumed run plays them first, after dropping any rows of them that
-  reached the logs before the run ended. A stop request while an evaluation is awaited ends the
-  wait, and the evaluation is kept the same way.
+  wait (but the last step's): one written while evaluations are unconcluded keeps their steps and
+  policy states (``eval_pending``), and a resumed run plays them, in step order, after dropping any
+  rows of them that reached the logs before the run ended. A stop request while an evaluation is
+  awaited ends the wait, and the evaluations are kept the same way (up to two: the awaited one and
+  the new one). A run stopped at its last step with evaluations kept can be resumed to play them.
 - Faults. An env that crashes in the worker ends the run as it would here (EnvCrashed, with a
   checkpoint of the last complete step). A worker that cannot set up (import heron, make the
   env), does not start within START_SECONDS or dies is reported once, with its reason, and its
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import pickle
 import socket
@@ -83,7 +85,7 @@ class EvalWorker:
         # one thread each for torch and numpy's BLAS: the worker keeps to its own core; the parent's
         # import path (a notebook's sys.path.insert); a flag an env may read to know where it runs
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "HERON_EVAL_WORKER": "1"}
+               "HERON_EVAL_PATH": json.dumps(sys.path), "HERON_EVAL_WORKER": "1"}
         try:
             # its own session: a Ctrl-C or a signal to the training's process group does not reach it
             # (the training process ends it); the parent-death signal is set before the heavy imports
@@ -103,7 +105,7 @@ class EvalWorker:
                 spec = pickle.dumps(self.env_spec)
             except Exception:  # a closure's entry point: the worker resolves the id itself
                 spec = None
-        self._send(("setup", self.algo, dataclasses.asdict(self.cfg), list(sys.path), spec))
+        self._send(("setup", self.algo, dataclasses.asdict(self.cfg), spec))
 
     def started_up(self, timeout: float = 0.0) -> bool:
         """Whether it can take an evaluation: it said "ready", or it failed (``receive`` says why)."""
@@ -186,9 +188,11 @@ class WorkerLost(Exception):
 
 
 # -- the worker's side ---------------------------------------------------------------------------------
-# Before anything heavy: SIGINT and SIGTERM ignored (the training process's stop request; that process
-# ends this one), and on Linux a SIGKILL when the training process dies, even by kill -9.
-BOOT = """import signal
+# Before anything heavy: the training process's import path (not python -c's current directory first),
+# SIGINT and SIGTERM ignored (the training process's stop request; that process ends this one), and on
+# Linux a SIGKILL when the training process dies, even by kill -9.
+BOOT = """import json, os, signal, sys
+sys.path[:] = json.loads(os.environ.pop("HERON_EVAL_PATH"))
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 try:
@@ -201,8 +205,7 @@ main({fd})
 """
 
 
-def _setup(algo: str, cfg_fields: dict, path: list[str], spec: bytes | None) -> tuple[Any, Any, Any]:
-    sys.path[:] = path
+def _setup(algo: str, cfg_fields: dict, spec: bytes | None) -> tuple[Any, Any, Any]:
     import gymnasium as gym
 
     from heron import registry

@@ -77,12 +77,14 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
         return None, None
-    ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size)
+    # --eval-async on: a core for the evaluation worker (auto takes one only where one is spare)
+    worker = int(cfg.eval_async == "on" and 0 < cfg.eval_every < cfg.total_steps and not world.distributed)
+    ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size, worker)
     if world.local_size > 1 or ceiling == 1:
         torch.set_num_threads(ceiling)
         return None, None
     others = cores.others_now()
-    threads = cores.choose_threads(0, local_envs, cfg.vector_mode, 1, cores.busy_cores(others))
+    threads = cores.choose_threads(0, local_envs, cfg.vector_mode, 1, cores.busy_cores(others) + worker)
     torch.set_num_threads(threads)
     note = None if threads == ceiling else (
         f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
@@ -251,6 +253,7 @@ class Run:
     evaluator: evalworker.EvalWorker | None = None  # --eval-async: the worker process evaluations go to
     evals: list = field(default_factory=list)  # (step, policy snapshot) of evaluations not yet concluded
     eval_sent: bool = False  # the first of them is with the worker
+    pending_in_checkpoint: bool = False  # the latest checkpoint keeps some of them
     _old_handlers: dict = field(default_factory=dict)
 
     @property
@@ -350,6 +353,7 @@ class Run:
         run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
         run.evals = [(int(p["step"]), evalworker.snapshot_bytes(p["state"])) for p in state.get("eval_pending") or []]
+        run.pending_in_checkpoint = bool(run.evals)
         return run
 
     @classmethod
@@ -491,13 +495,16 @@ class Run:
                 self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
         if self.evaluator is not None and self.evaluator.proc is None:
             self.start_worker(policy)
-        if self.evals:  # conclude what has landed (a resumed run: send what its checkpoint kept)
-            self.pump_evals(wait=False)
         if self.due(step, prev_step, cfg.eval_every):
             if self.evaluator is not None:
                 self.evaluate_elsewhere(step, policy_state)
             else:
+                self.pump_evals(wait=True)  # a resumed run's kept evaluations come first
                 self.evaluate(step, policy, policy_state)
+        elif self.evals:  # conclude what has landed (a resumed run: send what its checkpoint kept)
+            self.pump_evals(wait=False)
+        if self.evals and step >= cfg.total_steps:  # the last step: its checkpoint waits for them
+            self.pump_evals(wait=True)
         timed = self.timed_checkpoint_due()
         if self.world.distributed:  # one collective decides both, so every rank acts at the same step
             timed, self.stop_requested = dist.any_rank(timed, self.stop_requested)
@@ -532,6 +539,7 @@ class Run:
         # evaluations not concluded (--eval-async) are not waited for: the checkpoint keeps them, and a
         # resumed run plays them again (best_eval here is that of the evaluations concluded)
         pending = [{"step": s, "state": evalworker.load_snapshot(blob)} for s, blob in self.evals] or None
+        self.pending_in_checkpoint = bool(pending)
         t0 = time.monotonic()
         state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
                  "world_size": self.world.size, "precision": self.precision.state_dict(), "eval_pending": pending}
@@ -627,19 +635,23 @@ class Run:
         one leaves both unconcluded: the checkpoint that follows keeps them."""
         self.check_finite()
         inject("eval")
-        self.pump_evals(wait=True)
-        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))
+        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
+        self.pump_evals(wait=True, keep=1)                                 # while waiting keeps it
         self.pump_evals(wait=False)
 
-    def pump_evals(self, wait: bool) -> None:
+    def pump_evals(self, wait: bool, keep: int = 0) -> None:
         """Move the unconcluded evaluations along, in step order: conclude the first when its returns
-        are in, send the next. ``wait``: until none is left, or a stop request. Without a worker (it
-        was lost, or a resumed run has none) they are played here."""
-        while self.evals:
+        are in, send the next. ``wait``: until ``keep`` are left, or a stop request. Without a worker
+        (it was lost, or a resumed run has none) they are played here."""
+        while len(self.evals) > keep:
             step, blob = self.evals[0]
             if self.evaluator is None:
-                if self._conclude_here(step, blob) is None:
-                    return  # cut short by a stop request: it stays, for the checkpoint
+                try:
+                    if self._conclude_here(step, blob) is None:
+                        return  # cut short by a stop request: it stays, for the checkpoint
+                except EnvCrashed:
+                    self.evals.pop(0)  # as an evaluation here: the run ends on it, and a resume goes on
+                    raise
                 self.evals.pop(0)
                 continue
             if not self.eval_sent:
@@ -679,6 +691,8 @@ class Run:
         """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
         from heron import registry
 
+        if self.stop_requested:
+            return None
         state = evalworker.load_snapshot(blob)
         with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
             policy = registry.get(self.algo).load_policy(self.cfg, state, self.device)
@@ -720,13 +734,13 @@ class Run:
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
         if self.evaluator is not None and self.evaluator.proc is None and self.evals:
-            self.start_worker(policy)  # resumed at its last step with evaluations kept: no step came
+            self.start_worker(policy)  # resumed at its last step to play the evaluations it kept
+        self.pump_evals(wait=True)  # all of them (a stop ends the wait: the checkpoint below keeps them)
         self.gather_episodes()
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
-        if self.last_checkpoint_step != step:  # first: a stop request during the evaluation loses nothing
-            self.checkpoint(step, *full_state())
-        self.pump_evals(wait=True)  # the last ones (the checkpoint keeps them, should a stop come now)
+        if self.last_checkpoint_step != step or self.pending_in_checkpoint:
+            self.checkpoint(step, *full_state())  # first: a stop request during the evaluation loses nothing
         result = self.last_eval
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
@@ -734,6 +748,10 @@ class Run:
             path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
             run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
                          env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
+        if self.evals:
+            raise Interrupted(f"stopped before the evaluations of steps {', '.join(str(s) for s, _ in self.evals)} "
+                              f"were played; the final checkpoint (step {step}) keeps them; play them with: heron "
+                              f"train --resume {self.run_dir}")
         if result is None:
             raise Interrupted(f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
                               f"evaluate it with: heron eval {self.run_dir}")
@@ -825,7 +843,7 @@ def read_latest(run_dir: Path, algo: str, cfg: Any, spaces: dict | None, world: 
         how = "one process" if saved_world == 1 else f"torchrun --nproc-per-node ... with {saved_world} processes in all"
         raise HeronError(f"{latest} was written by {saved_world} process(es) and this job has {world.size}: "
                          f"each rank's envs, replay data and random streams are its own; resume with {how}")
-    if int(state["step"]) >= cfg.total_steps:
+    if int(state["step"]) >= cfg.total_steps and not state.get("eval_pending"):  # (kept ones: played, then done)
         raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
                          "to train on")
     return latest, state
