@@ -109,7 +109,9 @@ class EvalWorker:
 
     def started_up(self, timeout: float = 0.0) -> bool:
         """Whether it can take an evaluation: it said "ready", or it failed (``receive`` says why)."""
-        return self.set_up or self._next(timeout) is not None or self.set_up
+        if not self.set_up:
+            self._next(timeout)  # takes in its "ready", or holds its failure
+        return self.set_up or self._held is not None
 
     def submit(self, step: int, blob: bytes) -> None:
         if self._held is None:  # else it failed already: receive() reports that
@@ -251,15 +253,8 @@ def main(fd: int) -> None:
             reply = ("failed", broken)
         else:
             try:
-                from heron.core.envs import evaluate
-                from heron.core.run import EVAL_SEED_OFFSET
-
-                _, step, blob = msg
                 inject("eval_worker")  # tests: HERON_FAULT=eval_worker@N:exit, the worker dying
-                policy = module.load_policy(cfg, load_snapshot(blob), "cpu")
-                returns = evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET,
-                                   env_fn=env_fn, at_once=cfg.eval_envs)
-                reply = ("returns", returns.tolist())
+                reply = ("returns", play(module, cfg, load_snapshot(msg[2]), "cpu", env_fn).tolist())
             except EnvCrashed as exc:
                 reply = ("crashed", str(exc))
             except BaseException as exc:  # reported; the training process evaluates in its own stead
@@ -268,6 +263,23 @@ def main(fd: int) -> None:
             conn.send_bytes(pickle.dumps(reply))
         except OSError:
             return
+
+
+def play(module: Any, cfg: Any, state: dict, device: Any, env_fn: Any, should_stop: Any = None) -> Any:
+    """The run's evaluation of a policy state, wherever it is played (the worker, or the training
+    process in its stead): the algorithm's ``load_policy``, as ``heron eval`` builds it, acting on the
+    host, in the run's episodes from the run's seeds. The returns; None when ``should_stop`` cut it."""
+    from heron.core.envs import evaluate
+    from heron.core.run import EVAL_SEED_OFFSET
+
+    policy = module.load_policy(cfg, state, device)
+    return evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, env_fn=env_fn,
+                    should_stop=should_stop, at_once=cfg.eval_envs)
+
+
+def periodic(cfg: Any) -> bool:
+    """Whether the run has evaluations before its final one (a worker has something to overlap)."""
+    return 0 < cfg.eval_every < cfg.total_steps
 
 
 def unsupported(algo: str, cfg: Any, distributed: bool) -> str | None:
@@ -296,8 +308,7 @@ def wanted(algo: str, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -
     Neither where the final evaluation is the only one."""
     from heron.core import cores
 
-    if (cfg.eval_async == "off" or not 0 < cfg.eval_every < cfg.total_steps  # none but the final: nothing to overlap
-            or unsupported(algo, cfg, distributed) is not None):
+    if cfg.eval_async == "off" or not periodic(cfg) or unsupported(algo, cfg, distributed) is not None:
         return False
     if cfg.eval_async == "on":
         return True

@@ -78,7 +78,7 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
         torch.set_num_threads(cfg.torch_threads)
         return None, None
     # --eval-async on: a core for the evaluation worker (auto takes one only where one is spare)
-    worker = int(cfg.eval_async == "on" and 0 < cfg.eval_every < cfg.total_steps and not world.distributed)
+    worker = int(cfg.eval_async == "on" and evalworker.periodic(cfg) and not world.distributed)
     ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size, worker)
     if world.local_size > 1 or ceiling == 1:
         torch.set_num_threads(ceiling)
@@ -695,10 +695,8 @@ class Run:
             return None
         state = evalworker.load_snapshot(blob)
         with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
-            policy = registry.get(self.algo).load_policy(self.cfg, state, self.device)
-            returns = run_episodes(on_host(policy), self.cfg.env_id, self.cfg.eval_episodes,
-                                   self.cfg.seed + EVAL_SEED_OFFSET, env_fn=self.eval_env_fn,
-                                   should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
+            returns = evalworker.play(registry.get(self.algo), self.cfg, state, self.device, self.eval_env_fn,
+                                      lambda: self.stop_requested)
         if returns is None:
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
             return None
