@@ -23,6 +23,7 @@
 # SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes).
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
+# Where a graphed SAC env step's time goes (torch.profiler): bash benchmarks/gpu_check.sh profile
 #
 # Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s):
 #   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
@@ -85,6 +86,18 @@ if [ "$mode" = eval ]; then
     for algo in sac td3 ppo; do
         python3 benchmarks/eval_speed.py --algo $algo --device cuda --threads 4 --rounds 2 2>&1 \
             | grep -v "^WARNING\|^$" | tee -a "$OUT/eval.txt"
+    done
+    exit
+fi
+
+if [ "$mode" = profile ]; then
+    # where a graphed env step's time goes (benchmarks/gpu_profile.py, its header's command): SAC, or
+    # PROFILE_ALGOS="sac td3"; about a minute each
+    export MUJOCO_GL=disable
+    for algo in ${PROFILE_ALGOS:-sac}; do
+        python3 benchmarks/gpu_profile.py $algo --wait 6000 --active 300 -- --preset mujoco --env-id HalfCheetah-v5 \
+            --device cuda --cuda-graphs true --learning-starts 5000 --total-steps 6400 --eval-every 0 \
+            --checkpoint-every 0 --torch-threads 4 --progress none 2>&1 | grep -v "^WARNING\|^$" | tee -a "$OUT/profile.txt"
     done
     exit
 fi
