@@ -36,6 +36,41 @@ def test_float64_observations_become_float32():
     assert envs.reset().dtype == np.float32
 
 
+MUJOCO_UNSTABLE = """
+import sys
+import mujoco, numpy as np
+from heron.core.envs import make_env
+if sys.argv[1] == "own":
+    mujoco.set_mju_user_warning(lambda text: print("own:", text, file=sys.stderr))
+for _ in range(3):
+    env = make_env("Hopper-v5")
+    env.reset(seed=0)
+    u = env.unwrapped
+    u.data.qvel[:] = np.nan  # MuJoCo warns once per MjData: the simulation is unstable
+    mujoco.mj_step(u.model, u.data)
+"""
+
+
+def test_mujoco_warnings_come_once_and_leave_no_log_file(tmp_path):
+    """MuJoCo prints each warning and appends it to MUJOCO_LOG.TXT in the current directory; heron
+    shows each kind once per process (the time and DOF in it do not make a new kind), writes no
+    file, and leaves a handler of the user's own alone."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mujoco")
+    def run(which):
+        out = subprocess.run([sys.executable, "-c", MUJOCO_UNSTABLE, which], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return [line for line in out.stderr.splitlines() if "unstable" in line]
+
+    lines = run("heron")
+    assert len(lines) == 1 and lines[0].startswith("heron: warning: MuJoCo: Nan, Inf or huge value in QVEL"), lines
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    assert [line.split(":")[0] for line in run("own")] == ["own"] * 3  # the user's handler sees each
+
+
 def test_dict_observations_are_flattened():
     envs = VecEnv("heron-test/DictObs-v0", num_envs=2, seed=0)
     assert envs.reset().shape == (2, 3)

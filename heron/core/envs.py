@@ -325,6 +325,39 @@ class PyBulletAdapter(gym.Env):
         self._env.close()
 
 
+# -- MuJoCo's own warnings ------------------------------------------------------------------------
+_MUJOCO_SEEN: set[str] = set()  # kinds of MuJoCo warning shown in this process
+
+
+def _mujoco_warning(text: str) -> None:
+    """MuJoCo's warning handler while heron makes envs: each kind of warning once per process
+    (numbers stripped: a step time or DOF index does not make a new kind), on stderr."""
+    kind = re.sub(r"\d+(\.\d+)?", "#", text)
+    if kind not in _MUJOCO_SEEN:
+        _MUJOCO_SEEN.add(kind)
+        print(f"heron: warning: MuJoCo: {text.strip()} (shown once)", file=sys.stderr, flush=True)
+
+
+def route_mujoco_warnings(gym_id: str | None = None) -> None:
+    """Before an env is made: MuJoCo's warnings through ``_mujoco_warning``. By default MuJoCo
+    prints each to stderr and appends it to MUJOCO_LOG.TXT in the current directory; a model's
+    compile-time warning then came once per env made (Gymnasium's HalfCheetah-v5 with MuJoCo 3.17:
+    a deprecated attribute, about a hundred lines in a PPO run with its evaluation envs) and left a
+    file in the user's directory. Done where MuJoCo is loaded or about to be (a Gymnasium MuJoCo
+    env, a DMC task), and never over a handler of the user's own."""
+    if "mujoco" not in sys.modules:
+        spec = gym.registry.get(gym_id) if gym_id else None
+        point = str(getattr(spec, "entry_point", "") or "")
+        if "mujoco" not in point and "dmc" not in point:
+            return
+    try:
+        import mujoco
+    except Exception:  # not installed, or it cannot load: gym.make reports that
+        return
+    if getattr(mujoco, "get_mju_user_warning", lambda: _mujoco_warning)() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = True,
              max_episode_steps: int | None = None, training: bool = False, **kwargs: Any) -> gym.Env:
     """One Gymnasium env with heron's observation conventions (no seeding: VecEnv seeds).
@@ -345,6 +378,7 @@ def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = T
             kwargs["render_mode"] = render_mode
         gym_id = gym_env_id(env_id)
         user = gym_id != env_id  # a user's module or callable: their constructor may raise anything
+        route_mujoco_warnings(gym_id)
         try:
             env = gym.make(gym_id, max_episode_steps=max_episode_steps, **kwargs)
         except HeronError:
