@@ -46,6 +46,7 @@
 # HERON_SECONDS of 80 or more);
 # and/or "features" (--cuda-graphs with evaluation, 10 episodes, and a checkpoint every 10,000 steps:
 # the condition; the evaluations go to a worker process, --eval-async's default on a GPU);
+# and/or "features-compiled" (the same with --compile: give it HERON_SECONDS of 80 or more);
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
 #
 # LeanRL's scripts were written for Gymnasium 0.29; here they run on 1.4 (heron's, for v5 envs and
@@ -208,6 +209,9 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
         if [ $mode = compiled ]; then label=heron-compiled; mode_flags="--cuda-graphs true --compile true"
         elif [ $mode = features ]; then label=heron-features; mode_flags="--cuda-graphs true"
+            extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
+        elif [ $mode = features-compiled ]; then label=heron-features-compiled
+            mode_flags="--cuda-graphs true --compile true"
             extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
         else label=heron; mode_flags="--cuda-graphs true"; fi
         dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
