@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -48,19 +51,21 @@ for _ in range(3):
     u = env.unwrapped
     u.data.qvel[:] = np.nan  # MuJoCo warns once per MjData: the simulation is unstable
     mujoco.mj_step(u.model, u.data)
+if sys.argv[1] == "heron":  # a process started after the warning (an env or evaluation worker) is told
+    import subprocess
+    subprocess.run([sys.executable, "-c", MUJOCO_UNSTABLE, "child"], check=True)
 """
 
 
 def test_mujoco_warnings_come_once_and_leave_no_log_file(tmp_path):
     """MuJoCo prints each warning and appends it to MUJOCO_LOG.TXT in the current directory; heron
-    shows each kind once per process (the time and DOF in it do not make a new kind), writes no
-    file, and leaves a handler of the user's own alone."""
-    import subprocess
-    import sys
-
+    shows each kind once (the time and DOF in it do not make a new kind), also across the processes
+    a run starts after it, writes no file, and leaves a handler of the user's own alone."""
     pytest.importorskip("mujoco")
+
     def run(which):
-        out = subprocess.run([sys.executable, "-c", MUJOCO_UNSTABLE, which], cwd=tmp_path, capture_output=True,
+        script = f"MUJOCO_UNSTABLE = {MUJOCO_UNSTABLE!r}\n{MUJOCO_UNSTABLE}"
+        out = subprocess.run([sys.executable, "-c", script, which], cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         return [line for line in out.stderr.splitlines() if "unstable" in line]

@@ -326,15 +326,20 @@ class PyBulletAdapter(gym.Env):
 
 
 # -- MuJoCo's own warnings ------------------------------------------------------------------------
-_MUJOCO_SEEN: set[str] = set()  # kinds of MuJoCo warning shown in this process
+# kinds of MuJoCo warning shown, here or by the process that started this one (an env or evaluation
+# worker, which inherits the variable): one list of them, one per line
+_SEEN_VAR = "HERON_MUJOCO_WARNED"
+_MUJOCO_SEEN: set[str] = set(filter(None, os.environ.get(_SEEN_VAR, "").split("\n")))
 
 
 def _mujoco_warning(text: str) -> None:
-    """MuJoCo's warning handler while heron makes envs: each kind of warning once per process
-    (numbers stripped: a step time or DOF index does not make a new kind), on stderr."""
-    kind = re.sub(r"\d+(\.\d+)?", "#", text)
+    """MuJoCo's warning handler while heron makes envs: each kind of warning once (numbers stripped:
+    a step time or DOF index does not make a new kind), on stderr; not again in the processes this
+    one starts after it."""
+    kind = re.sub(r"\d+(\.\d+)?", "#", text.strip()).replace("\n", " ")
     if kind not in _MUJOCO_SEEN:
         _MUJOCO_SEEN.add(kind)
+        os.environ[_SEEN_VAR] = "\n".join(sorted(_MUJOCO_SEEN))
         print(f"heron: warning: MuJoCo: {text.strip()} (shown once)", file=sys.stderr, flush=True)
 
 
