@@ -340,7 +340,10 @@ def _mujoco_warning(text: str) -> None:
     if kind not in _MUJOCO_SEEN:
         _MUJOCO_SEEN.add(kind)
         os.environ[_SEEN_VAR] = "\n".join(sorted(_MUJOCO_SEEN))
-        print(f"heron: warning: MuJoCo: {text.strip()} (shown once)", file=sys.stderr, flush=True)
+        try:  # called from MuJoCo's C code, where an exception has nowhere to go
+            print(f"heron: warning: MuJoCo: {text.strip()} (shown once)", file=sys.stderr, flush=True)
+        except Exception:
+            pass
 
 
 def route_mujoco_warnings(gym_id: str | None = None) -> None:
