@@ -41,12 +41,20 @@ def test_float64_observations_become_float32():
 
 MUJOCO_UNSTABLE = """
 import sys
+import gymnasium as gym
+from heron.core.envs import callable_env_id, make_env
+env_id = "Hopper-v5"
+if sys.argv[1] == "factory":  # a user's factory, whose constructor would load MuJoCo: routed before it
+    from heron.core.envs import gym_env_id, route_mujoco_warnings
+    env_id = callable_env_id(lambda: gym.make("Hopper-v5"))
+    assert "mujoco" not in sys.modules
+    route_mujoco_warnings(gym_env_id(env_id))
+    assert sys.modules["mujoco"].get_mju_user_warning() is not None
 import mujoco, numpy as np
-from heron.core.envs import make_env
 if sys.argv[1] == "own":
     mujoco.set_mju_user_warning(lambda text: print("own:", text, file=sys.stderr))
 for _ in range(3):
-    env = make_env("Hopper-v5")
+    env = make_env(env_id)
     env.reset(seed=0)
     u = env.unwrapped
     u.data.qvel[:] = np.nan  # MuJoCo warns once per MjData: the simulation is unstable
@@ -70,9 +78,10 @@ def test_mujoco_warnings_come_once_and_leave_no_log_file(tmp_path):
         assert out.returncode == 0, out.stderr
         return [line for line in out.stderr.splitlines() if "unstable" in line]
 
-    lines = run("heron")
-    assert len(lines) == 1 and lines[0].startswith("heron: warning: MuJoCo: Nan, Inf or huge value in QVEL"), lines
-    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    for which in ("heron", "factory"):
+        lines = run(which)
+        assert len(lines) == 1 and lines[0].startswith("heron: warning: MuJoCo: Nan, Inf or huge value in QVEL"), lines
+        assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
     assert [line.split(":")[0] for line in run("own")] == ["own"] * 3  # the user's handler sees each
 
 

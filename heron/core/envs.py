@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -335,28 +336,34 @@ _MUJOCO_SEEN: set[str] = set(filter(None, os.environ.get(_SEEN_VAR, "").split("\
 def _mujoco_warning(text: str) -> None:
     """MuJoCo's warning handler while heron makes envs: each kind of warning once (numbers stripped:
     a step time or DOF index does not make a new kind), on stderr; not again in the processes this
-    one starts after it."""
-    kind = re.sub(r"\d+(\.\d+)?", "#", text.strip()).replace("\n", " ")
-    if kind not in _MUJOCO_SEEN:
-        _MUJOCO_SEEN.add(kind)
-        os.environ[_SEEN_VAR] = "\n".join(sorted(_MUJOCO_SEEN))
-        try:  # called from MuJoCo's C code, where an exception has nowhere to go
+    one starts after it. Nothing may leave it: MuJoCo calls it from C, where an exception (a
+    KeyboardInterrupt delivered here included) would abort the process."""
+    try:
+        kind = re.sub(r"\d+(\.\d+)?", "#", text.strip()).replace("\n", " ")
+        if kind not in _MUJOCO_SEEN:
+            _MUJOCO_SEEN.add(kind)
+            os.environ[_SEEN_VAR] = "\n".join(sorted(_MUJOCO_SEEN))
             print(f"heron: warning: MuJoCo: {text.strip()} (shown once)", file=sys.stderr, flush=True)
-        except Exception:
-            pass
+    except BaseException:
+        pass
 
 
 def route_mujoco_warnings(gym_id: str | None = None) -> None:
-    """Before an env is made: MuJoCo's warnings through ``_mujoco_warning``. By default MuJoCo
-    prints each to stderr and appends it to MUJOCO_LOG.TXT in the current directory; a model's
-    compile-time warning then came once per env made (Gymnasium's HalfCheetah-v5 with MuJoCo 3.17:
-    a deprecated attribute, about a hundred lines in a PPO run with its evaluation envs) and left a
-    file in the user's directory. Done where MuJoCo is loaded or about to be (a Gymnasium MuJoCo
-    env, a DMC task), and never over a handler of the user's own."""
+    """MuJoCo's warnings through ``_mujoco_warning``, before an env is made and again after (a
+    constructor may have loaded MuJoCo). By default MuJoCo prints each to stderr and appends it to
+    MUJOCO_LOG.TXT in the current directory; a model's compile-time warning then came once per env
+    made (Gymnasium's HalfCheetah-v5 with MuJoCo 3.17: a deprecated attribute, about a hundred lines
+    in a PPO run with its evaluation envs) and left a file in the user's directory. Done where MuJoCo
+    is loaded or may be: mujoco already imported, a Gymnasium MuJoCo entry point, or a user's own
+    env (a factory or module id) where mujoco is installed. Never over a handler already set: the
+    user's, or dm_control's (which logs each warning through absl for the DMC tasks)."""
     if "mujoco" not in sys.modules:
         spec = gym.registry.get(gym_id) if gym_id else None
-        point = str(getattr(spec, "entry_point", "") or "")
-        if "mujoco" not in point and "dmc" not in point:
+        if spec is None:
+            return
+        point = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        theirs = not point or not point.startswith(("gymnasium.", "heron."))  # a factory, another package
+        if "mujoco" not in point and not (theirs and importlib.util.find_spec("mujoco") is not None):
             return
     try:
         import mujoco
@@ -389,6 +396,7 @@ def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = T
         route_mujoco_warnings(gym_id)
         try:
             env = gym.make(gym_id, max_episode_steps=max_episode_steps, **kwargs)
+            route_mujoco_warnings()  # its constructor may have loaded MuJoCo: the next env's warnings
         except HeronError:
             raise
         except (ImportError, gym.error.Error) as exc:  # e.g. Box2D or mujoco missing, bad version
