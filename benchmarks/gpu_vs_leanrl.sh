@@ -206,14 +206,12 @@ for algo in ${ALGOS:-sac td3 ppo}; do
     leanrl_seconds=${LEANRL_SECONDS:-$([ $algo = ppo ] && echo 110 || echo 80)}
     echo "== $algo, HalfCheetah-v5: heron (at most $HERON_SECONDS s), then LeanRL $LEANRL_MODE (at most $leanrl_seconds s)"
     for mode in $HERON_MODES; do
+        # features-*: evaluation and a checkpoint every 10,000 steps (the condition)
         extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
-        if [ $mode = compiled ]; then label=heron-compiled; mode_flags="--cuda-graphs true --compile true"
-        elif [ $mode = features ]; then label=heron-features; mode_flags="--cuda-graphs true"
-            extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
-        elif [ $mode = features-compiled ]; then label=heron-features-compiled
-            mode_flags="--cuda-graphs true --compile true"
-            extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
-        else label=heron; mode_flags="--cuda-graphs true"; fi
+        [[ $mode = features* ]] && extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
+        mode_flags="--cuda-graphs true"
+        [[ $mode = *compiled ]] && mode_flags="--cuda-graphs true --compile true"
+        label=heron$([ $mode = graphs ] || echo "-$mode")
         dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
             --device cuda $mode_flags $extras $heron_flags \

@@ -130,8 +130,9 @@ class EvalWorker:
             return payload
         if kind == "crashed":
             raise EnvCrashed(payload)
-        raise WorkerLost(f"the evaluation worker {'failed: ' if kind == 'failed' else 'ended ('}{payload}"
-                         f"{'' if kind == 'failed' else ')'}")
+        if kind == "failed":
+            raise WorkerLost(f"the evaluation worker failed: {payload}")
+        raise WorkerLost(f"the evaluation worker ended ({payload})")
 
     def _next(self, timeout: float) -> tuple | None:
         """The next reply other than "ready" within ``timeout`` seconds (kept until received); a
