@@ -20,7 +20,8 @@
 # sps takes SPS_ALGOS (sac td3 ppo), SPS_GRAPHS (false true) and SPS_EVAL_ASYNC (auto: on such a
 # machine the evaluations go to a worker process; "off auto" times both): SPS_GRAPHS=true
 # SPS_SECONDS=50 times the three graphed runs alone (about 3 minutes), and
-# SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes).
+# SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes);
+# SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead.
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 # Where a graphed SAC env step's time goes (torch.profiler): bash benchmarks/gpu_check.sh profile
@@ -147,14 +148,20 @@ export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL:
 for algo in ${SPS_ALGOS:-sac td3 ppo}; do
     for graphs in ${SPS_GRAPHS:-false true}; do
       for ea in ${SPS_EVAL_ASYNC:-auto}; do
+       for ahead in $([ $algo = ppo ] && echo - || echo ${SPS_ACT_AHEAD:-true}); do
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
+        label="$algo --cuda-graphs $graphs --eval-async $ea" name=$algo-$graphs-$ea
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
-        else flags="--total-steps 20000 --learning-starts 5000"; start=10000; fi
+        else
+            flags="--total-steps 20000 --learning-starts 5000 --act-ahead $ahead"; start=10000
+            label="$label --act-ahead $ahead"; [ $ahead = true ] || name=$name-behind
+        fi
         # at most SPS_SECONDS (85) each (6 runs in one call)
-        timed $algo-$graphs-$ea "$algo --cuda-graphs $graphs --eval-async $ea" ${SPS_SECONDS:-85} $start $algo \
+        timed $name "$label" ${SPS_SECONDS:-85} $start $algo \
             --preset mujoco --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 \
             --torch-threads 4 --eval-async $ea
+       done
       done
     done
 done

@@ -47,6 +47,8 @@
 # and/or "features" (--cuda-graphs with evaluation, 10 episodes, and a checkpoint every 10,000 steps:
 # the condition; the evaluations go to a worker process, --eval-async's default on a GPU);
 # and/or "features-compiled" (the same with --compile: give it HERON_SECONDS of 80 or more);
+# a mode naming "behind" (e.g. "features-behind") turns --act-ahead off: every env step after the
+# update in flight, for the A/B of acting ahead of the critic-only steps;
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
 #
 # LeanRL's scripts were written for Gymnasium 0.29; here they run on 1.4 (heron's, for v5 envs and
@@ -210,7 +212,8 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
         [[ $mode = features* ]] && extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
         mode_flags="--cuda-graphs true"
-        [[ $mode = *compiled ]] && mode_flags="--cuda-graphs true --compile true"
+        [[ $mode = *compiled* ]] && mode_flags="$mode_flags --compile true"
+        [[ $mode = *behind* ]] && mode_flags="$mode_flags --act-ahead false"  # the A/B of --act-ahead
         label=heron$([ $mode = graphs ] || echo "-$mode")
         dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \

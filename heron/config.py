@@ -202,6 +202,9 @@ class OffPolicyConfig(RunConfig):
     hidden_sizes: tuple[int, ...] = opt((256, 256), "hidden layer sizes of actor and critics")
     max_grad_norm: float = opt(0.0, "clip actor and critic gradient norms to this (0 = off)")
     obs_norm: bool = opt(False, "normalize observations with running statistics (saved with the model)")
+    act_ahead: bool = opt(True, "take the next env step's actions before gradient steps that leave the actor as it "
+                          "is (the critic-only steps between actor updates; feed-forward actors), so that on a GPU "
+                          "the env steps while the critics train; the same numbers either way")
 
     def validate(self) -> None:
         super().validate()

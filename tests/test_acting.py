@@ -14,7 +14,7 @@ import torch
 import heron
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.ppo.train import _build as ppo_build
-from heron.algos.sac.networks import NumpyActor, build
+from heron.algos.sac.networks import NumpyActor, build, draw
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
 from heron.core import acting
@@ -72,6 +72,12 @@ def test_sac_numpy_actor_samples_what_act_samples(obs_norm):
     assert out.dtype == np.float32
     torch.testing.assert_close(torch.from_numpy(out), ref, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(torch.from_numpy(fast(obs, torch.randn(4, 3).numpy())), ref)  # the noise matters
+    # training's two halves where numpy does not act (and on a GPU): torch's Gaussian, the host's draw
+    gaussian = actor.gaussian(torch.as_tensor(obs).float()).numpy()
+    np.testing.assert_allclose(gaussian, fast.gaussian(obs), rtol=1e-5, atol=1e-6)
+    torch.manual_seed(7)
+    drawn = draw(gaussian, torch.randn(4, 3).numpy(), actor.scale.numpy(), actor.bias.numpy())
+    torch.testing.assert_close(torch.from_numpy(drawn), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_numpy_acting_only_where_it_applies():
@@ -165,3 +171,58 @@ def test_policy_keeps_torch_where_numpy_does_not_apply():
         policy = Policy(actor, (5,), state)
         assert policy._numpy_mode(3) is None
         assert policy.predict(_obs(3)).shape == (3, 3)
+
+
+@pytest.mark.parametrize("algo,extra,numpy_acting", [
+    ("td3", {}, True), ("td3", {"policy_frequency": 3, "gradient_steps": 2, "num_envs": 2}, True),
+    ("sac", {}, True), ("sac", {"policy_frequency": 3, "gradient_steps": 2, "num_envs": 2}, False)],
+    ids=["td3", "td3-delay-3-two-steps-two-envs", "sac", "sac-delay-3-two-steps-two-envs-torch-acting"])
+def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_acting, tmp_path, monkeypatch):
+    """--act-ahead (SAC's and TD3's default): before gradient steps that train the critics alone,
+    the next env step's greedy actions (TD3) or Gaussian (SAC, whose draw stays where it was) are
+    taken at once; on a GPU that env step then runs while the critics train. The run is the same
+    run: weights, losses, returns and evaluations bit for bit, with observation normalization moving
+    every step; and it does act ahead, and only before critic steps."""
+    import heron.algos.sac.networks as sac_networks
+    from heron.core import offpolicy
+    from heron.core.envs import VecEnv
+    flags = dict(env_id="Pendulum-v1", total_steps=1200, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
+                 obs_norm=True, eval_every=600, eval_episodes=1, checkpoint_every=0, log_every=100, progress="none",
+                 torch_threads=1, eval_async="off", **extra)
+    events: list = []
+
+    def record(cls, name, event):
+        method = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
+
+    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
+    record(VecEnv, "step", lambda actions: "env")
+    if not numpy_acting:
+        monkeypatch.setattr(sac_networks.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
+    acting_call = {("td3", True): (TD3NumpyActor, "__call__"), ("sac", True): (sac_networks.NumpyActor, "gaussian"),
+                   ("sac", False): (sac_networks.Actor, "gaussian")}[algo, numpy_acting]
+    record(*acting_call, lambda obs: "act")
+    order = {}
+    for ahead in (True, False):
+        events.clear()
+        heron.train(algo, run_dir=str(tmp_path / str(ahead)), act_ahead=ahead, **flags)
+        order[ahead] = list(events)
+    # acting right before a gradient step (no env step between) happens exactly when acting ahead,
+    # and only before critic steps
+    before = {ahead: [e for a, e in zip(evts, evts[1:]) if a == "act" and e not in ("act", "env")]
+              for ahead, evts in order.items()}
+    assert before[False] == [] and len(before[True]) > 50 and set(before[True]) == {False}
+    assert sorted(map(str, order[True])) == sorted(map(str, order[False]))  # as many of each
+    a, b = (torch.load(latest_checkpoint(tmp_path / str(ahead) / "checkpoints"), weights_only=True)
+            for ahead in (True, False))
+    for key in ("actor", "critic", "critic_target") + (("actor_target",) if algo == "td3" else ("log_alpha",)):
+        for name, tensor in (a[key].items() if isinstance(a[key], dict) else [("", a[key])]):
+            assert torch.equal(tensor, b[key][name] if name else b[key]), f"{key}.{name}"
+
+    def rows(run, name):
+        with open(tmp_path / run / name) as f:
+            return [{k: v for k, v in r.items() if k != "wall_time"} for r in csv.DictReader(f)
+                    if r.get("metric") != "charts/SPS"]
+
+    for name in ("metrics.csv", "eval.csv"):
+        assert rows("True", name) == rows("False", name) and len(rows("True", name)) >= 2, name

@@ -297,8 +297,8 @@ def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
     norm = actor.encoder.norm if sac else actor.norm
     none = torch.zeros(3, 0, device="cuda")  # SAC's feed-forward recurrent state
 
-    def fn(obs):
-        return actor.act(obs.float(), none, deterministic=False)[0] if sac else actor(obs)
+    def fn(obs):  # what training records: SAC's Gaussian (its draw is on the host), TD3's greedy actions
+        return actor.gaussian(obs.float()) if sac else actor(obs)
 
     def eager(obs):
         with torch.no_grad():
@@ -322,9 +322,9 @@ def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
 @needs_cuda
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_graphed_acting_equals_eager_acting(algo):
-    """--cuda-graphs records SAC's and TD3's acting call too: its replays give the eager actions
-    (SAC's sampled ones from the same CUDA generator), with the weights and normalizer statistics
-    moved in place between calls reaching the replays."""
+    """--cuda-graphs records SAC's and TD3's acting call too: its replays give the eager results
+    (SAC's Gaussian, TD3's greedy actions), with the weights and normalizer statistics moved in place
+    between calls reaching the replays."""
     eager, graphed = _acting(algo, graphed=False), _acting(algo, graphed=True)
     np.testing.assert_allclose(graphed, eager, rtol=1e-5, atol=1e-6)
     assert len({a.tobytes() for a in graphed[4:]}) == len(graphed) - 4  # the replays moved with the weights
@@ -415,6 +415,27 @@ def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, monkeypatch, algo
     config.write_text(text.replace("cuda_graphs: true", "cuda_graphs: false"))  # the same run, eager from here
     assert main(["train", "--resume", str(run_dir), "--total-steps", str(3 * step)]) == 0
     assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_acting_ahead_on_cuda_changes_no_number(tmp_path, algo):
+    """--act-ahead on a graphed GPU run: before critic-only steps the next actions (TD3) or Gaussian
+    (SAC) are taken first, and the env steps while the critics train on the GPU. The weights and the
+    losses are those of acting after the steps, bit for bit."""
+    states, rows = {}, {}
+    for ahead in (True, False):
+        run_dir = tmp_path / str(ahead)
+        api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir), progress="none",
+                  eval_every=0, torch_threads=1, cuda_graphs=True, act_ahead=ahead, eval_async="off")
+        states[ahead] = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+        with open(run_dir / "metrics.csv") as f:
+            cells = [line.split(",") for line in f]
+            rows[ahead] = [(c[0], c[2], c[3]) for c in cells if "SPS" not in c[2]]  # not the wall time
+    assert rows[True] == rows[False] and len(rows[True]) > 5
+    for key in ("actor", "critic", "critic_target"):
+        for name, tensor in states[True][key].items():
+            assert torch.equal(tensor.cpu(), states[False][key][name].cpu()), f"{key}.{name}"
 
 
 @needs_cuda

@@ -42,11 +42,27 @@ class Actor(nn.Module):
         action = self.deterministic(feats) if deterministic else self.sample(feats)[0]
         return action, state
 
+    @torch.no_grad()
+    def gaussian(self, obs: torch.Tensor) -> torch.Tensor:
+        """The feed-forward actor's Gaussian (before the tanh) on obs [N, D]: [N, 2A], the means then
+        the standard deviations. Training draws its actions from it on the host (``NumpyActor.draw``,
+        with the normals ``act`` would draw on the CPU), so that no random draw waits for the GPU."""
+        mean, log_std = self.head(self.encoder.norm(obs))
+        return torch.cat([mean, log_std.exp()], -1)
+
     def numpy_mode(self, batch: int):
         """``act(obs, state, deterministic=True)`` in numpy for ``batch`` observations
         (``heron.core.policy.Policy``), or None where it stays in torch (``NumpyActor.of``)."""
         actor = NumpyActor.of(self, batch)
         return None if actor is None else actor.mode
+
+
+def draw(gaussian: np.ndarray, normals: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Actions [N, A] from ``gaussian`` ([N, 2A]: ``Actor.gaussian``'s or ``NumpyActor.gaussian``'s)
+    and standard normals [N, A]: ``tanh(mean + std * normals) * scale + bias``, the actions of
+    ``tanh_normal_sample``."""
+    A = normals.shape[-1]
+    return np.tanh(gaussian[:, :A] + gaussian[:, A:] * normals) * scale + bias
 
 
 class NumpyActor:
@@ -66,10 +82,14 @@ class NumpyActor:
         return NumpyActor(actor) if ok else None
 
     def __call__(self, obs: np.ndarray, normals: np.ndarray) -> np.ndarray:
+        return draw(self.gaussian(obs), normals, self.scale, self.bias)
+
+    def gaussian(self, obs: np.ndarray) -> np.ndarray:
+        """``Actor.gaussian`` in numpy: [N, 2A], the means then the standard deviations."""
         out = self.mlp(acting.normalize(obs, self.norm))
-        mean, raw = out[:, :self.dim], out[:, self.dim:]
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(raw) + 1)  # squash_log_std
-        return np.tanh(mean + np.exp(log_std) * normals) * self.scale + self.bias
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, self.dim:]) + 1)  # squash_log_std
+        out[:, self.dim:] = np.exp(log_std)
+        return out
 
     def mode(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic actions (``Actor.deterministic``): the squashed mean, rescaled."""

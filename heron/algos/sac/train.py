@@ -19,7 +19,7 @@ import torch
 
 from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
-from heron.algos.sac.networks import Actor, NumpyActor, build
+from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.graphs import GraphedActor, capturable
@@ -202,10 +202,24 @@ def train(cfg: Config, run: Run) -> dict:
     low, high = act_space.low, act_space.high
 
     # -- the loop -----------------------------------------------------------------------------------
+    # A feed-forward actor acts in two halves: its Gaussian on the observations, and the draw of the
+    # actions from it on the host, with the normals actor.act would draw on the CPU. The Gaussian
+    # can then be taken before gradient steps that leave the actor as it is (--act-ahead), and on a
+    # GPU no random draw waits for the update in flight.
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
-    graphed_actor = None  # the feed-forward actor's acting recorded too under --cuda-graphs
+    graphed_gaussian = None  # recorded too under --cuda-graphs
     if cfg.cuda_graphs and not S:
-        graphed_actor = GraphedActor(lambda o: actor.act(o.float(), a_state, deterministic=False)[0], device)
+        graphed_gaussian = GraphedActor(lambda o: actor.gaussian(o.float()), device)
+    scale_np, bias_np = actor.scale.cpu().numpy(), actor.bias.cpu().numpy()
+
+    def gaussian(obs: np.ndarray) -> np.ndarray:
+        if fast_actor:
+            return fast_actor.gaussian(obs)
+        if graphed_gaussian:
+            return graphed_gaussian(obs)
+        return actor.gaussian(torch.as_tensor(obs, device=device).float()).cpu().numpy()
+
+    ahead = None  # the next step's Gaussian, taken before the critic steps that leave the actor as it is
     while global_step < cfg.total_steps:
         if S:
             obs_t = torch.as_tensor(obs, device=device).float()
@@ -215,15 +229,11 @@ def train(cfg: Config, run: Run) -> dict:
             actions = np_rng.uniform(low, high, size=(N, A)).astype(np.float32)
             if S:
                 _, next_a_state = actor.act(obs_t, a_state, deterministic=False)
-        elif fast_actor:
-            actions = fast_actor(obs, torch.randn(N, A).numpy())  # the normals actor.act would draw
-        elif graphed_actor:
-            actions = graphed_actor(obs)
-        else:
-            if not S:
-                obs_t = torch.as_tensor(obs, device=device).float()
+        elif S:
             actions_t, next_a_state = actor.act(obs_t, a_state, deterministic=False)
             actions = actions_t.cpu().numpy()
+        else:
+            actions = draw(gaussian(obs) if ahead is None else ahead, torch.randn(N, A).numpy(), scale_np, bias_np)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs))
@@ -239,7 +249,13 @@ def train(cfg: Config, run: Run) -> dict:
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
 
+        ahead = None
         if global_step > cfg.learning_starts:
+            if (cfg.act_ahead and not S and global_step < cfg.total_steps
+                    and all((n_updates + k) % cfg.policy_frequency for k in range(1, cfg.gradient_steps + 1))):
+                # the coming steps train the critics alone: the actor's Gaussian is the
+                # same before them as after, and on a GPU the next env step then runs while they do
+                ahead = gaussian(obs)
             for _ in range(cfg.gradient_steps):
                 if cfg.lr_schedule != "constant":  # (under --cuda-graphs each set_lr is a kernel launch)
                     set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))

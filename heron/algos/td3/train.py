@@ -152,17 +152,21 @@ def train(cfg: Config, run: Run) -> dict:
     fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
     graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs else None  # acting recorded too
 
+    def act(obs: np.ndarray) -> np.ndarray:
+        """The actor's greedy actions [N, A] on ``obs``, as a numpy array."""
+        if fast_actor:
+            return fast_actor(obs)
+        if graphed_actor:
+            return graphed_actor(obs)
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs, device=device)).cpu().numpy()
+
+    ahead = None  # the next step's greedy actions, taken before the critic steps that leave the actor as it is
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
             actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)
         else:
-            if fast_actor:
-                greedy = fast_actor(obs)
-            elif graphed_actor:
-                greedy = graphed_actor(obs)
-            else:
-                with torch.no_grad():
-                    greedy = actor(torch.as_tensor(obs, device=device)).cpu().numpy()
+            greedy = act(obs) if ahead is None else ahead
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
             actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
@@ -174,10 +178,15 @@ def train(cfg: Config, run: Run) -> dict:
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
 
+        ahead = None
         if global_step > cfg.learning_starts:
-            for _ in range(cfg.gradient_steps):
+            delays = [(n_updates + k) % cfg.policy_frequency == 0 for k in range(1, cfg.gradient_steps + 1)]
+            if cfg.act_ahead and not any(delays) and global_step < cfg.total_steps:
+                # the coming steps train the critics alone: the next greedy actions are the same
+                # before them as after, and on a GPU the next env step then runs while they do
+                ahead = act(obs)
+            for delayed in delays:
                 n_updates += 1
-                delayed = n_updates % cfg.policy_frequency == 0
                 metrics.update(run.watch(learn(delayed, delayed), global_step))
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
