@@ -253,8 +253,8 @@ def train(cfg: Config, run: Run) -> dict:
         if global_step > cfg.learning_starts:
             if (cfg.act_ahead and not S and global_step < cfg.total_steps
                     and all((n_updates + k) % cfg.policy_frequency for k in range(1, cfg.gradient_steps + 1))):
-                # the coming steps train the critics alone: the actor's Gaussian is the
-                # same before them as after, and on a GPU the next env step then runs while they do
+                # the coming steps train the critics alone: the actor's Gaussian is the same before
+                # them as after, and on a GPU the next env step then runs while they do
                 ahead = gaussian(obs)
             for _ in range(cfg.gradient_steps):
                 if cfg.lr_schedule != "constant":  # (under --cuda-graphs each set_lr is a kernel launch)
