@@ -22,6 +22,7 @@ from heron.cli import main
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
+from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
@@ -287,17 +288,16 @@ def test_recorded_sampling_update_and_averaging_equal_eager(algo, buffer_device)
 
 
 def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
-    """n acting calls (SAC: sampled actions; TD3: the greedy ones) on fresh observations, with the
-    actor's weights and the normalizer moved in place between calls, as the update steps do."""
+    """n acting calls (SAC: its Gaussian, whose draw training makes on the host; TD3: the greedy
+    actions) on fresh observations, with the actor's weights and the normalizer moved in place
+    between calls, as the update steps do."""
     sac = algo == "sac"
     cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
     with torch.device("cuda"):
         nets = make_nets(cfg) if sac else make_td3_nets(cfg)
     actor = nets.actor.cuda()
     norm = actor.encoder.norm if sac else actor.norm
-    none = torch.zeros(3, 0, device="cuda")  # SAC's feed-forward recurrent state
-
-    def fn(obs):  # what training records: SAC's Gaussian (its draw is on the host), TD3's greedy actions
+    def fn(obs):  # what training records
         return actor.gaussian(obs.float()) if sac else actor(obs)
 
     def eager(obs):
@@ -305,7 +305,7 @@ def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
             return fn(torch.as_tensor(obs, device="cuda")).cpu().numpy()
 
     act = GraphedActor(fn, "cuda") if graphed else eager
-    torch.cuda.manual_seed(0)
+    torch.cuda.manual_seed(0)  # the normalizer's updates below
     rng = np.random.default_rng(0)
     out = []
     for _ in range(n):
@@ -419,23 +419,38 @@ def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, monkeypatch, algo
 
 @needs_cuda
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_acting_ahead_on_cuda_changes_no_number(tmp_path, algo):
+def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
     """--act-ahead on a graphed GPU run: before critic-only steps the next actions (TD3) or Gaussian
-    (SAC) are taken first, and the env steps while the critics train on the GPU. The weights and the
-    losses are those of acting after the steps, bit for bit."""
-    states, rows = {}, {}
-    for ahead in (True, False):
-        run_dir = tmp_path / str(ahead)
+    (SAC) are taken first, and the env steps while the critics train on the GPU. Two runs acting
+    behind agree bit for bit (the premise), and a run acting ahead agrees with them: weights and
+    losses; and it did act ahead, only before critic-only steps."""
+    events: list = []
+
+    def record(cls, name, event):
+        method = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
+
+    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
+    record(VecEnv, "step", lambda actions: "env")
+    record(GraphedActor, "__call__", lambda obs: "act")
+    states, rows, order = {}, {}, {}
+    for run in ("behind", "behind-again", "ahead"):
+        events.clear()
+        run_dir = tmp_path / run
         api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir), progress="none",
-                  eval_every=0, torch_threads=1, cuda_graphs=True, act_ahead=ahead, eval_async="off")
-        states[ahead] = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
+                  eval_every=0, torch_threads=1, cuda_graphs=True, obs_norm=True, act_ahead=run == "ahead",
+                  eval_async="off")
+        states[run] = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
         with open(run_dir / "metrics.csv") as f:
             cells = [line.split(",") for line in f]
-            rows[ahead] = [(c[0], c[2], c[3]) for c in cells if "SPS" not in c[2]]  # not the wall time
-    assert rows[True] == rows[False] and len(rows[True]) > 5
-    for key in ("actor", "critic", "critic_target"):
-        for name, tensor in states[True][key].items():
-            assert torch.equal(tensor.cpu(), states[False][key][name].cpu()), f"{key}.{name}"
+            rows[run] = [(c[0], c[2], c[3]) for c in cells if "SPS" not in c[2]]  # not the wall time
+        order[run] = [e for a, e in zip(events, events[1:]) if a == "act" and e not in ("act", "env")]
+    assert order["behind"] == [] and len(order["ahead"]) > 50 and set(order["ahead"]) == {False}
+    for run in ("behind-again", "ahead"):
+        assert rows[run] == rows["behind"] and len(rows[run]) > 5, run
+        for key in ("actor", "critic", "critic_target"):
+            for name, tensor in states[run][key].items():
+                assert torch.equal(tensor.cpu(), states["behind"][key][name].cpu()), f"{run}: {key}.{name}"
 
 
 @needs_cuda

@@ -45,7 +45,7 @@ class Actor(nn.Module):
     @torch.no_grad()
     def gaussian(self, obs: torch.Tensor) -> torch.Tensor:
         """The feed-forward actor's Gaussian (before the tanh) on obs [N, D]: [N, 2A], the means then
-        the standard deviations. Training draws its actions from it on the host (``NumpyActor.draw``,
+        the standard deviations. Training draws its actions from it on the host (``draw``,
         with the normals ``act`` would draw on the CPU), so that no random draw waits for the GPU."""
         mean, log_std = self.head(self.encoder.norm(obs))
         return torch.cat([mean, log_std.exp()], -1)
