@@ -12,12 +12,15 @@ import pytest
 import torch
 
 import heron
+import heron.algos.sac.networks as sac_networks
+import heron.algos.td3.networks as td3_networks
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.ppo.train import _build as ppo_build
 from heron.algos.sac.networks import NumpyActor, build, draw
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
-from heron.core import acting
+from heron.core import acting, offpolicy
+from heron.core.envs import VecEnv
 from heron.core.checkpoint import latest_checkpoint
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -99,8 +102,6 @@ def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
     flags = dict(env_id="Pendulum-v1", total_steps=1000, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
                  obs_norm=True, eval_every=0, eval_episodes=1, checkpoint_every=0, log_every=200, progress="none")
     heron.train(algo, run_dir=str(tmp_path / "numpy"), **flags)
-    import heron.algos.sac.networks as sac_networks
-    import heron.algos.td3.networks as td3_networks
     for module in (sac_networks, td3_networks):
         monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
     heron.train(algo, run_dir=str(tmp_path / "torch"), **flags)
@@ -173,7 +174,29 @@ def test_policy_keeps_torch_where_numpy_does_not_apply():
         assert policy.predict(_obs(3)).shape == (3, 3)
 
 
+def record_loop(monkeypatch, acting_call: tuple) -> list:
+    """The training loop's events, in order, as it runs: each gradient step (its ``update_actor``),
+    each env step ("env") and each call of ``acting_call`` ((class, method name): "act")."""
+    events: list = []
+
+    def record(cls, name, event):
+        method = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
+
+    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
+    record(VecEnv, "step", lambda actions: "env")
+    record(*acting_call, lambda obs: "act")
+    return events
+
+
+def acted_ahead(events: list) -> list:
+    """The gradient steps (their ``update_actor``) that acting came right before, with no env step
+    between: the ones the loop acted ahead of."""
+    return [e for a, e in zip(events, events[1:]) if a == "act" and e not in ("act", "env")]
+
+
 DELAY_3 = {"policy_frequency": 3, "gradient_steps": 2, "num_envs": 2}
+
 
 
 # SAC with two envs: with one env and Pendulum's one action dimension every other draw of torch's
@@ -189,28 +212,16 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
     taken at once; on a GPU that env step then runs while the critics train. The run is the same
     run: weights, losses, returns and evaluations bit for bit, with observation normalization moving
     every step; and it does act ahead, and only before critic steps."""
-    import heron.algos.sac.networks as sac_networks
-    from heron.core import offpolicy
-    from heron.core.envs import VecEnv
     flags = dict(env_id="Pendulum-v1", total_steps=1200, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
                  obs_norm=True, eval_every=600, eval_episodes=1, checkpoint_every=0, log_every=100, progress="none",
                  torch_threads=1, eval_async="off", **extra)
-    events: list = []
-
-    def record(cls, name, event):
-        method = getattr(cls, name)
-        monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
-
-    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
-    record(VecEnv, "step", lambda actions: "env")
-    import heron.algos.td3.networks as td3_networks
     if not numpy_acting:
         for module in (sac_networks, td3_networks):
             monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
     acting_call = {("td3", True): (TD3NumpyActor, "__call__"), ("td3", False): (td3_networks.Actor, "forward"),
                    ("sac", True): (sac_networks.NumpyActor, "gaussian"),
                    ("sac", False): (sac_networks.Actor, "gaussian")}[algo, numpy_acting]
-    record(*acting_call, lambda obs: "act")
+    events = record_loop(monkeypatch, acting_call)
     order = {}
     for ahead in (True, False):
         events.clear()
@@ -218,8 +229,7 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
         order[ahead] = list(events)
     # acting right before a gradient step (no env step between) happens exactly when acting ahead,
     # and only before critic steps
-    before = {ahead: [e for a, e in zip(evts, evts[1:]) if a == "act" and e not in ("act", "env")]
-              for ahead, evts in order.items()}
+    before = {ahead: acted_ahead(evts) for ahead, evts in order.items()}
     assert before[False] == [] and len(before[True]) > 50 and set(before[True]) == {False}
     assert sorted(map(str, order[True])) == sorted(map(str, order[False]))  # as many of each
     a, b = (torch.load(latest_checkpoint(tmp_path / str(ahead) / "checkpoints"), weights_only=True)

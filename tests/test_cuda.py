@@ -7,6 +7,7 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from test_acting import acted_ahead, record_loop
 from test_ppo_lean import _minibatch
 from test_ppo_lean import _spaces as ppo_spaces
 from test_sac_lean import A, B, D, make_batch, make_nets, make_td3_nets, td3_batches
@@ -22,7 +23,6 @@ from heron.cli import main
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
-from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
@@ -297,6 +297,7 @@ def _acting(algo: str, graphed: bool, n: int = 8) -> np.ndarray:
         nets = make_nets(cfg) if sac else make_td3_nets(cfg)
     actor = nets.actor.cuda()
     norm = actor.encoder.norm if sac else actor.norm
+
     def fn(obs):  # what training records
         return actor.gaussian(obs.float()) if sac else actor(obs)
 
@@ -424,15 +425,7 @@ def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
     (SAC) are taken first, and the env steps while the critics train on the GPU. Two runs acting
     behind agree bit for bit (the premise), and a run acting ahead agrees with them: weights and
     losses; and it did act ahead, only before critic-only steps."""
-    events: list = []
-
-    def record(cls, name, event):
-        method = getattr(cls, name)
-        monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
-
-    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
-    record(VecEnv, "step", lambda actions: "env")
-    record(GraphedActor, "__call__", lambda obs: "act")
+    events = record_loop(monkeypatch, (GraphedActor, "__call__"))
     states, rows, order = {}, {}, {}
     for run in ("behind", "behind-again", "ahead"):
         events.clear()
@@ -444,7 +437,7 @@ def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
         with open(run_dir / "metrics.csv") as f:
             cells = [line.split(",") for line in f]
             rows[run] = [(c[0], c[2], c[3]) for c in cells if "SPS" not in c[2]]  # not the wall time
-        order[run] = [e for a, e in zip(events, events[1:]) if a == "act" and e not in ("act", "env")]
+        order[run] = acted_ahead(events)
     assert order["behind"] == [] and len(order["ahead"]) > 50 and set(order["ahead"]) == {False}
     for run in ("behind-again", "ahead"):
         assert rows[run] == rows["behind"] and len(rows[run]) > 5, run
