@@ -21,7 +21,8 @@
 # machine the evaluations go to a worker process; "off auto" times both): SPS_GRAPHS=true
 # SPS_SECONDS=50 times the three graphed runs alone (about 3 minutes), and
 # SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes);
-# SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead.
+# SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead; SPS_COMPILE="false true"
+# also with --compile (its compile time falls before the timed window: give it SPS_SECONDS of 70 or more).
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 # Where a graphed SAC env step's time goes (torch.profiler): bash benchmarks/gpu_check.sh profile
@@ -31,8 +32,13 @@
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
 # opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    $(ls .whl/*.whl .whl_atari/*.whl 2>/dev/null) || exit 1
+# the wheels once per machine (a second call, or a second part of one, finds them in /tmp/site)
+wheels=$(ls .whl/*.whl .whl_atari/*.whl 2>/dev/null)
+if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$(echo $wheels | md5sum)" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        $wheels || exit 1
+    echo $wheels | md5sum > /tmp/site/.wheels
+fi
 export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -148,10 +154,12 @@ export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL:
 for algo in ${SPS_ALGOS:-sac td3 ppo}; do
     for graphs in ${SPS_GRAPHS:-false true}; do
       for ea in ${SPS_EVAL_ASYNC:-auto}; do
+       for comp in ${SPS_COMPILE:-false}; do
        for ahead in $([ $algo = ppo ] && echo - || echo ${SPS_ACT_AHEAD:-true}); do
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         label="$algo --cuda-graphs $graphs --eval-async $ea" name=$algo-$graphs-$ea
+        [ $comp = true ] && label="$label --compile true" name=$name-compiled
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else
             flags="--total-steps 20000 --learning-starts 5000 --act-ahead $ahead"; start=10000
@@ -160,7 +168,8 @@ for algo in ${SPS_ALGOS:-sac td3 ppo}; do
         # at most SPS_SECONDS (85) each (6 runs in one call)
         timed $name "$label" ${SPS_SECONDS:-85} $start $algo \
             --preset mujoco --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 \
-            --torch-threads 4 --eval-async $ea
+            --torch-threads 4 --eval-async $ea --compile $comp
+       done
        done
       done
     done
