@@ -47,6 +47,7 @@
 # and/or "features" (--cuda-graphs with evaluation, 10 episodes, and a checkpoint every 10,000 steps:
 # the condition; the evaluations go to a worker process, --eval-async's default on a GPU);
 # and/or "features-compiled" (the same with --compile: give it HERON_SECONDS of 80 or more);
+# and/or "features-autograd" (SAC, TD3: the autograd step recorded, --fused-update false);
 # a mode naming "behind" (e.g. "features-behind") turns --act-ahead off: every env step after the
 # update in flight, for the A/B of acting ahead of the critic-only steps;
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
@@ -214,6 +215,7 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         mode_flags="--cuda-graphs true"
         [[ $mode = *compiled* ]] && mode_flags="$mode_flags --compile true"
         [[ $mode = *behind* ]] && mode_flags="$mode_flags --act-ahead false"  # the A/B of --act-ahead
+        [[ $mode = *autograd* ]] && mode_flags="$mode_flags --fused-update false"
         label=heron$([ $mode = graphs ] || echo "-$mode")
         dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \

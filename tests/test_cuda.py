@@ -13,8 +13,10 @@ from test_ppo_lean import _spaces as ppo_spaces
 from test_sac_lean import A, B, D, make_batch, make_nets, make_td3_nets, td3_batches
 
 from heron import api
+from heron.algos.sac import lean as sac_lean
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
+from heron.algos.td3 import lean as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
@@ -155,9 +157,10 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
 
 
 # -- SAC, TD3 and PPO: --cuda-graphs against the eager step -----------------------------------------
-def _offpolicy_setup(algo: str, device: str) -> tuple:
+def _offpolicy_setup(algo: str, device: str, lean: bool = False) -> tuple:
     """SAC's or TD3's small networks (32-32, normalized observations) on ``device``: (config, nets,
-    (target, source) pairs, the autograd update step, optimizers)."""
+    (target, source) pairs, the update step, optimizers). The autograd step, or with ``lean`` the
+    hand-written one (``--fused-update``, which ``--cuda-graphs`` records where it applies)."""
     sac = algo == "sac"
     cfg = (SACConfig if sac else TD3Config)(hidden_sizes=(32, 32), obs_norm=True)
     with torch.device(device):  # the nets' tensors made there (make_nets is the lean tests')
@@ -166,18 +169,20 @@ def _offpolicy_setup(algo: str, device: str) -> tuple:
     for module in (nets.actor, *(m for pair in targets for m in pair)):
         module.to(device)  # the buffers made from CPU tensors (action bounds)
     update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
+    if lean:
+        update = (sac_lean if sac else td3_lean).LeanUpdate(cfg, nets)
     opts = [nets.actor_opt, nets.q_opt] + ([nets.alpha_opt] if sac else [])
     return cfg, nets, targets, update, opts
 
 
 def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
-                     device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+                     device: str = "cuda", lean: bool = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
     training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
     statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
     torch.compile, or the name of a torch.compile backend."""
     sac = algo == "sac"
-    cfg, nets, targets, update, opts = _offpolicy_setup(algo, device)
+    cfg, nets, targets, update, opts = _offpolicy_setup(algo, device, lean)
     norm = nets.actor.encoder.norm if sac else nets.actor.norm
     if compiled:
         update = _compiled(update, compiled)
@@ -213,23 +218,25 @@ def _assert_same(eager, graphed, eager_w, graphed_w, key, rel=1e-4, abs=1e-5):
 
 
 @needs_cuda
+@pytest.mark.parametrize("lean", [False, True], ids=["autograd", "lean"])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_offpolicy_graphed_steps_equal_eager_steps(algo):
+def test_offpolicy_graphed_steps_equal_eager_steps(algo, lean):
     """SAC's and TD3's two recorded steps (critic only; critic and actor) are the eager steps: the
     same losses step by step (the policy's and the target policy's noise included) and weights,
-    with the learning rates, target networks and normalizer moving between steps."""
-    eager, eager_w = _offpolicy_steps(algo, graphed=False)
-    graphed, graphed_w = _offpolicy_steps(algo, graphed=True)
+    with the learning rates, target networks and normalizer moving between steps. The autograd
+    step and the hand-written one alike."""
+    eager, eager_w = _offpolicy_steps(algo, graphed=False, lean=lean)
+    graphed, graphed_w = _offpolicy_steps(algo, graphed=True, lean=lean)
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
 
 
 def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, device: str = "cuda",
-                 manual: bool = False) -> tuple[list[dict[str, float]], list]:
+                 manual: bool = False, lean: bool = False) -> tuple[list[dict[str, float]], list]:
     """n gradient steps as the loop takes them (``offpolicy.Learn``: sample, update, average the
     targets) from a replay buffer that gets a new env step after each, wrapping around. ``manual``:
     the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
     sac = algo == "sac"
-    _, nets, targets, update, opts = _offpolicy_setup(algo, device)
+    _, nets, targets, update, opts = _offpolicy_setup(algo, device, lean)
     if graphed:
         capturable(*opts)
     rb = ReplayBuffer(2 * 40, 2, (D,), np.float32, (A,), device=buffer_device, seed=3, out_device=device)
@@ -242,7 +249,7 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
 
     for _ in range(30):
         add()
-    fields, polyak = None if sac else offpolicy.STEP_FIELDS, Polyak(*targets)
+    fields, polyak = None if sac and not lean else offpolicy.STEP_FIELDS, Polyak(*targets)
     learn = offpolicy.Learn(update, rb, (B, 1) if sac else (B,), fields, polyak, 0.05, graphed)
     torch.manual_seed(1)
     history = []
@@ -265,25 +272,27 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
     return history, params
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["autograd", "lean"])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_learn_takes_the_loops_steps(algo):
+def test_learn_takes_the_loops_steps(algo, lean):
     """(On the CPU, for CI.) ``offpolicy.Learn`` without graphs is the loop's sample, update and
     Polyak step, in that order, on the same rows: equal to them written out, to the last bit."""
-    manual, manual_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", manual=True)
-    learn, learn_w = _learn_steps(algo, False, "cpu", n=6, device="cpu")
+    manual, manual_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", manual=True, lean=lean)
+    learn, learn_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", lean=lean)
     assert learn == manual and all(torch.equal(a, b) for a, b in zip(learn_w, manual_w))
 
 
 @needs_cuda
+@pytest.mark.parametrize("lean", [False, True], ids=["autograd", "lean"])
 @pytest.mark.parametrize("buffer_device", ["cuda", "cpu"])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_recorded_sampling_update_and_averaging_equal_eager(algo, buffer_device):
+def test_recorded_sampling_update_and_averaging_equal_eager(algo, buffer_device, lean):
     """--cuda-graphs records the batch's gather from a device buffer, the update and the targets'
     Polyak step as one graph per variant, fed only the rows drawn on the host: the eager losses
     step by step and weights (the targets' included), the same rows drawn, rows written after the
     capture read by the replays. With the buffer in host memory the gathered batch is the input."""
-    eager, eager_w = _learn_steps(algo, False, buffer_device)
-    graphed, graphed_w = _learn_steps(algo, True, buffer_device)
+    eager, eager_w = _learn_steps(algo, False, buffer_device, lean=lean)
+    graphed, graphed_w = _learn_steps(algo, True, buffer_device, lean=lean)
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
 
 

@@ -166,8 +166,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, nets, prec)
     if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
         update = compile_step(update)
-    elif not cfg.cuda_graphs and cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
+    elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
+        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out (--cuda-graphs records it)
     fields = offpolicy.STEP_FIELDS if isinstance(update, lean.LeanUpdate) else None  # the autograd step reads all
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
     # --batch-size counts transitions: batch_size / sequence_length windows [B, L], or [B, 1]

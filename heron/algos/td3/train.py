@@ -119,8 +119,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = make_update(cfg, nets, prec)
     if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
         update = compile_step(update)
-    elif not cfg.cuda_graphs and cfg.fused_update and lean.supported(prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out
+    elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
+        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out (--cuda-graphs records it)
     polyak = Polyak((actor_target, actor), (critic_target, critic))
     # steps 4-15: sample, update, and after a delayed actor step average the targets (--cuda-graphs:
     # recorded twice, critic only; critic, actor and targets)
