@@ -161,6 +161,8 @@ class LeanUpdate:
         if cfg.autotune:  # J(alpha) = mean(-log_alpha (log pi + H_target)), log pi held fixed
             shifted = log_prob + self.target_entropy
             metrics["losses/alpha_loss"] = -(self.log_alpha.detach() * shifted).mean()
-            self.log_alpha.grad = -shifted.mean()
+            if self.log_alpha.grad is None:  # one gradient tensor kept (a recorded step writes into it)
+                self.log_alpha.grad = torch.zeros_like(self.log_alpha)
+            torch.neg(shifted.mean(), out=self.log_alpha.grad)
             self.alpha_opt.lean_step() if isinstance(self.alpha_opt, Adam) else self.alpha_opt.step()
         return metrics
