@@ -157,7 +157,7 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
 
 
 # -- SAC, TD3 and PPO: --cuda-graphs against the eager step -----------------------------------------
-def _offpolicy_setup(algo: str, device: str, lean: bool = False) -> tuple:
+def _offpolicy_setup(algo: str, device: str, lean: bool | str = False) -> tuple:
     """SAC's or TD3's small networks (32-32, normalized observations) on ``device``: (config, nets,
     (target, source) pairs, the update step, optimizers). The autograd step, or with ``lean`` the
     hand-written one (``--fused-update``, which ``--cuda-graphs`` records where it applies)."""
@@ -169,14 +169,14 @@ def _offpolicy_setup(algo: str, device: str, lean: bool = False) -> tuple:
     for module in (nets.actor, *(m for pair in targets for m in pair)):
         module.to(device)  # the buffers made from CPU tensors (action bounds)
     update = (sac_make_update if sac else td3_make_update)(cfg, nets, Precision("32", torch.device(device)))
-    if lean:
-        update = (sac_lean if sac else td3_lean).LeanUpdate(cfg, nets)
+    if lean:  # True, or "bf16": the products in bfloat16 (--precision bf16-mixed)
+        update = (sac_lean if sac else td3_lean).LeanUpdate(cfg, nets, torch.bfloat16 if lean == "bf16" else None)
     opts = [nets.actor_opt, nets.q_opt] + ([nets.alpha_opt] if sac else [])
     return cfg, nets, targets, update, opts
 
 
 def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
-                     device: str = "cuda", lean: bool = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+                     device: str = "cuda", lean: bool | str = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
     training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
     statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
@@ -218,7 +218,7 @@ def _assert_same(eager, graphed, eager_w, graphed_w, key, rel=1e-4, abs=1e-5):
 
 
 @needs_cuda
-@pytest.mark.parametrize("lean", [False, True], ids=["autograd", "lean"])
+@pytest.mark.parametrize("lean", [False, True, "bf16"], ids=["autograd", "lean", "lean-bf16"])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_offpolicy_graphed_steps_equal_eager_steps(algo, lean):
     """SAC's and TD3's two recorded steps (critic only; critic and actor) are the eager steps: the
