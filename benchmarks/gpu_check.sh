@@ -32,14 +32,17 @@
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
 # opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
 set -o pipefail
-# the wheels once per machine (a second call, or a second part of one, finds them in /tmp/site)
+# the wheels once per machine (a second call, or a second part of one, finds them in $SITE);
+# GPU_CHECK_SITE and GPU_CHECK_RUNS (where the timed runs go) move them, for tests/test_benchmark_scripts.py
+SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
+mkdir -p "$SITE"
 wheels=$(ls .whl/*.whl .whl_atari/*.whl 2>/dev/null)
-if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$(echo $wheels | md5sum)" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+if [ "$(cat $SITE/.wheels 2>/dev/null)" != "$(echo $wheels | md5sum)" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE \
         $wheels || exit 1
-    echo $wheels | md5sum > /tmp/site/.wheels
+    echo $wheels | md5sum > $SITE/.wheels
 fi
-export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
+export PYTHONPATH=$SITE:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -71,10 +74,10 @@ else:
 EOF
 }
 
-# timed NAME LABEL SECONDS START ARGS...: heron train ARGS in /tmp/runs/NAME (afresh), Ctrl-C after
+# timed NAME LABEL SECONDS START ARGS...: heron train ARGS in $RUNS/NAME (afresh), Ctrl-C after
 # SECONDS (a checkpoint), then its rate from step START on, into sps.txt; its log in $OUT/NAME.log
 timed() {
-    local name=$1 label=$2 seconds=$3 start=$4 dir=/tmp/runs/$1
+    local name=$1 label=$2 seconds=$3 start=$4 dir=$RUNS/$1
     shift 4
     rm -rf "$dir"  # a rerun on the same machine starts afresh
     timeout -s INT "$seconds" python3 -m heron train "$@" --progress none --run-dir "$dir" > "$OUT/$name.log" 2>&1
@@ -147,7 +150,7 @@ if [ "$mode" = atari ]; then
     done
     exit
 fi
-python3 -c "import mujoco; print('mujoco', mujoco.__version__)"
+MUJOCO_GL=disable python3 -c "import mujoco; print('mujoco', mujoco.__version__)"  # (egl: no libEGL there)
 
 echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
 export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)

@@ -126,3 +126,80 @@ def test_plot_with_nothing_to_draw_is_a_one_line_refusal(curves, tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["offpolicy_curves_vs_sb3: --plot: nothing to plot: no evaluations"]
     assert not (tmp_path / "curves.png").exists()
+
+
+# heron's CLI as benchmarks/gpu_check.sh calls it, on a machine without a GPU: the flags are parsed
+# and checked as for a real run (CUDA reported present), the resolved config recorded, and a
+# metrics.csv written in its place: 1,000 env steps/s from step 5,000 on
+_HERON_STUB = """
+import csv, json, os, sys
+from pathlib import Path
+import torch
+torch.cuda.is_available = lambda: True
+import heron.api as api
+from heron.cli import main
+
+class Run:
+    def __init__(self, algo, cfg):
+        with open(os.environ["CALLS"], "a") as f:
+            f.write(json.dumps(dict(algo=algo, run_dir=cfg.run_dir, cuda_graphs=cfg.cuda_graphs, compile=cfg.compile,
+                                    act_ahead=getattr(cfg, "act_ahead", None), eval_async=cfg.eval_async)) + "\\n")
+        Path(cfg.run_dir).mkdir(parents=True)
+        with open(Path(cfg.run_dir) / "metrics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "wall_time", "metric", "value"])
+            for step in (5000, 10000, 15000, 20480, 40960):
+                w.writerow([step, step / 1000, "losses/x", 0.0])
+            w.writerow([40960, 99.0, "eval/mean_return", 0.0])  # the final evaluation: outside the window
+
+api.Run.start = Run
+api.check_env_id = lambda env_id: None  # HalfCheetah-v5 is gpu_check.sh's env; no need to build it here
+api._run = lambda module, run: {}
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
+    """The device's minutes are few: gpu_check.sh's timed runs must pass heron the flags their labels
+    and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
+    and read their rates from the window it states. python3 and nvidia-smi are stubs here; the
+    heron calls go through heron's real CLI and config checks."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "heron_stub.py").write_text(_HERON_STUB)
+    (bin_dir / "python3").write_text(
+        "#!/bin/bash\n"
+        '[ "$1 $2" = "-m pip" ] || [ "$1" = -c ] && exit 0\n'  # the install, and the versions printed
+        f'[ "$1 $2" = "-m heron" ] && {{ shift 2; exec {sys.executable} {tmp_path / "heron_stub.py"} "$@"; }}\n'
+        f'exec {sys.executable} "$@"\n')
+    (bin_dir / "nvidia-smi").write_text("#!/bin/bash\necho 'a stub GPU, 1 MiB'\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
+               OUT=str(tmp_path / "out"), GPU_CHECK_SITE=str(tmp_path / "site"), GPU_CHECK_RUNS=str(tmp_path / "runs"),
+               SPS_ALGOS="td3 ppo", SPS_GRAPHS="true", SPS_ACT_AHEAD="true false", SPS_COMPILE="true",
+               SPS_SECONDS="60", PYTHONPATH=str(ROOT))
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "sps"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "out" / "sps.txt").read_text().splitlines()[1:]
+    assert len(calls) == len(lines) == 3, lines  # TD3 acting ahead and behind, PPO (no such switch)
+    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / n) for n in (
+        "td3-true-auto-compiled", "td3-true-auto-compiled-behind", "ppo-true-auto-compiled")]
+    for call, line in zip(calls, lines):
+        assert line.startswith(f"{call['algo']} --cuda-graphs true --eval-async auto"), line
+        assert call["cuda_graphs"] and call["eval_async"] == "auto"
+        assert "--compile true" in line and call["compile"]
+        if call["algo"] == "td3":
+            assert f"--act-ahead {str(call['act_ahead']).lower()}" in line
+            assert call["act_ahead"] == (not call["run_dir"].endswith("behind"))
+            assert line.endswith("(exit 0): 1000 env steps/s over steps 10000-40960"), line
+        else:
+            assert "--act-ahead" not in line
+            assert line.endswith("(exit 0): 1000 env steps/s over steps 20480-40960"), line
