@@ -56,12 +56,14 @@
 # numpy 2) through the stand-in: the vector env resets on the same step and hands back the old
 # infos['final_observation'] and infos['final_info'], and TransformObservation's space is optional.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+# GPU_CHECK_SITE and GPU_CHECK_RUNS move the wheels' site and the runs (for tests/test_benchmark_scripts.py)
+SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE \
     .whl/*.whl .whl_leanrl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=disable PYTHONUNBUFFERED=1  # the image has no libEGL
+export PYTHONPATH=$SITE:$PWD MUJOCO_GL=disable PYTHONUNBUFFERED=1  # the image has no libEGL
 OUT=${OUT:-/tmp/gpu_vs_leanrl}
-W=/tmp/vs  # work folder: the stand-in, the step counts, the rates
-rm -rf $W /tmp/runs/vs-*  # a rerun on the same machine starts afresh
+W=$RUNS/vs  # work folder: the stand-in, the step counts, the rates
+rm -rf $W $RUNS/vs-*  # a rerun on the same machine starts afresh
 mkdir -p "$OUT" $W/stub/wandb
 HERON_MODES=${HERON_MODES:-graphs}
 HERON_SECONDS=${HERON_SECONDS:-50} START=${START:-7000}
@@ -217,7 +219,7 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         [[ $mode = *behind* ]] && mode_flags="$mode_flags --act-ahead false"  # the A/B of --act-ahead
         [[ $mode = *autograd* ]] && mode_flags="$mode_flags --fused-update false"
         label=heron$([ $mode = graphs ] || echo "-$mode")
-        dir=/tmp/runs/vs-$algo-$mode log="$OUT/$label-$algo.log"
+        dir=$RUNS/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
             --device cuda $mode_flags $extras $heron_flags \
             --torch-threads 4 --progress none --run-dir $dir > "$log" 2>&1
@@ -228,7 +230,7 @@ for algo in ${ALGOS:-sac td3 ppo}; do
 
     steps=$W/leanrl-$algo.csv
     echo "launch,0,$(date +%s.%N)," > $steps
-    LEANRL_STEPS=$steps LEANRL_EVERY=$every PYTHONPATH=$W/stub:/tmp/site TQDM_MININTERVAL=10 \
+    LEANRL_STEPS=$steps LEANRL_EVERY=$every PYTHONPATH=$W/stub:$SITE TQDM_MININTERVAL=10 \
         timeout -s INT -k 30 $leanrl_seconds python3 .leanrl/leanrl/${algo}_continuous_action_torchcompile.py \
         --env-id HalfCheetah-v5 $LEANRL_MODE $leanrl_flags > "$OUT/leanrl-$algo.log" 2>&1
     code=$?

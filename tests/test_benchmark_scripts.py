@@ -128,9 +128,9 @@ def test_plot_with_nothing_to_draw_is_a_one_line_refusal(curves, tmp_path, capsy
     assert not (tmp_path / "curves.png").exists()
 
 
-# heron's CLI as benchmarks/gpu_check.sh calls it, on a machine without a GPU: the flags are parsed
-# and checked as for a real run (CUDA reported present), the resolved config recorded, and a
-# metrics.csv written in its place: 1,000 env steps/s from step 5,000 on
+# heron's CLI as the GPU scripts (benchmarks/gpu_check.sh, gpu_vs_leanrl.sh) call it, on a machine
+# without a GPU: the flags are parsed and checked as for a real run (CUDA reported present), the
+# resolved config recorded, and a metrics.csv written in its place: 1,000 env steps/s
 _HERON_STUB = """
 import csv, json, os, sys
 from pathlib import Path
@@ -142,8 +142,9 @@ from heron.cli import main
 class Run:
     def __init__(self, algo, cfg):
         with open(os.environ["CALLS"], "a") as f:
-            f.write(json.dumps(dict(algo=algo, run_dir=cfg.run_dir, cuda_graphs=cfg.cuda_graphs, compile=cfg.compile,
-                                    act_ahead=getattr(cfg, "act_ahead", None), eval_async=cfg.eval_async)) + "\\n")
+            f.write(json.dumps(dict(algo=algo, **{k: getattr(cfg, k, None) for k in (
+                "run_dir", "cuda_graphs", "compile", "act_ahead", "fused_update", "eval_async", "eval_every",
+                "checkpoint_every")})) + "\\n")
         Path(cfg.run_dir).mkdir(parents=True)
         with open(Path(cfg.run_dir) / "metrics.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -153,48 +154,71 @@ class Run:
             w.writerow([40960, 99.0, "eval/mean_return", 0.0])  # the final evaluation: outside the window
 
 api.Run.start = Run
-api.check_env_id = lambda env_id: None  # HalfCheetah-v5 is gpu_check.sh's env; no need to build it here
+api.check_env_id = lambda env_id: None  # HalfCheetah-v5, the scripts' env: no need to build it here
 api._run = lambda module, run: {}
 sys.exit(main(sys.argv[1:]))
 """
 
+# one of LeanRL's scripts as gpu_vs_leanrl.sh runs it: its env steps, counted by the script's
+# stand-in for wandb, at 500 a second, and its own 'speed' figure
+_LEANRL_STUB = """
+import os, time
+t0 = time.time()
+with open(os.environ["LEANRL_STEPS"], "a") as f:
+    for n in range(1000, 20001, 1000):
+        f.write(f"steps,{n},{t0 + n / 500:.3f},\\n")
+    f.write(f"speed,20000,{t0 + 40:.3f},498.0\\n")
+"""
 
-def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
-    """The device's minutes are few: gpu_check.sh's timed runs must pass heron the flags their labels
-    and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
-    and read their rates from the window it states. python3 and nvidia-smi are stubs here; the
-    heron calls go through heron's real CLI and config checks."""
-    import json
+
+def _stubbed(tmp_path, **env):
+    """The environment to run a GPU script in, here: python3's pip and version prints do nothing,
+    its heron and LeanRL calls go to the stubs above, and everything else to this Python."""
     import os
-    import subprocess
     import sys
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "heron_stub.py").write_text(_HERON_STUB)
+    (tmp_path / "leanrl_stub.py").write_text(_LEANRL_STUB)
     (bin_dir / "python3").write_text(
         "#!/bin/bash\n"
         '[ "$1 $2" = "-m pip" ] || [ "$1" = -c ] && exit 0\n'  # the install, and the versions printed
         f'[ "$1 $2" = "-m heron" ] && {{ shift 2; exec {sys.executable} {tmp_path / "heron_stub.py"} "$@"; }}\n'
+        f'case "$1" in .leanrl/*) exec {sys.executable} {tmp_path / "leanrl_stub.py"} "$@";; esac\n'
         f'exec {sys.executable} "$@"\n')
     (bin_dir / "nvidia-smi").write_text("#!/bin/bash\necho 'a stub GPU, 1 MiB'\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
-               OUT=str(tmp_path / "out"), GPU_CHECK_SITE=str(tmp_path / "site"), GPU_CHECK_RUNS=str(tmp_path / "runs"),
-               SPS_ALGOS="td3 ppo", SPS_GRAPHS="true", SPS_ACT_AHEAD="true false", SPS_COMPILE="true",
-               SPS_SECONDS="60", PYTHONPATH=str(ROOT))
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "sps"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
+                OUT=str(tmp_path / "out"), GPU_CHECK_SITE=str(tmp_path / "site"),
+                GPU_CHECK_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(ROOT), **env)
+
+
+def _run_script(tmp_path, script, *args, **env):
+    """Runs benchmarks/SCRIPT in tmp_path with the stubs; the heron configs it asked for, in order."""
+    import json
+    import subprocess
+
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), *args], cwd=tmp_path,
+                          env=_stubbed(tmp_path, **env), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+
+
+def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
+    """The device's minutes are few: gpu_check.sh's timed runs must pass heron the flags their labels
+    and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
+    and read their rates from the window it states."""
+    calls = _run_script(tmp_path, "gpu_check.sh", "sps", SPS_ALGOS="td3 ppo", SPS_GRAPHS="true",
+                        SPS_ACT_AHEAD="true false", SPS_COMPILE="true", SPS_SECONDS="60")
     lines = (tmp_path / "out" / "sps.txt").read_text().splitlines()[1:]
     assert len(calls) == len(lines) == 3, lines  # TD3 acting ahead and behind, PPO (no such switch)
     assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / n) for n in (
         "td3-true-auto-compiled", "td3-true-auto-compiled-behind", "ppo-true-auto-compiled")]
     for call, line in zip(calls, lines):
         assert line.startswith(f"{call['algo']} --cuda-graphs true --eval-async auto"), line
-        assert call["cuda_graphs"] and call["eval_async"] == "auto"
+        assert call["cuda_graphs"] and call["eval_async"] == "auto" and call["checkpoint_every"] == 10000
         assert "--compile true" in line and call["compile"]
         if call["algo"] == "td3":
             assert f"--act-ahead {str(call['act_ahead']).lower()}" in line
@@ -203,3 +227,26 @@ def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
         else:
             assert "--act-ahead" not in line
             assert line.endswith("(exit 0): 1000 env steps/s over steps 20480-40960"), line
+
+
+def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
+    """gpu_vs_leanrl.sh's modes combine by name: features-* turns evaluation and checkpoints on,
+    *compiled* --compile, *behind* acting ahead off and *autograd* the hand-written step off; each
+    run's rate is read from metrics.csv past START, LeanRL's from its counted env steps, and the
+    summary gives each heron mode over LeanRL."""
+    modes = ("graphs", "features-compiled-behind", "features-autograd")
+    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="sac", HERON_MODES=" ".join(modes),
+                        HERON_SECONDS="60", LEANRL_SECONDS="60")
+    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-sac-{m}") for m in modes]
+    graphs, compiled_behind, autograd = calls
+    assert all(c["cuda_graphs"] and c["algo"] == "sac" for c in calls)
+    assert (graphs["eval_every"], graphs["checkpoint_every"]) == (0, 0)
+    assert compiled_behind["eval_every"] == compiled_behind["checkpoint_every"] == autograd["eval_every"] == 10000
+    assert [c["compile"] for c in calls] == [False, True, False]
+    assert [c["act_ahead"] for c in calls] == [True, False, True]
+    assert [c["fused_update"] for c in calls] == [True, True, False]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "sac heron: 1000 env steps/s over steps 10000-40960" in summary, summary
+    assert "sac LeanRL: 500 env steps/s over steps 7000-20000 (26.0 s); its own figure 498" in summary, summary
+    for label in ("heron", "heron-features-compiled-behind", "heron-features-autograd"):
+        assert f"sac: {label} 1000, LeanRL 500: 2.00x" in summary, summary
