@@ -3,6 +3,10 @@ peer's settings built from heron's resolved config (a silent mismatch would comp
 and the reuse of a heron run made elsewhere only when it learns as the script's config would."""
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,9 +178,6 @@ with open(os.environ["LEANRL_STEPS"], "a") as f:
 def _stubbed(tmp_path, **env):
     """The environment to run a GPU script in, here: python3's pip and version prints do nothing,
     its heron and LeanRL calls go to the stubs above, and everything else to this Python."""
-    import os
-    import sys
-
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "heron_stub.py").write_text(_HERON_STUB)
@@ -197,9 +198,6 @@ def _stubbed(tmp_path, **env):
 
 def _run_script(tmp_path, script, *args, **env):
     """Runs benchmarks/SCRIPT in tmp_path with the stubs; the heron configs it asked for, in order."""
-    import json
-    import subprocess
-
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), *args], cwd=tmp_path,
                           env=_stubbed(tmp_path, **env), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
