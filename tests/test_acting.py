@@ -198,7 +198,6 @@ def acted_ahead(events: list) -> list:
 DELAY_3 = {"policy_frequency": 3, "gradient_steps": 2, "num_envs": 2}
 
 
-
 # SAC with two envs: with one env and Pendulum's one action dimension every other draw of torch's
 # normals comes from a cached value, and a draw moved to the ahead point went unseen
 @pytest.mark.parametrize("algo,extra,numpy_acting", [
