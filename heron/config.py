@@ -205,6 +205,9 @@ class OffPolicyConfig(RunConfig):
     act_ahead: bool = opt(True, "take the next env step's actions before gradient steps that leave the actor as it "
                           "is (the critic-only steps between actor updates; feed-forward actors), so that on a GPU "
                           "the env steps while the critics train; the same numbers either way")
+    act_on_host: bool = opt(False, "on a GPU, act in numpy on a host copy of the actor, brought up to date after "
+                            "each actor step, instead of on the GPU (feed-forward float32 actors, --obs-norm "
+                            "false): no launch or wait on the GPU at an env step between actor steps")
 
     def validate(self) -> None:
         super().validate()
@@ -225,3 +228,14 @@ class OffPolicyConfig(RunConfig):
         if not self.hidden_sizes or min(self.hidden_sizes) <= 0:
             raise HeronError("--hidden-sizes needs at least one layer, all sizes positive")
         check_device(self.buffer_device, "buffer-device")
+        if self.act_on_host and self.obs_norm:
+            raise HeronError("--act-on-host reads a copy of the actor made at actor steps: it cannot follow the "
+                             "statistics that --obs-norm true updates at every env step")
+        widest = max([a * b for a, b in zip(self.hidden_sizes, self.hidden_sizes[1:])], default=0)
+        if self.act_on_host and self.num_envs * widest >= 2 ** 18:
+            raise HeronError(f"--act-on-host acts in numpy on one thread: --num-envs {self.num_envs} is too many for "
+                             f"--hidden-sizes {','.join(map(str, self.hidden_sizes))} (a layer's product must stay "
+                             f"below 2^18 multiply-adds)")
+        if self.act_on_host and self.precision.endswith("mixed"):
+            raise HeronError(f"--act-on-host acts in float32 numpy: it needs --precision 32 or tf32, "
+                             f"got {self.precision}")

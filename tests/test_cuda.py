@@ -456,6 +456,47 @@ def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
 
 
 @needs_cuda
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
+    """--act-on-host on a graphed GPU run: the actor's copy lives in pinned host memory, and at every
+    act it equals the GPU actor exactly; it is brought up to date at the first act after each actor
+    step and at no other; nothing is acted on the GPU. The run learns from those actions through a
+    checkpoint, a resume and an evaluation."""
+    actor = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).cuda()
+    host = acting.HostCopy(actor)
+    assert all(p.is_pinned() for p in host.current().parameters())
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.mul_(3.0)
+    host.stale()
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(actor.parameters(), host.current().parameters()))
+
+    events, exact, current = [], [], acting.HostCopy.current
+
+    def checked(self):
+        events.append("refresh" if self._stale else "act")
+        twin = current(self)
+        exact.append(all(torch.equal(a.detach().cpu(), b) for a, b in zip(self._params, twin.parameters())))
+        return twin
+
+    learn = offpolicy.Learn.__call__
+    monkeypatch.setattr(acting.HostCopy, "current", checked)
+    monkeypatch.setattr(offpolicy.Learn, "__call__",
+                        lambda self, actor_step, average: (events.append(actor_step), learn(self, actor_step, average))[1])
+    monkeypatch.setattr(GraphedActor, "__call__", lambda self, obs: pytest.fail("acted on the GPU"))
+    run_dir = tmp_path / algo
+    api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir), progress="none",
+              eval_every=0, torch_threads=1, cuda_graphs=True, act_on_host=True, eval_async="off")
+    acts = [i for i, e in enumerate(events) if e in ("refresh", "act")]
+    assert events[acts[0]] == "refresh" and len(acts) > 100 and all(exact)
+    for a, b in zip(acts, acts[1:]):
+        assert (events[b] == "refresh") == (True in events[a + 1:b]), (a, b)
+    step = int(ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))["step"])
+    assert main(["train", "--resume", str(run_dir), "--total-steps", str(2 * step)]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
+
+
+@needs_cuda
 def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
     """PPO's feed-forward model on the GPU acts in numpy on a CPU twin, refreshed once per rollout."""
     refreshes, refresh = [], acting.CpuTwin.refresh

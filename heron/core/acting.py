@@ -83,6 +83,43 @@ class CpuTwin:
         return self.twin
 
 
+class HostCopy:
+    """A host copy of a module on an accelerator whose parameters move at every few gradient steps
+    (SAC's and TD3's actor, ``--act-on-host``): acting reads the copy in numpy, so an env step's
+    acting launches nothing on the device and waits for nothing there. ``stale()`` marks the copy
+    out of date (after a step that trains the module); ``current()`` then brings it up to date with
+    one gather of the parameters into a flat device buffer and one transfer into pinned host
+    memory, which the copy's parameters are views of, and waits for that transfer alone (the steps
+    launched before it included). On the CPU it is a plain copy, the same logic."""
+
+    def __init__(self, module: nn.Module):
+        self._params = [p for p in module.parameters()]
+        device = self._params[0].device
+        self.twin = copy.deepcopy(module).cpu().requires_grad_(False)
+        sizes = [p.numel() for p in self._params]
+        self._device = device
+        self._flat = torch.empty(sum(sizes), device=device)
+        self._host = torch.empty(sum(sizes), pin_memory=device.type == "cuda")
+        for p, view in zip(self.twin.parameters(), self._host.split(sizes)):
+            p.data = view.view_as(p)
+        self._stale = True
+
+    def stale(self) -> None:
+        self._stale = True
+
+    @torch.no_grad()
+    def current(self) -> nn.Module:
+        if self._stale:
+            if self._device.type == "cpu":
+                torch.cat([p.reshape(-1) for p in self._params], out=self._host)
+            else:
+                torch.cat([p.reshape(-1) for p in self._params], out=self._flat)
+                self._host.copy_(self._flat, non_blocking=True)
+                torch.cuda.current_stream(self._device).synchronize()
+            self._stale = False
+        return self.twin
+
+
 def normalize(obs: np.ndarray, norm: nn.Module) -> np.ndarray:
     """``RunningNorm.forward`` in numpy: float32 observations, standardized with the module's
     float32 statistics and clipped (the module's current statistics, read at every call)."""

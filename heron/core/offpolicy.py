@@ -40,6 +40,13 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
                         extra=extra, seed=run.rank_seed(), out_device=device)
 
 
+def check_act_on_host(cfg: Any, numpy_actor: Any) -> None:
+    """--act-on-host acts in numpy: a one-line error where the actor cannot (``acting.eligible``)."""
+    if cfg.act_on_host and numpy_actor is None:
+        raise HeronError("--act-on-host acts in numpy on one thread: each layer's product for --num-envs "
+                         "observations must stay below 2^18 multiply-adds (heron.core.acting.PRODUCT_MAX)")
+
+
 class Learn:
     """One gradient step as SAC's and TD3's loops take it: ``learn(update_actor, average)`` draws a
     batch from the replay buffer, runs ``update(batch, update_actor)`` and then, when ``average``,

@@ -20,7 +20,7 @@ import torch
 from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
-from heron.core import dist, offpolicy
+from heron.core import acting, dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
@@ -206,14 +206,20 @@ def train(cfg: Config, run: Run) -> dict:
     # actions from it on the host, with the normals actor.act would draw on the CPU. The Gaussian
     # can then be taken before gradient steps that leave the actor as it is (--act-ahead), and on a
     # GPU no random draw waits for the update in flight.
-    fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
+    # acting in numpy (heron.core.acting) where it applies: on the actor itself on the CPU, and on a
+    # host copy of it, brought up to date after each actor step, with --act-on-host
+    host = acting.HostCopy(actor) if cfg.act_on_host else None
+    fast_actor = NumpyActor.of(host.twin if host else actor, N)
+    offpolicy.check_act_on_host(cfg, fast_actor)
     graphed_gaussian = None  # recorded too under --cuda-graphs
-    if cfg.cuda_graphs and not S:
+    if cfg.cuda_graphs and not S and not host:
         graphed_gaussian = GraphedActor(lambda o: actor.gaussian(o.float()), device)
     scale_np, bias_np = actor.scale.cpu().numpy(), actor.bias.cpu().numpy()
 
     def gaussian(obs: np.ndarray) -> np.ndarray:
         if fast_actor:
+            if host:
+                host.current()
             return fast_actor.gaussian(obs)
         if graphed_gaussian:
             return graphed_gaussian(obs)
@@ -261,8 +267,11 @@ def train(cfg: Config, run: Run) -> dict:
                     set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
                     set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
                 n_updates += 1
-                metrics.update(run.watch(learn(n_updates % cfg.policy_frequency == 0,
-                                               n_updates % cfg.target_network_frequency == 0), global_step))
+                trains_actor = n_updates % cfg.policy_frequency == 0
+                metrics.update(run.watch(learn(trains_actor, n_updates % cfg.target_network_frequency == 0),
+                                         global_step))
+                if trains_actor and host:
+                    host.stale()
 
         lr = cfg.policy_lr * lr_factor(max(n_updates - 1, 0))  # the latest update's
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,

@@ -19,7 +19,7 @@ import torch
 from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
-from heron.core import dist, offpolicy
+from heron.core import acting, dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
@@ -149,12 +149,18 @@ def train(cfg: Config, run: Run) -> dict:
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
-    fast_actor = NumpyActor.of(actor, N)  # acting in numpy (heron.core.acting) where it applies
-    graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs else None  # acting recorded too
+    # acting in numpy (heron.core.acting) where it applies: on the actor itself on the CPU, and on a
+    # host copy of it, brought up to date after each actor step, with --act-on-host
+    host = acting.HostCopy(actor) if cfg.act_on_host else None
+    fast_actor = NumpyActor.of(host.twin if host else actor, N)
+    offpolicy.check_act_on_host(cfg, fast_actor)
+    graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs and not host else None  # acting recorded too
 
     def act(obs: np.ndarray) -> np.ndarray:
         """The actor's greedy actions [N, A] on ``obs``, as a numpy array."""
         if fast_actor:
+            if host:
+                host.current()
             return fast_actor(obs)
         if graphed_actor:
             return graphed_actor(obs)
@@ -188,6 +194,8 @@ def train(cfg: Config, run: Run) -> dict:
             for delayed in delays:
                 n_updates += 1
                 metrics.update(run.watch(learn(delayed, delayed), global_step))
+                if delayed and host:
+                    host.stale()
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
                        policy, policy_state, checkpoint_state)
