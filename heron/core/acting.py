@@ -89,8 +89,8 @@ class HostCopy:
     acting launches nothing on the device and waits for nothing there. ``stale()`` marks the copy
     out of date (after a step that trains the module); ``current()`` then brings it up to date with
     one gather of the parameters into a flat device buffer and one transfer into pinned host
-    memory, which the copy's parameters are views of, and waits for that transfer alone (the steps
-    launched before it included). On the CPU it is a plain copy, the same logic."""
+    memory, which the copy's parameters are views of. It waits for the transfer, and so for the
+    steps launched before it. On the CPU it is a plain copy, the same logic."""
 
     def __init__(self, module: nn.Module):
         self._params = [p for p in module.parameters()]
@@ -98,7 +98,7 @@ class HostCopy:
         self.twin = copy.deepcopy(module).cpu().requires_grad_(False)
         sizes = [p.numel() for p in self._params]
         self._device = device
-        self._flat = torch.empty(sum(sizes), device=device)
+        self._flat = None if device.type == "cpu" else torch.empty(sum(sizes), device=device)
         self._host = torch.empty(sum(sizes), pin_memory=device.type == "cuda")
         for p, view in zip(self.twin.parameters(), self._host.split(sizes)):
             p.data = view.view_as(p)
@@ -110,7 +110,7 @@ class HostCopy:
     @torch.no_grad()
     def current(self) -> nn.Module:
         if self._stale:
-            if self._device.type == "cpu":
+            if self._flat is None:
                 torch.cat([p.reshape(-1) for p in self._params], out=self._host)
             else:
                 torch.cat([p.reshape(-1) for p in self._params], out=self._flat)
