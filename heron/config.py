@@ -231,11 +231,6 @@ class OffPolicyConfig(RunConfig):
         if self.act_on_host and self.obs_norm:
             raise HeronError("--act-on-host reads a copy of the actor made at actor steps: it cannot follow the "
                              "statistics that --obs-norm true updates at every env step")
-        widest = max([a * b for a, b in zip(self.hidden_sizes, self.hidden_sizes[1:])], default=0)
-        if self.act_on_host and self.num_envs * widest >= 2 ** 18:
-            raise HeronError(f"--act-on-host acts in numpy on one thread: --num-envs {self.num_envs} is too many for "
-                             f"--hidden-sizes {','.join(map(str, self.hidden_sizes))} (a layer's product must stay "
-                             f"below 2^18 multiply-adds)")
         if self.act_on_host and self.precision.endswith("mixed"):
             raise HeronError(f"--act-on-host acts in float32 numpy: it needs --precision 32 or tf32, "
                              f"got {self.precision}")

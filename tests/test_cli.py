@@ -54,7 +54,7 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "td3", "--act-on-host", "--obs-norm"], "--act-on-host reads a copy of the actor made at actor steps"),
     (["train", "sac", "--act-on-host", "--precision", "bf16-mixed"], "--act-on-host acts in float32 numpy"),
     (["train", "sac", "--act-on-host", "--recurrent", "gru"], "--act-on-host acts in numpy with a feed-forward"),
-    (["train", "td3", "--act-on-host", "--num-envs", "4"], "--num-envs 4 is too many for --hidden-sizes 256,256"),
+    (["train", "td3", "--act-on-host", "--num-envs", "4"], "4 env(s) per process are too many for an actor of 3 x 256"),
     (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
     (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
 ])

@@ -469,14 +469,20 @@ def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
         for p in actor.parameters():
             p.mul_(3.0)
     host.stale()
-    assert all(torch.equal(a.cpu(), b) for a, b in zip(actor.parameters(), host.current().parameters()))
+    got = [p.clone() for p in host.current().parameters()]  # read before any device call syncs
+    assert torch.cuda.current_stream().query()  # current() waited for its transfer
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(actor.parameters(), got))
 
     events, exact, current = [], [], acting.HostCopy.current
 
     def checked(self):
-        events.append("refresh" if self._stale else "act")
+        refresh = self._stale
+        events.append("refresh" if refresh else "act")
         twin = current(self)
-        exact.append(all(torch.equal(a.detach().cpu(), b) for a, b in zip(self._params, twin.parameters())))
+        got = [p.clone() for p in twin.parameters()]  # what acting reads, before a device call syncs
+        idle = not refresh or torch.cuda.current_stream().query()
+        exact.append(idle and all(p.is_pinned() for p in twin.parameters())
+                     and all(torch.equal(a.detach().cpu(), b) for a, b in zip(self._params, got)))
         return twin
 
     learn = offpolicy.Learn.__call__
@@ -492,7 +498,9 @@ def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
     for a, b in zip(acts, acts[1:]):
         assert (events[b] == "refresh") == (True in events[a + 1:b]), (a, b)
     step = int(ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))["step"])
+    before = len(exact)
     assert main(["train", "--resume", str(run_dir), "--total-steps", str(2 * step)]) == 0
+    assert len(exact) > before + 100 and all(exact)  # the resumed run acted on an exact copy too
     assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from heron.config import HeronError
+from heron.core import acting, dist
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
 from heron.core.envs import VecEnv
@@ -40,11 +41,18 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
                         extra=extra, seed=run.rank_seed(), out_device=device)
 
 
-def check_act_on_host(cfg: Any, numpy_actor: Any) -> None:
-    """--act-on-host acts in numpy: a one-line error where the actor cannot (``acting.eligible``)."""
-    if cfg.act_on_host and numpy_actor is None:
-        raise HeronError("--act-on-host acts in numpy on one thread: each layer's product for --num-envs "
-                         "observations must stay below 2^18 multiply-adds (heron.core.acting.PRODUCT_MAX)")
+def check_act_on_host(cfg: Any, spaces: dict, outputs_per_action: int) -> None:
+    """--act-on-host acts in numpy on one thread (``acting.eligible``): before a run directory
+    exists, refuse an actor whose layers' products for this process's envs would not stay there.
+    ``outputs_per_action``: the actor's outputs per action dimension (SAC's 2, TD3's 1)."""
+    if not cfg.act_on_host:
+        return
+    envs = cfg.num_envs // dist.from_env().size  # each torchrun rank acts on its own envs
+    sizes = [spaces["obs_shape"][0], *cfg.hidden_sizes, outputs_per_action * len(spaces["action_low"])]
+    if envs * max(a * b for a, b in zip(sizes, sizes[1:])) > acting.PRODUCT_MAX:
+        raise HeronError(f"--act-on-host acts in numpy on one thread: {envs} env(s) per process are too many for "
+                         f"an actor of {' x '.join(map(str, sizes))} (each layer's product must stay below 2^18 "
+                         f"multiply-adds)")
 
 
 class Learn:

@@ -36,7 +36,9 @@ def check(cfg: Config) -> dict:
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
-    return offpolicy.spaces_of(obs_space, act_space)
+    spaces = offpolicy.spaces_of(obs_space, act_space)
+    offpolicy.check_act_on_host(cfg, spaces, 2)
+    return spaces
 
 
 def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
@@ -210,7 +212,7 @@ def train(cfg: Config, run: Run) -> dict:
     # host copy of it, brought up to date after each actor step, with --act-on-host
     host = acting.HostCopy(actor) if cfg.act_on_host else None
     fast_actor = NumpyActor.of(host.twin if host else actor, N)
-    offpolicy.check_act_on_host(cfg, fast_actor)
+    assert fast_actor or not host, "--act-on-host: the checks before the run let through an actor numpy cannot run"
     graphed_gaussian = None  # recorded too under --cuda-graphs
     if cfg.cuda_graphs and not S and not host:
         graphed_gaussian = GraphedActor(lambda o: actor.gaussian(o.float()), device)
