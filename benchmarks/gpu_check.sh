@@ -24,6 +24,7 @@
 # SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead, SPS_ACT_ON_HOST="false true"
 # with and without --act-on-host (acting in numpy on a host copy of the actor); SPS_COMPILE="false true"
 # also with --compile (its compile time falls before the timed window: give it SPS_SECONDS of 70 or more).
+# TESTS_K=EXPR bash benchmarks/gpu_check.sh tests: only the tests that pytest's -k EXPR selects
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 # Where a graphed SAC env step's time goes (torch.profiler): bash benchmarks/gpu_check.sh profile
@@ -53,8 +54,9 @@ mode=${1:-tests}
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
 # (95 s on an H200 before the compiled tests; those compile two or three steps each)
 echo "== tests/test_cuda.py, 8 processes on the one GPU (2 threads each), at most 240 s a test"
+only=(); [ -n "$TESTS_K" ] && only=(-k "$TESTS_K")  # TESTS_K=host_copy: those tests alone
 OMP_NUM_THREADS=2 timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 240 --durations 8 \
-    tests/test_cuda.py 2>&1 | tee "$OUT/pytest.log" | tail -40
+    "${only[@]}" tests/test_cuda.py 2>&1 | tee "$OUT/pytest.log" | tail -40
 [ "$mode" = tests ] && exit
 fi
 
