@@ -90,14 +90,15 @@ class HostCopy:
     out of date (after a step that trains the module); ``current()`` then brings it up to date with
     one gather of the parameters into a flat device buffer and one transfer into pinned host
     memory, which the copy's parameters are views of. It waits for the transfer, and so for the
-    steps launched before it. On the CPU it is a plain copy, the same logic."""
+    steps launched before it. On the CPU it is a plain copy, the same logic. (``CpuTwin`` copies a
+    whole state dict, buffers included, once per PPO rollout; this copies the parameters alone, often,
+    in one transfer.)"""
 
     def __init__(self, module: nn.Module):
-        self._params = [p for p in module.parameters()]
-        device = self._params[0].device
+        self._params = list(module.parameters())
+        self._device = device = self._params[0].device
         self.twin = copy.deepcopy(module).cpu().requires_grad_(False)
         sizes = [p.numel() for p in self._params]
-        self._device = device
         self._flat = None if device.type == "cpu" else torch.empty(sum(sizes), device=device)
         self._host = torch.empty(sum(sizes), pin_memory=device.type == "cuda")
         for p, view in zip(self.twin.parameters(), self._host.split(sizes)):

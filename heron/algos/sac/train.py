@@ -20,7 +20,7 @@ import torch
 from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
-from heron.core import acting, dist, offpolicy
+from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
@@ -208,11 +208,7 @@ def train(cfg: Config, run: Run) -> dict:
     # actions from it on the host, with the normals actor.act would draw on the CPU. The Gaussian
     # can then be taken before gradient steps that leave the actor as it is (--act-ahead), and on a
     # GPU no random draw waits for the update in flight.
-    # acting in numpy (heron.core.acting) where it applies: on the actor itself on the CPU, and on a
-    # host copy of it, brought up to date after each actor step, with --act-on-host
-    host = acting.HostCopy(actor) if cfg.act_on_host else None
-    fast_actor = NumpyActor.of(host.twin if host else actor, N)
-    assert fast_actor or not host, "--act-on-host: the checks before the run let through an actor numpy cannot run"
+    fast_actor, host = offpolicy.numpy_acting(cfg, actor, N, NumpyActor.of)  # in numpy where it applies
     graphed_gaussian = None  # recorded too under --cuda-graphs
     if cfg.cuda_graphs and not S and not host:
         graphed_gaussian = GraphedActor(lambda o: actor.gaussian(o.float()), device)

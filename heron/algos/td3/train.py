@@ -19,7 +19,7 @@ import torch
 from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
-from heron.core import acting, dist, offpolicy
+from heron.core import dist, offpolicy
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
 from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
@@ -151,11 +151,7 @@ def train(cfg: Config, run: Run) -> dict:
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
-    # acting in numpy (heron.core.acting) where it applies: on the actor itself on the CPU, and on a
-    # host copy of it, brought up to date after each actor step, with --act-on-host
-    host = acting.HostCopy(actor) if cfg.act_on_host else None
-    fast_actor = NumpyActor.of(host.twin if host else actor, N)
-    assert fast_actor or not host, "--act-on-host: the checks before the run let through an actor numpy cannot run"
+    fast_actor, host = offpolicy.numpy_acting(cfg, actor, N, NumpyActor.of)  # in numpy where it applies
     graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs and not host else None  # acting recorded too
 
     def act(obs: np.ndarray) -> np.ndarray:
