@@ -85,7 +85,8 @@ def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
     p = _Parser(prog=f"heron train {algo}", add_help=True, argument_default=argparse.SUPPRESS,
                 description=f"Train {algo}. Order of precedence: defaults < --config < --preset < flags.")
     p.add_argument("--config", metavar="FILE.yaml", help="read options from a YAML file (e.g. a run's config.yaml)")
-    p.add_argument("--preset", nargs="+", metavar="NAME", help="named overlays applied in order")
+    p.add_argument("--preset", nargs="+", action="extend", metavar="NAME",
+                   help="named overlays applied in order (repeating the flag adds to the list)")
     types = field_types(cls)
     for f in dataclasses.fields(cls):
         kind = types[f.name]
@@ -131,7 +132,7 @@ def cmd_train(argv: list[str]) -> int:
     module = registry.get(algo)
     pre = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     pre.add_argument("--config")
-    pre.add_argument("--preset", nargs="+")
+    pre.add_argument("--preset", nargs="+", action="extend")  # --preset a --preset b: both, in order
     early, _ = pre.parse_known_args(rest)
     presets = getattr(early, "preset", [])
     config_file = getattr(early, "config", None)
@@ -298,7 +299,7 @@ def cmd_tune(argv: list[str]) -> int:
     p.add_argument("--study", default=None, metavar="NAME", help="study name (default: ALGO-ENV)")
     p.add_argument("--out", default=None, metavar="DIR", help="study folder (default: tune/STUDY)")
     p.add_argument("--space", default=None, metavar="FILE.yaml", help="search-space entries over the algorithm's")
-    p.add_argument("--preset", nargs="+", default=[], metavar="NAME", help="presets of every trial")
+    p.add_argument("--preset", nargs="+", action="extend", default=[], metavar="NAME", help="presets of every trial")
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="a config file of every trial")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
     p.add_argument("--pruner", default="median", choices=["median", "none"], help="default: median")

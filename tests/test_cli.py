@@ -155,6 +155,19 @@ def test_help_lists_every_hyperparameter_with_default(capsys):
     assert "(default: 0.0003)" in out and "--preset" in out and "--config" in out
 
 
+def test_a_repeated_preset_flag_adds_to_the_list(capsys):
+    """``--preset classic --preset recurrent`` is ``--preset classic recurrent`` (argparse's default
+    kept only the last flag, silently dropping the zoo's CartPole block)."""
+    outs = []
+    for argv in (["--preset", "classic", "--preset", "recurrent"], ["--preset", "classic", "recurrent"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "ppo", *argv, "--help"])
+        assert exc.value.code == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+    assert "(default: 0.001)" in outs[0] and "(default: 'lstm')" in outs[0]  # classic's rate, recurrent's core
+
+
 def test_list_shows_algorithms_and_presets(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
