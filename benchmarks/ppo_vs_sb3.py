@@ -7,6 +7,12 @@ Two settings (``--setting``):
   minibatch, 20 epochs, lr 1e-3 annealed linearly, gamma 0.98, GAE lambda 0.8, no entropy bonus).
   heron runs ``--preset classic``. The zoo anneals the clip range too; heron has no clip schedule,
   so both run with a constant 0.2 here.
+* ``cartpole-lstm``: the same block with an LSTM policy beside sb3-contrib's ``RecurrentPPO``
+  (``pip install sb3-contrib``): an LSTM of 64 units in front of a 64-unit layer, one for the actor
+  and one for the critic on both sides (sb3-contrib's ``enable_critic_lstm``, its default; heron's
+  separate networks), orthogonal initialization, no observation or value normalization (heron's
+  ``recurrent`` preset has both: off here, as in sb3-contrib's defaults). Each minibatch is whole
+  32-step sequences on both sides.
 * ``hopper``: Hopper-v5, 100k steps, SB3's PPO defaults (1 env x 2048 steps, minibatch 64,
   10 epochs, lr 3e-4 constant, gamma 0.99, lambda 0.95, clip 0.2, no value clipping, vf 0.5,
   max grad norm 0.5) with VecNormalize (observations and rewards). heron runs the same numbers
@@ -27,6 +33,7 @@ Run (use a quiet machine: nothing else running)::
 
     python benchmarks/ppo_vs_sb3.py --setting cartpole --threads 1 --rounds 3
     python benchmarks/ppo_vs_sb3.py --setting hopper --threads 1 --rounds 3
+    python benchmarks/ppo_vs_sb3.py --setting cartpole-lstm --threads 1 --rounds 3
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ SETTINGS = {
                      update_epochs=20, learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
                      ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
                      obs_norm=False, reward_scale=False),
+    "cartpole-lstm": dict(env_id="CartPole-v1", total_steps=100_000, num_envs=8, num_steps=32, num_minibatches=1,
+                          update_epochs=20, learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
+                          ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
+                          obs_norm=False, reward_scale=False, recurrent="lstm"),
     "hopper": dict(env_id="Hopper-v5", total_steps=100_000, num_envs=1, num_steps=2048, num_minibatches=32,
                    update_epochs=10, learning_rate=3e-4, anneal_lr=False, gamma=0.99, gae_lambda=0.95,
                    ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
@@ -57,15 +68,25 @@ def run_heron(s: dict, seed: int, threads: int, run_dir: str) -> tuple[float, ob
     import heron.algos.ppo  # noqa: F401  imports outside the timer, as for SB3 (its imports
     from torch.utils.tensorboard import SummaryWriter  # noqa: F401  precede its timer too)
 
+    recurrent = s.get("recurrent")
+    net = dict(recurrent=recurrent, rnn_hidden_size=64, hidden_sizes=(64,)) if recurrent else dict(hidden_sizes=(64, 64))
     start = time.perf_counter()
-    heron.train("ppo", **s, seed=seed, torch_threads=threads, recompute_adv=False, hidden_sizes=(64, 64),
-                eval_every=0, eval_episodes=1, log_every=10_000, progress="none", run_dir=run_dir)
+    heron.train("ppo", **{**s, **net}, seed=seed, torch_threads=threads, recompute_adv=False, eval_every=0,
+                eval_episodes=1, log_every=10_000, progress="none", run_dir=run_dir)
     elapsed = time.perf_counter() - start
     policy = heron.load(run_dir, device="cpu")
-    return elapsed, lambda obs: policy.predict(obs, deterministic=True)
+
+    def act(obs, first):
+        if first:
+            policy.reset()  # a recurrent policy starts each episode from a zero state
+        return policy.predict(obs, deterministic=True)
+
+    return elapsed, act
 
 
 def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
+    if s.get("recurrent"):
+        return run_sb3_recurrent(s, seed, threads)
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -84,10 +105,37 @@ def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
     model.learn(total_timesteps=s["total_steps"])
     elapsed = time.perf_counter() - start
 
-    def act(obs):
+    def act(obs, first):
         if s["obs_norm"]:
             obs = env.normalize_obs(obs)
         return model.predict(obs, deterministic=True)[0]
+
+    return elapsed, act
+
+
+def run_sb3_recurrent(s: dict, seed: int, threads: int) -> tuple[float, object]:
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    env = make_vec_env(s["env_id"], n_envs=s["num_envs"], seed=seed)
+    lr = s["learning_rate"]
+    model = RecurrentPPO("MlpLstmPolicy", env, n_steps=s["num_steps"],
+                         batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"],
+                         n_epochs=s["update_epochs"], learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr,
+                         gamma=s["gamma"], gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"],
+                         vf_coef=s["vf_coef"], max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0,
+                         policy_kwargs=dict(lstm_hidden_size=64, enable_critic_lstm=True, ortho_init=True,
+                                            net_arch=dict(pi=[64], vf=[64])))
+    model.learn(total_timesteps=s["total_steps"])
+    elapsed = time.perf_counter() - start
+    state = {"lstm": None}
+
+    def act(obs, first):
+        action, state["lstm"] = model.predict(obs, state=None if first else state["lstm"],
+                                              episode_start=np.array([first]), deterministic=True)
+        return action
 
     return elapsed, act
 
@@ -99,9 +147,10 @@ def evaluate(act, env_id: str, episodes: int, seed: int) -> tuple[float, float]:
     returns = []
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + 1_000_000 + k)
-        done, total = False, 0.0
+        done, total, first = False, 0.0, True
         while not done:
-            obs, r, term, trunc, _ = env.step(act(np.asarray(obs, np.float32)))
+            obs, r, term, trunc, _ = env.step(act(np.asarray(obs, np.float32), first))
+            first = False
             total += float(r)
             done = term or trunc
         returns.append(total)
@@ -142,7 +191,8 @@ def main() -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
     ratios = [b / a for a, b in zip(results["heron"]["seconds"], results["sb3"]["seconds"])]
     ratio = float(np.median(ratios))
-    print(f"heron speedup over SB3: {ratio:.2f}x (median of {len(ratios)}: "
+    peer = "sb3-contrib's RecurrentPPO" if s.get("recurrent") else "SB3"
+    print(f"heron speedup over {peer}: {ratio:.2f}x (median of {len(ratios)}: "
           f"{', '.join(f'{x:.2f}' for x in ratios)})")
     print(json.dumps({"setting": args.setting, "threads": args.threads, "seed": args.seed, **results,
                       "ratios": [round(x, 2) for x in ratios], "speedup": round(ratio, 2)}))
