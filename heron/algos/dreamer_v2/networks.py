@@ -107,7 +107,7 @@ class Encoder(nn.Module):
             for i, mult in enumerate((1, 2, 4, 8)):
                 convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU(inplace=True)]
             # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
-            # (a convolution's needs its input): at the Atari sizes 150-270 MB less peak memory on a CPU
+            # (a convolution's backward reads its input): 150-270 MB less peak memory at the Atari sizes
             self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)
             self.out_dim += 32 * depth  # 8 * depth channels at 2x2
         if mlp_keys:
