@@ -85,55 +85,38 @@ def run_heron(s: dict, seed: int, threads: int, run_dir: str) -> tuple[float, ob
 
 
 def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
-    if s.get("recurrent"):
-        return run_sb3_recurrent(s, seed, threads)
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
+    recurrent = s.get("recurrent")
+    if recurrent:
+        from sb3_contrib import RecurrentPPO  # pip install sb3-contrib
+        algo, policy, extra = RecurrentPPO, "MlpLstmPolicy", dict(policy_kwargs=dict(
+            lstm_hidden_size=64, enable_critic_lstm=True, ortho_init=True, net_arch=dict(pi=[64], vf=[64])))
+    else:
+        algo, policy, extra = PPO, "MlpPolicy", {}
     torch.set_num_threads(threads)
     start = time.perf_counter()
     env = make_vec_env(s["env_id"], n_envs=s["num_envs"], seed=seed)
     if s["obs_norm"]:
         env = VecNormalize(env, norm_obs=True, norm_reward=s["reward_scale"], gamma=s["gamma"])
     lr = s["learning_rate"]
-    model = PPO("MlpPolicy", env, n_steps=s["num_steps"],
-                batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"], n_epochs=s["update_epochs"],
-                learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr, gamma=s["gamma"],
-                gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"], vf_coef=s["vf_coef"],
-                max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0)
+    model = algo(policy, env, n_steps=s["num_steps"],
+                 batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"], n_epochs=s["update_epochs"],
+                 learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr, gamma=s["gamma"],
+                 gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"], vf_coef=s["vf_coef"],
+                 max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0, **extra)
     model.learn(total_timesteps=s["total_steps"])
     elapsed = time.perf_counter() - start
+    lstm = {"state": None}  # a recurrent policy's state between the steps of an episode
 
     def act(obs, first):
         if s["obs_norm"]:
             obs = env.normalize_obs(obs)
-        return model.predict(obs, deterministic=True)[0]
-
-    return elapsed, act
-
-
-def run_sb3_recurrent(s: dict, seed: int, threads: int) -> tuple[float, object]:
-    from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.env_util import make_vec_env
-
-    torch.set_num_threads(threads)
-    start = time.perf_counter()
-    env = make_vec_env(s["env_id"], n_envs=s["num_envs"], seed=seed)
-    lr = s["learning_rate"]
-    model = RecurrentPPO("MlpLstmPolicy", env, n_steps=s["num_steps"],
-                         batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"],
-                         n_epochs=s["update_epochs"], learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr,
-                         gamma=s["gamma"], gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"],
-                         vf_coef=s["vf_coef"], max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0,
-                         policy_kwargs=dict(lstm_hidden_size=64, enable_critic_lstm=True, ortho_init=True,
-                                            net_arch=dict(pi=[64], vf=[64])))
-    model.learn(total_timesteps=s["total_steps"])
-    elapsed = time.perf_counter() - start
-    state = {"lstm": None}
-
-    def act(obs, first):
-        action, state["lstm"] = model.predict(obs, state=None if first else state["lstm"],
+        if not recurrent:
+            return model.predict(obs, deterministic=True)[0]
+        action, lstm["state"] = model.predict(obs, state=None if first else lstm["state"],
                                               episode_start=np.array([first]), deterministic=True)
         return action
 
