@@ -252,3 +252,22 @@ def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
     assert "sac LeanRL: 500 env steps/s over steps 7000-20000 (26.0 s); its own figure 498" in summary, summary
     for label in ("heron", "heron-features-compiled-behind", "heron-features-autograd"):
         assert f"sac: {label} 1000, LeanRL 500: 2.00x" in summary, summary
+
+
+def test_ppo_phases_account_for_each_iteration(tmp_path):
+    """benchmarks/ppo_phases.py (for the device sessions: where PPO's time goes from Atari frames)
+    wraps heron's PPO loop from outside: its phases must cover each iteration, with the env's
+    steps counted apart from the acting around them."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ppo_phases.py"), "--skip", "1", "--", "--preset", "debug",
+         "--total-steps", "1024", "--num-envs", "2", "--num-steps", "64", "--eval-every", "0",
+         "--checkpoint-every", "0", "--torch-threads", "1", "--progress", "none", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("7 iterations of 128 env steps"))
+    rows = {line[:20].strip(): line.split() for line in lines[head + 2:head + 8]}
+    assert list(rows) == ["env steps", "acting and storing", "value passes", "advantages", "gradient steps",
+                          "after_step"]
+    shares = [float(r[-1].rstrip("%")) for r in rows.values()]
+    assert abs(sum(shares) - 100) < 0.5 and all(s > 0 for s in shares[:5]), rows

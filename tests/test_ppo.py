@@ -11,6 +11,7 @@ import torch
 from heron.algos.ppo import losses
 from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.train import action_info, as_sequences, targets, value_pass
+from heron.core import returns
 from heron.core.nets import RunningNorm
 from heron.core.returns import RewardScaler, gae, nstep_returns
 
@@ -46,6 +47,23 @@ def test_gae_matches_a_plain_python_loop():
     trunc = (torch.rand(T, N, generator=g) < 0.1) & ~term
     expected = _gae_loop(r.numpy(), v.numpy(), nv.numpy(), term.numpy(), trunc.numpy(), 0.97, 0.9)
     np.testing.assert_allclose(gae(r, v, nv, term, trunc, 0.97, 0.9).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", [64, 4, 1])
+def test_gae_across_blocks_matches_the_loop(monkeypatch, block):
+    # discounted_sums works in blocks of SUM_BLOCK steps chained from the last, the first padded:
+    # 150 steps are 3 blocks of 64 (the first padded), 38 of 4, or the loop itself (1)
+    monkeypatch.setattr(returns, "SUM_BLOCK", block)
+    g = torch.Generator().manual_seed(2)
+    T, N = 150, 4
+    r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
+    term = torch.rand(T, N, generator=g) < 0.03
+    trunc = (torch.rand(T, N, generator=g) < 0.03) & ~term
+    term[60:70, 0] = True  # episodes ending at a block's edge and in a run of steps
+    trunc[63, 1] = trunc[64, 2] = True
+    for gamma, lam in ((0.99, 0.95), (1.0, 1.0), (0.9, 0.0)):
+        expected = _gae_loop(r.numpy(), v.numpy(), nv.numpy(), term.numpy(), trunc.numpy(), gamma, lam)
+        np.testing.assert_allclose(gae(r, v, nv, term, trunc, gamma, lam).numpy(), expected, rtol=1e-5, atol=2e-5)
 
 
 def test_gae_by_hand():
@@ -151,16 +169,20 @@ def test_recomputation_uses_the_current_critic():
     assert (adv1 - adv0).abs().min() > 0.09
 
 
-def test_value_pass_values_the_final_observation_at_truncation():
-    model = _model()
+@pytest.mark.parametrize("shared", [False, True])  # separate MLPs: one forward over obs and next obs; shared: gathered
+def test_value_pass_values_the_final_observation_at_truncation(shared):
+    model = _model(shared=shared)
     data = _rollout()
     seq = as_sequences(data)
     values, next_values = value_pass(model, seq)
+    no_starts = torch.zeros(2, 1, dtype=torch.bool)
     with torch.no_grad():
-        _, v_final, _ = model(seq["next_obs"][:, 2:3], seq["state0"], torch.zeros(2, 1, dtype=torch.bool))
-        _, v_next, _ = model(seq["obs"][:, 3:4], seq["state0"], torch.zeros(2, 1, dtype=torch.bool))
+        _, v_final, _ = model(seq["next_obs"][:, 2:3], seq["state0"], no_starts)
+        _, v_next, _ = model(seq["obs"][:, 3:4], seq["state0"], no_starts)
+        _, v_last, _ = model(seq["next_obs"][:, -1:], seq["state0"], no_starts)
     torch.testing.assert_close(next_values[:, 2], v_final[:, 0])  # truncated at t=2: V(final obs), not V(obs_3)
     torch.testing.assert_close(next_values[:, 3], values[:, 4])
+    torch.testing.assert_close(next_values[:, -1], v_last[:, 0])  # the sequence's end: V(its next obs)
     assert not torch.allclose(v_final, v_next)
 
 

@@ -16,6 +16,7 @@ Timeline of one env (| marks an episode end at step t, obs' = next_obs)::
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -33,16 +34,63 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
     still bootstraps through ``next_values`` in its delta. Returns (value targets) are A + V.
     """
     assert rewards.shape == values.shape == next_values.shape == terminated.shape == truncated.shape
-    not_term = 1.0 - terminated.float()
-    not_done = 1.0 - (terminated | truncated).float()
-    deltas = rewards + gamma * not_term * next_values - values  # [T, N]
-    decay = gamma * lam * not_done
-    adv = torch.empty_like(deltas)
-    last = torch.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        last = deltas[t] + decay[t] * last
-        adv[t] = last
-    return adv
+    deltas = rewards + gamma * next_values.masked_fill(terminated, 0.0) - values  # [T, N]
+    return discounted_sums(deltas, terminated | truncated, gamma * lam)
+
+
+# steps per block of ``discounted_sums`` and the most weights [T/B, B, B, ...] one call may hold
+SUM_BLOCK, SUM_WEIGHTS = 64, 2 ** 24
+_powers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _block_powers(c: float, block: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """c^(k-t) [t, k] where k >= t (0 below), and c^(B-t) [t], for blocks of B steps (kept: a run
+    asks for the same one at every call)."""
+    key = (c, block, dtype, device)
+    if key not in _powers:
+        if len(_powers) > 64:
+            _powers.clear()
+        steps = torch.arange(block, device=device)
+        gaps = (steps[None, :] - steps[:, None]).to(dtype)  # [t, k]: k - t
+        _powers[key] = (torch.where(gaps >= 0, torch.pow(c, gaps.clamp_min(0)), 0.0),
+                        torch.pow(c, (block - steps).to(dtype)))
+    return _powers[key]
+
+
+def discounted_sums(x: torch.Tensor, done: torch.Tensor, c: float) -> torch.Tensor:
+    """y_t = x_t + c * (1 - done_t) * y_{t+1}, y_T = 0, over [T, ...] (GAE's recursion), without a
+    Python step per t: a rollout of 128 or 256 steps was 400-800 small operations, re-run before
+    every epoch (``--recompute-adv``), 13% of PPO's time on CartPole with the zoo block.
+
+    Unrolled, y_t = sum over k >= t of c^(k-t) x_k, for the k up to the episode's end: the product
+    of the decays from t to k-1 is c^(k-t) where no episode ends in [t, k), else 0. With
+    e_k = the episode ends before step k (an exclusive cumulative count), "none in [t, k)" is
+    e_k == e_t. So within blocks of B steps y is one weighted sum, W[t, k] = c^(k-t) where k >= t
+    and e_k == e_t, for all blocks at once; then the blocks are chained from the last, each step t
+    of a block adding c^(B-t) * y(the next block's first step) where no episode ends from t to the
+    block's end. (The powers are computed, not multiplied step by step: the same numbers to about
+    1e-6 of the loop's, tests/test_ppo.py.)"""
+    T, rest = x.shape[0], x.shape[1:]
+    ones = [1] * len(rest)
+    block = max(1, min(SUM_BLOCK, T, SUM_WEIGHTS // (T * max(1, math.prod(rest)))))
+    blocks = -(-T // block)
+    pad = blocks * block - T  # steps before the first, which add nothing (x = 0) and are dropped
+    ends = done.long()
+    if pad:
+        x = torch.cat([x.new_zeros(pad, *rest), x])
+        ends = torch.cat([ends.new_zeros(pad, *rest), ends])
+    powers, to_end = _block_powers(c, block, x.dtype, x.device)
+    upto = torch.cumsum(ends, 0).view(blocks, block, *rest)  # episode ends up to and including each step
+    before = upto - ends.view(blocks, block, *rest)  # e: ends before each step
+    w = torch.where(before[:, None] == before[:, :, None], powers.view(1, block, block, *ones), 0.0)  # [b, t, k, ...]
+    y = (w * x.view(blocks, 1, block, *rest)).sum(2)  # [b, t, ...]
+    if blocks > 1:  # where no episode ends from step t to its block's end: y_t += c^(B-t) y(next block's first)
+        gain = torch.where(before == upto[:, -1:], to_end.view(1, block, *ones), 0.0)
+        ys, gains = list(y.unbind(0)), gain.unbind(0)
+        for b in range(blocks - 2, -1, -1):
+            ys[b] = ys[b] + gains[b] * ys[b + 1][0]
+        y = torch.stack(ys)
+    return y.reshape(blocks * block, *rest)[pad:]
 
 
 def nstep_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,

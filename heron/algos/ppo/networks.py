@@ -270,7 +270,7 @@ class ActorCritic(nn.Module):
             self._direct = ([m for m in self.pi_body.mlp if isinstance(m, nn.Linear)] + [self.pi_head.linear],
                             [m for m in self.v_body.mlp if isinstance(m, nn.Linear)] + [self.v_head])
 
-    def _direct_ok(self) -> bool:
+    def direct_ok(self) -> bool:
         """Whether this call may take the direct layers: an eligible model, float32, no gradients."""
         return self._direct is not None and self.pi_body.mlp.amp_dtype is None and not torch.is_grad_enabled()
 
@@ -291,7 +291,7 @@ class ActorCritic(nn.Module):
         return NumpyActing(self)
 
     def _pi_params(self, x: torch.Tensor) -> torch.Tensor:
-        """Policy parameters [B, P] of normalized x [B, D] through the direct layers (``_direct_ok``)."""
+        """Policy parameters [B, P] of normalized x [B, D] through the direct layers (``direct_ok``)."""
         out = _direct(x, self._direct[0])
         if self.pi_head.kind == "box" and not self.pi_head.state_dependent:
             out = torch.cat([out, self.pi_head.log_std.expand_as(out)], -1)
@@ -334,17 +334,21 @@ class ActorCritic(nn.Module):
         """The critic alone: normalized values [B, L] and the states after each step [B, L, S] of
         ``forward``; feed-forward MLPs without gradients run only the critic's layers (re-valuing a
         rollout before every epoch, ``--recompute-adv``), with the same numbers."""
-        if self._direct_ok():
-            B, L = obs.shape[:2]
-            x = self._in(obs).reshape(B * L, -1)  # [B, L, D] -> [B*L, D], as the bodies reshape it
-            return _direct(x, self._direct[1]).reshape(B, L), state0[:, None].expand(B, L, 0)
+        if self.direct_ok():
+            return self.mlp_values(obs), state0[:, None].expand(*obs.shape[:2], 0)
         _, values, states = self(obs, state0, starts)
         return values, states
+
+    def mlp_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalized values [B, L] of obs [B, L, D] through the critic's direct layers (``values``'s
+        numbers; where ``direct_ok``)."""
+        B, L = obs.shape[:2]
+        return _direct(self._in(obs).reshape(B * L, -1), self._direct[1]).reshape(B, L)  # [B*L, D] -> [B, L]
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step: obs [B, ...], state [B, S] (zeroed by the caller at episode starts) ->
         params [B, P], normalized values [B], new state [B, S]."""
-        if self._direct_ok():  # feed-forward MLPs acting: the layers' own operations, called directly
+        if self.direct_ok():  # feed-forward MLPs acting: the layers' own operations, called directly
             x = self._in(obs)
             return self._pi_params(x), _direct(x, self._direct[1]).squeeze(-1), state
         if self.state_size == 0:  # feed-forward: skip the sequence bookkeeping (runs every env step)
@@ -358,7 +362,7 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """For evaluation and ``heron.load``: actions for the env, and the new state (actor only)."""
-        if self._direct_ok():
+        if self.direct_ok():
             params = self._pi_params(self._in(obs))  # as in ``step``: the layers' operations
             actions = self.pi_head.mode(params) if deterministic else self.pi_head.sample(params)
             return self.pi_head.to_env(actions), state

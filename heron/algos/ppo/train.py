@@ -129,7 +129,17 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
     V(next_obs_t) is the next step's value, except where the episode was cut at t (truncated: the
     final observation, valued from the recurrent state after step t) or the sequence ends at t
     (valued the same way). Terminated steps need no next value (GAE and n-step ignore it)."""
-    T = seq["obs"].shape[1]
+    B, T = seq["obs"].shape[:2]
+    need = seq["truncated"].clone()
+    need[:, -1] = True
+    if model.direct_ok():
+        # a feed-forward MLP critic: every obs and next obs in one forward, and the next obs's value
+        # taken where needed; no gather of the needed rows and no host sync to count them, a third
+        # of the operations (this runs before every epoch, --recompute-adv)
+        both = model.mlp_values(torch.cat([seq["obs"], seq["next_obs"]]))  # [2B, T]
+        values, following = both[:B], both[B:]  # [B, T] each
+        next_values = torch.where(need, following, torch.cat([values[:, 1:], values[:, -1:]], 1))
+        return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
     chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
     values, states = [], []
     for i in range(0, seq["obs"].shape[0], chunk):
@@ -138,8 +148,6 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
         states.append(st)
     values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
     next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
-    need = seq["truncated"].clone()
-    need[:, -1] = True
     rows, cols = need.nonzero(as_tuple=True)
     for i in range(0, len(rows), 1024):
         part = (rows[i:i + 1024], cols[i:i + 1024])
