@@ -57,8 +57,8 @@ class RunConfig:
                             "cores other processes keep busy are left out, also during the run)")
     torch_deterministic: bool = opt(True, "use deterministic torch kernels")
     compile: bool = opt(False, "torch.compile the update step")
-    cuda_graphs: bool = opt(False, "record the gradient step as a CUDA graph after 3 eager steps and replay it "
-                            "(CUDA only; the same computation with far fewer kernel launches)")
+    cuda_graphs: bool = opt(False, "record the gradient step (and the acting step) as a CUDA graph after 3 eager "
+                            "steps and replay it (CUDA only; the same computation with far fewer kernel launches)")
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("heron", "Weights & Biases project name")
     capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")

@@ -296,3 +296,48 @@ def test_acting_on_a_host_copy_changes_no_number(algo, extra, tmp_path, monkeypa
     heron.train(algo, run_dir=str(tmp_path / "never"), act_on_host=True, **flags)
     c = torch.load(latest_checkpoint(tmp_path / "never" / "checkpoints"), weights_only=True)
     assert not torch.equal(c["actor"]["net.0.weight"], b["actor"]["net.0.weight"])
+
+
+class _EagerGraph:
+    """heron.core.graphs.GraphedActor's contract without a GPU: ``fn`` on the inputs as tensors."""
+
+    def __init__(self, fn, device):
+        self.fn = fn
+
+    def __call__(self, *inputs):
+        with torch.no_grad():
+            return self.fn(*(torch.as_tensor(x) for x in inputs)).numpy()
+
+
+@pytest.mark.parametrize("body,action", [("cnn", "discrete"), ("shared", "box"), ("shared", "multidiscrete")])
+def test_ppo_recorded_acting_unpacks_what_the_step_acts(monkeypatch, body, action):
+    """PPO's recorded acting step (--cuda-graphs, ``RecordedActing``) packs actions, log-probs and
+    values into one float32 output for one copy back to the host: unpacked, they are the eager
+    step's, integer actions as int64 and Gaussian samples clipped for the env alone. (The graph
+    itself against the eager step: tests/test_cuda.py.)"""
+    import heron.core.graphs as graphs
+    from heron.algos.ppo.networks import RecordedActing
+
+    monkeypatch.setattr(graphs, "GraphedActor", _EagerGraph)
+    space = {"discrete": {"kind": "discrete", "n": 6},
+             "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 4]},
+             "box": {"kind": "box", "low": torch.tensor([-1.0, -0.5]), "high": torch.tensor([1.0, 0.5])}}[action]
+    image = body == "cnn"
+    spaces = {"obs_shape": [4, 84, 84] if image else [5], "obs_dtype": "uint8" if image else "float32",
+              "action": space, "obs_parts": None}
+    cfg = PPOConfig(hidden_sizes=() if image else (16,), shared_network=True, init_log_std=0.5)
+    torch.manual_seed(0)
+    model = ppo_build(cfg, spaces)
+    rng = np.random.default_rng(1)
+    obs = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8) if image else _obs(3)
+    noise = model.pi_head.noise((3,), "cpu")
+    got = RecordedActing(model, "cpu")(obs, noise.numpy())
+    with torch.no_grad():
+        params, values, _ = model.step(torch.as_tensor(obs), torch.zeros(3, 0))
+        actions, logp = model.pi_head.sample_logp(params, noise)
+        to_env = model.pi_head.to_env(actions)
+    for name, a, b in zip(("to_env", "actions", "logp", "values"), got, (to_env, actions, logp, values)):
+        assert a.shape == tuple(b.shape) and a.dtype == b.numpy().dtype, name
+        np.testing.assert_array_equal(a, b.numpy(), err_msg=name)
+    if action == "box":
+        assert (got[1] != got[0]).any()  # some samples beyond the bounds: clipped for the env alone

@@ -505,6 +505,55 @@ def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
 
 
 @needs_cuda
+@pytest.mark.parametrize("body,action", [("cnn", "discrete"), ("shared", "box")])
+def test_ppo_recorded_acting_equals_eager_acting(body, action):
+    """--cuda-graphs records PPO's acting step where no CPU twin acts (a CNN, a shared body): its
+    replays give the eager step's actions, log-probs and values on the same observations and noise,
+    with the weights moved in place between calls reaching the replays."""
+    from heron.algos.ppo.networks import RecordedActing
+
+    image = body == "cnn"
+    spaces = {"obs_shape": [4, 84, 84] if image else [5], "obs_dtype": "uint8" if image else "float32",
+              "action": {"kind": "discrete", "n": 6} if action == "discrete" else
+              {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)}, "obs_parts": None}
+    cfg = ppo_train.Config(hidden_sizes=() if image else (16,), shared_network=True)
+    torch.manual_seed(0)
+    model = ppo_train._build(cfg, spaces).cuda()
+    recorded = RecordedActing(model, "cuda")
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        obs = rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8) if image else \
+            rng.standard_normal((8, 5)).astype(np.float32)
+        noise = model.pi_head.noise((8,), "cuda")
+        got = recorded(obs, noise.cpu().numpy())
+        with torch.no_grad():
+            params, values, _ = model.step(torch.as_tensor(obs, device="cuda"), torch.zeros(8, 0, device="cuda"))
+            actions, logp = model.pi_head.sample_logp(params, noise)
+            want = (model.pi_head.to_env(actions), actions, logp, values)
+            for p in model.parameters():  # as an update moves them, between calls
+                p.mul_(0.97).add_(0.01)
+        for name, a, b in zip(("to_env", "actions", "logp", "values"), got, want):
+            np.testing.assert_allclose(a, b.cpu().numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{name}, call {i}")
+    assert recorded.graph.step.graph is not None
+
+
+@needs_cuda
+def test_ppo_on_cuda_records_its_acting_where_no_twin_acts(tmp_path, monkeypatch):
+    """A shared body acts on the GPU (no CPU twin): with --cuda-graphs every rollout step replays the
+    recorded acting step, and the run checkpoints, resumes and evaluates."""
+    from heron.algos.ppo.networks import RecordedActing
+
+    calls, call = [], RecordedActing.__call__
+    monkeypatch.setattr(RecordedActing, "__call__", lambda self, *a: (calls.append(1), call(self, *a))[1])
+    run_dir = tmp_path / "p"
+    r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir),
+                  progress="none", eval_episodes=1, shared_network=True, cuda_graphs=True)
+    assert np.isfinite(r["mean_return"]) and len(calls) == 2048 // 2  # debug: 2 envs, 2,048 steps
+    assert main(["train", "--resume", str(run_dir), "--total-steps", "3072"]) == 0
+    assert len(calls) == 3072 // 2
+
+
+@needs_cuda
 def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
     """PPO's feed-forward model on the GPU acts in numpy on a CPU twin, refreshed once per rollout."""
     refreshes, refresh = [], acting.CpuTwin.refresh

@@ -120,21 +120,22 @@ class GraphedSteps:
 
 
 class GraphedActor:
-    """A feed-forward policy's acting call recorded (``--cuda-graphs``, SAC and TD3):
-    ``fn(obs [N, ...] on the device) -> actions [N, A]``, called with the observations as a numpy
-    array and returning the actions as one. Once recorded, an env step's acting is one copy of the
-    observations into the graph's static input, one replay and one copy of the actions back,
-    instead of the forward's Python and its dozen kernel launches (a host sync each way before).
-    The warm-up calls (``GraphedStep``) run eagerly on device copies. The weights and normalizer
-    statistics it reads are updated in place between calls, and the replays see them; random draws
-    come from the CUDA generator, as in the eager call."""
+    """A feed-forward policy's acting call recorded (``--cuda-graphs``: SAC's and TD3's actor, PPO's
+    feed-forward bodies that do not act in numpy): ``fn(*inputs [N, ...] on the device) -> [N, K]``,
+    called with numpy arrays (the observations, PPO's sampling noise) and returning one. Once
+    recorded, an env step's acting is one copy of each input into the graph's static inputs, one
+    replay and one copy of the output back, instead of the forward's Python and its dozen kernel
+    launches (a host sync each way before). Several results travel as one: ``fn`` packs them into
+    its [N, K] output. The warm-up calls (``GraphedStep``) run eagerly on device copies. The weights
+    and normalizer statistics it reads are updated in place between calls, and the replays see
+    them; random draws come from the CUDA generator, as in the eager call."""
 
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], device: str | torch.device, warmup: int = 3):
-        self.step = GraphedStep(lambda batch: {"actions": fn(batch["obs"])}, warmup, device)
+    def __init__(self, fn: Callable[..., torch.Tensor], device: str | torch.device, warmup: int = 3):
+        self.step = GraphedStep(lambda batch: {"out": fn(*batch.values())}, warmup, device)
 
-    def __call__(self, obs: Any) -> Any:
+    def __call__(self, *inputs: Any) -> Any:
         with torch.no_grad():
-            return self.step({"obs": torch.as_tensor(obs)})["actions"].cpu().numpy()
+            return self.step({str(i): torch.as_tensor(x) for i, x in enumerate(inputs)})["out"].cpu().numpy()
 
 
 def capturable(*optimizers: torch.optim.Optimizer) -> None:

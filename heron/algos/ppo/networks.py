@@ -235,6 +235,40 @@ class NumpyActing:
         return actions, actions, logp, values
 
 
+class RecordedActing:
+    """PPO's acting step recorded as a CUDA graph (``--cuda-graphs`` on a GPU) for the feed-forward
+    bodies that do not act in numpy on a CPU twin (CNNs, a shared body, mixed precision): obs
+    [N, ...] and the step's noise [N, K] as arrays -> what ``NumpyActing`` returns (the actions for
+    the env, the actions, their log-probs, the normalized values), from ``ActorCritic.step`` and
+    ``ActionHead.sample_logp``. The graph packs actions, log-probs and values into one float32
+    [N, A + 2] output (``GraphedActor``), so an env step makes one copy back; integer actions
+    travel as float32, exact below 2^24."""
+
+    def __init__(self, model: "ActorCritic", device: torch.device | str):
+        from heron.core.graphs import GraphedActor
+
+        head = self.head = model.pi_head
+        self.width = head.dim if head.kind == "box" else len(head.sizes)  # action entries per env
+
+        def packed(obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            params, values, _ = model.step(obs, torch.zeros(len(obs), 0, device=obs.device))
+            actions, logp = head.sample_logp(params, noise)
+            return torch.cat([actions.reshape(len(obs), -1).float(), logp[:, None].float(), values[:, None].float()], -1)
+
+        self.graph = GraphedActor(packed, device)
+        if head.kind == "box":
+            self.low, self.high = head.low.cpu().numpy(), head.high.cpu().numpy()
+
+    def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        out = self.graph(obs, noise)  # [N, A + 2]
+        k, kind = self.width, self.head.kind
+        if kind == "box":
+            actions = out[:, :k]
+            return np.minimum(np.maximum(actions, self.low), self.high), actions, out[:, k], out[:, k + 1]
+        actions = out[:, 0 if kind == "discrete" else slice(0, k)].astype(np.int64)
+        return actions, actions, out[:, k], out[:, k + 1]
+
+
 class ActorCritic(nn.Module):
     """Actor and critic, separate (default) or sharing one body (``shared``). The recurrent state
     is one tensor [B, S] = [actor state | critic state]. ``norm`` holds the observation statistics

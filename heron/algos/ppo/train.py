@@ -24,7 +24,7 @@ import torch
 
 from heron.algos.ppo import lean, losses
 from heron.algos.ppo.config import Config
-from heron.algos.ppo.networks import ActorCritic
+from heron.algos.ppo.networks import ActorCritic, RecordedActing
 from heron.config import HeronError
 from heron.core import acting, atari, dist, offpolicy
 from heron.core import checkpoint as ckpt
@@ -276,6 +276,8 @@ def train(cfg: Config, run: Run) -> dict:
     twin = acting.CpuTwin(model) if device.type != "cpu" else None
     if twin is not None and twin.twin.numpy_acting(N) is None:
         twin = None
+    # where it does not (CNNs, a shared body, mixed precision), --cuda-graphs records the acting step
+    recorded = RecordedActing(model, device) if cfg.cuda_graphs and twin is None and not S else None
 
     def at_boundary() -> dict:
         """What changes during a rollout, as it stands between iterations (``full_state`` saves it)."""
@@ -295,8 +297,8 @@ def train(cfg: Config, run: Run) -> dict:
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
         noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
-        # numpy acting (feed-forward MLPs on the CPU) or None; per rollout
-        fast = (twin.refresh() if twin is not None else model).numpy_acting(N)
+        # numpy acting (feed-forward MLPs on the CPU), the recorded acting step, or None; per rollout
+        fast = recorded or (twin.refresh() if twin is not None else model).numpy_acting(N)
         noise_np = noise.cpu().numpy() if fast else None
         for t in range(T):
             if fast:
