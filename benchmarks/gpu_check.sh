@@ -29,7 +29,8 @@
 # What each --precision does to speed and GPU memory: bash benchmarks/gpu_check.sh precision
 # Where a graphed SAC env step's time goes (torch.profiler): bash benchmarks/gpu_check.sh profile
 #
-# Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s):
+# Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s, then
+# where an iteration's time goes, benchmarks/ppo_phases.py):
 #   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
 # opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
@@ -145,11 +146,22 @@ fi
 if [ "$mode" = atari ]; then
     # PPO, --preset atari (8 envs x 128 steps), PongNoFrameskip-v4 on ALE's vector env stepping on 8
     # threads; logging, evaluation (5 games every 250k steps) and checkpoints on; eager, then graphed
+    # (ATARI_GRAPHS: which; SPS_SECONDS each, 120). Then where an iteration's time goes
+    # (benchmarks/ppo_phases.py; evaluation and checkpoints off, 30 iterations after 5), graphed
+    # (ATARI_PHASES="false true": eager too; "": none); about 40 s each.
     echo "== env steps/s, PPO PongNoFrameskip-v4 (--env-backend ale)" | tee "$OUT/sps.txt"
-    for graphs in false true; do
+    for graphs in ${ATARI_GRAPHS-false true}; do
         timed atari-$graphs "ppo atari --cuda-graphs $graphs" ${SPS_SECONDS:-120} 20480 ppo --preset atari \
             --env-id PongNoFrameskip-v4 --env-backend ale --device cuda --cuda-graphs $graphs \
             --total-steps 10000000 --checkpoint-every 100000 --torch-threads 8
+    done
+    for graphs in ${ATARI_PHASES-true}; do
+        echo "== phases, --cuda-graphs $graphs" | tee -a "$OUT/phases.txt"
+        rm -rf "$RUNS/phases-$graphs"
+        timeout 150 python3 benchmarks/ppo_phases.py --skip 5 -- --preset atari --env-id PongNoFrameskip-v4 \
+            --env-backend ale --device cuda --cuda-graphs $graphs --total-steps 35840 --eval-every 0 \
+            --checkpoint-every 0 --torch-threads 8 --progress none --run-dir "$RUNS/phases-$graphs" 2>&1 \
+            | grep -v "^A.L.E\|^\[Powered" | tail -9 | tee -a "$OUT/phases.txt"
     done
     exit
 fi

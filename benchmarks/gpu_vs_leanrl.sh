@@ -36,11 +36,20 @@
 #        M=/work/.mirror/pytorch-labs+LeanRL/repo; mkdir -p .leanrl/leanrl
 #        for a in sac td3 ppo; do f=leanrl/${a}_continuous_action_torchcompile.py
 #          git --git-dir=$M show HEAD:$f > .leanrl/$f; done
+#      and for ALGOS=atari its Atari script: f=leanrl/ppo_atari_envpool_torchcompile.py, the same way.
 # then (about 35 MB carried): run(command="bash benchmarks/gpu_vs_leanrl.sh",
 #   carry=[".whl", ".whl_leanrl", ".leanrl"], timeout_s=540). What it prints and $OUT/summary.txt,
 #   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv come back (8 files; with
 #   HERON_MODES="graphs compiled" name two algorithms in ALGOS, or a log is left out).
 # ALGOS="sac td3" leaves PPO out; HERON_SECONDS, LEANRL_SECONDS and START change the timings;
+# ALGOS=atari: PPO from Pong frames, heron's --preset atari on ALE's vector env (8 threads, 8 envs x
+#   128 steps) for ATARI_SECONDS (100), then LeanRL's Atari script (--env-id Pong-v5, its defaults: the
+#   same block) for LEANRL_SECONDS (170), both timed from step 20,480. EnvPool's wheel does not fit
+#   beside ALE's in one call, so LeanRL's envs are ALE's vector env too, under EnvPool's API
+#   (benchmarks/leanrl_stubs: no sticky actions, a lost life ends the episode, clipped rewards).
+#   Carry .whl_atari (gymnasium, ale-py, opencv; see gpu_check.sh), .whl_leanrl and .leanrl
+#   (about 56 MB), not .whl; "features" keeps the preset's evaluations (5 games every 250,000
+#   steps) and checkpoints every 100,000;
 # HERON_MODES (default "graphs"): heron's runs per algorithm, "graphs" (--cuda-graphs) and/or
 # "compiled" (--compile with --cuda-graphs, LeanRL's pairing; its compile time counts, so give it
 # HERON_SECONDS of 80 or more);
@@ -59,7 +68,7 @@ set -o pipefail
 # GPU_CHECK_SITE and GPU_CHECK_RUNS move the wheels' site and the runs (for tests/test_benchmark_scripts.py)
 SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE \
-    .whl/*.whl .whl_leanrl/*.whl || exit 1
+    $(ls .whl/*.whl .whl_atari/*.whl .whl_leanrl/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=$SITE:$PWD MUJOCO_GL=disable PYTHONUNBUFFERED=1  # the image has no libEGL
 OUT=${OUT:-/tmp/gpu_vs_leanrl}
 W=$RUNS/vs  # work folder: the stand-in, the step counts, the rates
@@ -196,33 +205,49 @@ open(sys.argv[5], "a").write(f"{algo} {label} {rate:.1f}\n")
 EOF
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $OUT/summary.txt
-python3 -c "import torch, gymnasium, mujoco, tensordict, torchrl, tyro; print('torch', torch.__version__, 'gymnasium',
-gymnasium.__version__, 'mujoco', mujoco.__version__, 'tensordict', tensordict.__version__, 'torchrl', torchrl.__version__,
-'tyro', tyro.__version__)" 2>&1 | tail -3 | tee -a $OUT/summary.txt
+python3 -c "
+import importlib
+for name in ('torch', 'gymnasium', 'mujoco', 'ale_py', 'tensordict', 'torchrl', 'tyro'):
+    try:
+        print(name, importlib.import_module(name).__version__, end='  ')
+    except Exception as exc:
+        print(name, 'absent', end='  ')
+print()" 2>&1 | tail -3 | tee -a $OUT/summary.txt
 
 for algo in ${ALGOS:-sac td3 ppo}; do
-    if [ $algo = ppo ]; then
-        heron_flags="--total-steps 102400"; start=20480; every=2048
-        leanrl_flags="--num-envs 8 --num-steps 256 --total-timesteps 102400"
+    env=HalfCheetah-v5 seconds=$HERON_SECONDS threads=4 stub=$W/stub
+    script=.leanrl/leanrl/${algo}_continuous_action_torchcompile.py
+    if [ $algo = atari ]; then  # PPO from Pong frames, 8 envs x 128 steps on both sides
+        # LeanRL's Atari script reads EnvPool and the old gym package: their stand-ins are a folder of
+        # their own (the continuous scripts' torchrl would take this gym for the real one)
+        env=PongNoFrameskip-v4 seconds=${ATARI_SECONDS:-100} threads=8 stub=$(cd "$(dirname "$0")" && pwd)/leanrl_stubs:$W/stub
+        script=.leanrl/leanrl/ppo_atari_envpool_torchcompile.py
+        heron_flags="--preset atari --env-backend ale --total-steps 10000000"; start=20480; every=1024
+        leanrl_flags="--env-id Pong-v5 --total-timesteps 10000000"
+    elif [ $algo = ppo ]; then
+        heron_flags="--preset mujoco --total-steps 102400"; start=20480; every=2048
+        leanrl_flags="--env-id $env --num-envs 8 --num-steps 256 --total-timesteps 102400"
     else
-        heron_flags="--total-steps 20000 --learning-starts 5000"; start=$START; every=1000
-        leanrl_flags="--total-timesteps 20000 --learning-starts 5000"
+        heron_flags="--preset mujoco --total-steps 20000 --learning-starts 5000"; start=$START; every=1000
+        leanrl_flags="--env-id $env --total-timesteps 20000 --learning-starts 5000"
     fi
-    leanrl_seconds=${LEANRL_SECONDS:-$([ $algo = ppo ] && echo 110 || echo 80)}
-    echo "== $algo, HalfCheetah-v5: heron (at most $HERON_SECONDS s), then LeanRL $LEANRL_MODE (at most $leanrl_seconds s)"
+    leanrl_seconds=${LEANRL_SECONDS:-$(case $algo in ppo) echo 110;; atari) echo 170;; *) echo 80;; esac)}
+    echo "== $algo, $env: heron (at most $seconds s), then LeanRL $LEANRL_MODE (at most $leanrl_seconds s)"
     for mode in $HERON_MODES; do
-        # features-*: evaluation and a checkpoint every 10,000 steps (the issue's condition)
+        # features-*: evaluation and a checkpoint every 10,000 steps (the issue's condition); Atari:
+        # the preset's evaluations (5 games every 250,000 steps) and a checkpoint every 100,000
         extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
         [[ $mode = features* ]] && extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"
+        [[ $mode = features* ]] && [ $algo = atari ] && extras="--checkpoint-every 100000 --checkpoint-minutes 0"
         mode_flags="--cuda-graphs true"
         [[ $mode = *compiled* ]] && mode_flags="$mode_flags --compile true"
         [[ $mode = *behind* ]] && mode_flags="$mode_flags --act-ahead false"  # the A/B of --act-ahead
         [[ $mode = *autograd* ]] && mode_flags="$mode_flags --fused-update false"
         label=heron$([ $mode = graphs ] || echo "-$mode")
         dir=$RUNS/vs-$algo-$mode log="$OUT/$label-$algo.log"
-        timeout -s INT -k 30 $HERON_SECONDS python3 -m heron train $algo --preset mujoco --env-id HalfCheetah-v5 \
-            --device cuda $mode_flags $extras $heron_flags \
-            --torch-threads 4 --progress none --run-dir $dir > "$log" 2>&1
+        timeout -s INT -k 30 $seconds python3 -m heron train $([ $algo = atari ] && echo ppo || echo $algo) \
+            --env-id $env --device cuda $mode_flags $extras $heron_flags \
+            --torch-threads $threads --progress none --run-dir $dir > "$log" 2>&1
         code=$?
         if [ -f $dir/metrics.csv ]; then python3 $W/rate.py heron $dir $start $algo $W/results $label
         else echo "$algo $label: exit $code, no metrics.csv"; tail -5 "$log"; fi | tee -a $OUT/summary.txt
@@ -230,9 +255,8 @@ for algo in ${ALGOS:-sac td3 ppo}; do
 
     steps=$W/leanrl-$algo.csv
     echo "launch,0,$(date +%s.%N)," > $steps
-    LEANRL_STEPS=$steps LEANRL_EVERY=$every PYTHONPATH=$W/stub:$SITE TQDM_MININTERVAL=10 \
-        timeout -s INT -k 30 $leanrl_seconds python3 .leanrl/leanrl/${algo}_continuous_action_torchcompile.py \
-        --env-id HalfCheetah-v5 $LEANRL_MODE $leanrl_flags > "$OUT/leanrl-$algo.log" 2>&1
+    LEANRL_STEPS=$steps LEANRL_EVERY=$every PYTHONPATH=$stub:$SITE TQDM_MININTERVAL=10 \
+        timeout -s INT -k 30 $leanrl_seconds python3 $script $LEANRL_MODE $leanrl_flags > "$OUT/leanrl-$algo.log" 2>&1
     code=$?
     sed "s/^/$algo,/" $steps >> $OUT/leanrl-steps.csv
     if grep -q ^steps $steps; then python3 $W/rate.py leanrl $steps $start $algo $W/results

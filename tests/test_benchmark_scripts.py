@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -148,7 +149,7 @@ class Run:
         with open(os.environ["CALLS"], "a") as f:
             f.write(json.dumps(dict(algo=algo, **{k: getattr(cfg, k, None) for k in (
                 "run_dir", "cuda_graphs", "compile", "act_ahead", "act_on_host", "fused_update", "eval_async", "eval_every",
-                "checkpoint_every")})) + "\\n")
+                "checkpoint_every", "env_id", "env_backend", "num_envs", "num_steps", "torch_threads")})) + "\\n")
         Path(cfg.run_dir).mkdir(parents=True)
         with open(Path(cfg.run_dir) / "metrics.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -166,7 +167,9 @@ sys.exit(main(sys.argv[1:]))
 # one of LeanRL's scripts as gpu_vs_leanrl.sh runs it: its env steps, counted by the script's
 # stand-in for wandb, at 500 a second, and its own 'speed' figure
 _LEANRL_STUB = """
-import os, time
+import os, sys, time
+with open(os.environ["CALLS"] + ".leanrl", "a") as f:
+    f.write(" ".join(sys.argv) + " PYTHONPATH=" + os.environ.get("PYTHONPATH", "") + "\\n")
 t0 = time.time()
 with open(os.environ["LEANRL_STEPS"], "a") as f:
     for n in range(1000, 20001, 1000):
@@ -252,6 +255,54 @@ def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
     assert "sac LeanRL: 500 env steps/s over steps 7000-20000 (26.0 s); its own figure 498" in summary, summary
     for label in ("heron", "heron-features-compiled-behind", "heron-features-autograd"):
         assert f"sac: {label} 1000, LeanRL 500: 2.00x" in summary, summary
+
+
+def test_gpu_vs_leanrl_runs_atari_pong_on_both_sides(tmp_path):
+    """ALGOS=atari: heron's PPO from Pong frames on ALE's vector env (--preset atari, 8 threads), then
+    LeanRL's Atari script on its EnvPool and gym stand-ins (ALE's vector env under EnvPool's API)."""
+    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="atari", HERON_MODES="graphs features",
+                        ATARI_SECONDS="60", LEANRL_SECONDS="60")
+    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-atari-{m}") for m in ("graphs", "features")]
+    for c in calls:
+        assert c["algo"] == "ppo" and c["cuda_graphs"] and c["env_id"] == "PongNoFrameskip-v4"
+        assert (c["env_backend"], c["num_envs"], c["num_steps"], c["torch_threads"]) == ("ale", 8, 128, 8)
+    assert (calls[0]["eval_every"], calls[0]["checkpoint_every"]) == (0, 0)
+    assert (calls[1]["eval_every"], calls[1]["checkpoint_every"]) == (250_000, 100_000)  # the preset's evaluations
+    leanrl = (tmp_path / "calls.jsonl.leanrl").read_text().split()
+    assert leanrl[1] == ".leanrl/leanrl/ppo_atari_envpool_torchcompile.py"  # (leanrl[0]: the stub)
+    assert " ".join(leanrl[2:7]) == "--compile --cudagraphs --env-id Pong-v5 --total-timesteps"
+    assert leanrl[-1].split("=", 1)[1].split(":")[0] == str(ROOT / "benchmarks" / "leanrl_stubs")
+
+
+def test_envpool_stand_in_gives_leanrl_the_old_gym_api(tmp_path, monkeypatch):
+    """benchmarks/leanrl_stubs/envpool: ALE's vector env under EnvPool's make and old Gym API, as
+    LeanRL's Atari script reads it: obs from reset, (obs, clipped float32 reward, done, info with the
+    raw reward, the game's end and lives) from step, env steps counted in $LEANRL_STEPS."""
+    pytest.importorskip("ale_py")
+    monkeypatch.setenv("LEANRL_STEPS", str(tmp_path / "steps.csv"))
+    monkeypatch.setenv("LEANRL_EVERY", "8")
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "leanrl_stubs"))
+    for name in ("envpool", "gym"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import envpool
+    import gym
+
+    envs = envpool.make("Pong-v5", env_type="gym", num_envs=2, episodic_life=True, reward_clip=True, seed=1)
+    assert isinstance(envs.action_space, gym.spaces.Discrete) and envs.action_space.n == 6
+    wrapped = gym.Wrapper(envs)
+    obs = wrapped.reset()
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    rewards = []
+    for _ in range(300):  # Pong: the computer scores within the first few hundred steps
+        obs, reward, done, info = wrapped.step(np.zeros(2, np.int64))
+        assert reward.dtype == np.float32 and done.dtype == bool and obs.shape == (2, 4, 84, 84)
+        assert set(info) >= {"reward", "terminated", "lives"}
+        np.testing.assert_array_equal(reward, np.sign(info["reward"]))
+        rewards.append(info["reward"])
+    assert np.min(rewards) == -1  # a point lost
+    envs.close()
+    counted = [line.split(",")[1] for line in (tmp_path / "steps.csv").read_text().splitlines()]
+    assert counted[:2] == ["8", "16"] and counted[-1] == "600"
 
 
 def test_ppo_phases_account_for_each_iteration(tmp_path):
