@@ -50,9 +50,9 @@ def test_gae_matches_a_plain_python_loop():
 
 
 @pytest.mark.parametrize("block", [64, 4, 1])
-def test_gae_across_blocks_matches_the_loop(monkeypatch, block):
-    # discounted_sums works in blocks of SUM_BLOCK steps chained from the last, the first padded:
-    # 150 steps are 3 blocks of 64 (the first padded), 38 of 4, or the loop itself (1)
+def test_gae_in_blocks_matches_the_loop(monkeypatch, block):
+    # on a GPU, GAE's recursion runs as discounted_sums: blocks of SUM_BLOCK steps chained from the
+    # last, the first padded: 150 steps are 3 blocks of 64 (the first padded), 38 of 4, or the loop (1)
     monkeypatch.setattr(returns, "SUM_BLOCK", block)
     g = torch.Generator().manual_seed(2)
     T, N = 150, 4
@@ -63,7 +63,26 @@ def test_gae_across_blocks_matches_the_loop(monkeypatch, block):
     trunc[63, 1] = trunc[64, 2] = True
     for gamma, lam in ((0.99, 0.95), (1.0, 1.0), (0.9, 0.0)):
         expected = _gae_loop(r.numpy(), v.numpy(), nv.numpy(), term.numpy(), trunc.numpy(), gamma, lam)
-        np.testing.assert_allclose(gae(r, v, nv, term, trunc, gamma, lam).numpy(), expected, rtol=1e-5, atol=2e-5)
+        deltas = r + gamma * nv.masked_fill(term, 0.0) - v
+        got = returns.discounted_sums(deltas, term | trunc, gamma * lam)
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=2e-5)
+
+
+def test_gae_on_the_cpu_keeps_the_torch_loops_bits():
+    # on the CPU the recursion runs step by step in numpy: the bits of the torch loop it replaced,
+    # which seeded runs (and their learning tests) keep
+    g = torch.Generator().manual_seed(4)
+    T, N = 70, 6
+    r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
+    term = torch.rand(T, N, generator=g) < 0.05
+    trunc = (torch.rand(T, N, generator=g) < 0.05) & ~term
+    deltas = r + 0.99 * (1.0 - term.float()) * nv - v
+    decay = 0.99 * 0.95 * (1.0 - (term | trunc).float())
+    expected, last = torch.empty_like(deltas), torch.zeros(N)
+    for t in range(T - 1, -1, -1):
+        last = deltas[t] + decay[t] * last
+        expected[t] = last
+    assert torch.equal(gae(r, v, nv, term, trunc, 0.99, 0.95), expected)
 
 
 def test_gae_by_hand():
