@@ -153,3 +153,39 @@ def test_numpy_acting_collects_what_torch_acting_collects(env_id, tmp_path, monk
             for run in ("numpy", "torch"))
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("env_id,flags", [("CartPole-v1", {}), ("Pendulum-v1", {"total_steps": 1024}),
+                                          ("heron-test/DictObs-v0", {})])
+def test_rollout_next_obs_are_the_envs(env_id, flags, tmp_path, monkeypatch):
+    """The rollout stores next_obs as the next step's obs (copied where the rollout already is) except
+    at its last step and where an episode ended (terminated: CartPole; truncated at 200 steps:
+    Pendulum): every stored next obs must be the one the env returned."""
+    import importlib
+
+    from heron.core.envs import VecEnv
+
+    ppo_train = importlib.import_module("heron.algos.ppo.train")
+    returned, stored = [], []
+    step = VecEnv.step
+
+    def recording_step(self, actions):
+        out = step(self, actions)
+        returned.append((out.next_obs.copy(), out.terminated | out.truncated))
+        return out
+
+    as_sequences = ppo_train.as_sequences
+    monkeypatch.setattr(VecEnv, "step", recording_step)
+    monkeypatch.setattr(ppo_train, "as_sequences", lambda data: (stored.append(
+        {k: data[k][-1].clone() for k in ("next_obs", "terminated", "truncated")}), as_sequences(data))[1])
+    heron.train("ppo", env_id=env_id, run_dir=str(tmp_path / "r"), **{**TINY, **flags})
+    T = TINY["num_steps"]
+    assert len(returned) == T * len(stored)
+    ended = 0
+    for i, rollout in enumerate(stored):  # the newest rollout's slot, [T, N, ...]
+        envs_next = np.stack([r[0] for r in returned[i * T:(i + 1) * T]]).astype(np.float32)
+        np.testing.assert_array_equal(rollout["next_obs"].numpy(), envs_next, err_msg=f"rollout {i}")
+        ended += int(np.stack([r[1] for r in returned[i * T:(i + 1) * T]]).sum())
+    assert ended >= 2  # episodes ended inside rollouts, where next_obs is not the next obs
+    if env_id == "Pendulum-v1":
+        assert bool(torch.stack([r["truncated"] for r in stored]).any())

@@ -295,7 +295,8 @@ def train(cfg: Config, run: Run) -> dict:
         # each step's tensors and arrays are kept in lists and written to the buffer once per rollout
         # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
-        got = {name: [] for name in ("next_obs", "rewards", "starts", "terminated", "truncated")}
+        got = {name: [] for name in ("rewards", "starts", "terminated", "truncated")}
+        finals = []  # (step, envs, their final obs) where episodes ended: the only next_obs not the next obs
         noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
         # numpy acting (feed-forward MLPs on the CPU), the recorded acting step, or None; per rollout
         fast = recorded or (twin.refresh() if twin is not None else model).numpy_acting(N)
@@ -318,9 +319,12 @@ def train(cfg: Config, run: Run) -> dict:
             done = step.terminated | step.truncated
             for name, value in zip(seen, (obs_t, actions, logp, v)):
                 seen[name].append(value)
-            for name, value in zip(got, (step.next_obs, scaler(step.rewards, done) if scaler else step.rewards,
-                                         starts, step.terminated, step.truncated)):
+            for name, value in zip(got, (scaler(step.rewards, done) if scaler else step.rewards, starts,
+                                         step.terminated, step.truncated)):
                 got[name].append(value)
+            if done.any():
+                ended = np.flatnonzero(done)
+                finals.append((np.full(len(ended), t), ended, step.next_obs[ended]))
             obs, starts = step.obs, done
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
@@ -329,6 +333,14 @@ def train(cfg: Config, run: Run) -> dict:
             w[name].copy_(stacked if name != "values" else model.value_norm.denormalize(stacked))
         for name, arrays in got.items():
             w[name].copy_(torch.from_numpy(np.stack(arrays)))
+        # next_obs_t is obs_{t+1} except at the last step and where an episode ended: a copy where the
+        # rollout already is (on a GPU: frames uploaded once, not twice), then the exceptions
+        w["next_obs"][:-1].copy_(w["obs"][1:])
+        w["next_obs"][-1].copy_(torch.from_numpy(np.asarray(step.next_obs)))
+        if finals:
+            rows, cols, final = (np.concatenate(part) for part in zip(*finals))
+            w["next_obs"][torch.from_numpy(rows), torch.from_numpy(cols)] = \
+                torch.from_numpy(final).to(device, w["next_obs"].dtype)
         buf.commit()
 
         # -- learn ----------------------------------------------------------------------------------
