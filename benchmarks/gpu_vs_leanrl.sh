@@ -210,7 +210,7 @@ import importlib
 for name in ('torch', 'gymnasium', 'mujoco', 'ale_py', 'tensordict', 'torchrl', 'tyro'):
     try:
         print(name, importlib.import_module(name).__version__, end='  ')
-    except Exception as exc:
+    except Exception:
         print(name, 'absent', end='  ')
 print()" 2>&1 | tail -3 | tee -a $OUT/summary.txt
 
@@ -220,7 +220,8 @@ for algo in ${ALGOS:-sac td3 ppo}; do
     if [ $algo = atari ]; then  # PPO from Pong frames, 8 envs x 128 steps on both sides
         # LeanRL's Atari script reads EnvPool and the old gym package: their stand-ins are a folder of
         # their own (the continuous scripts' torchrl would take this gym for the real one)
-        env=PongNoFrameskip-v4 seconds=${ATARI_SECONDS:-100} threads=8 stub=$(cd "$(dirname "$0")" && pwd)/leanrl_stubs:$W/stub
+        env=PongNoFrameskip-v4 seconds=${ATARI_SECONDS:-100} threads=8
+        stub=$(cd "$(dirname "$0")" && pwd)/leanrl_stubs:$W/stub
         script=.leanrl/leanrl/ppo_atari_envpool_torchcompile.py
         heron_flags="--preset atari --env-backend ale --total-steps 10000000"; start=20480; every=1024
         leanrl_flags="--env-id Pong-v5 --total-timesteps 10000000"

@@ -1,9 +1,9 @@
 """Stand-in for EnvPool, for LeanRL's Atari script (benchmarks/gpu_vs_leanrl.sh puts this folder on
-its PYTHONPATH): EnvPool's wheel (64 MB) does not fit a device call beside ALE's and OpenCV's, so its Atari envs
-come from ALE's own vector env (ale-py 0.12, a port of EnvPool's Atari env, the one heron's
---env-backend ale steps): the same preprocessing (no-op starts, fire reset, frame skip 4 with
-max-pooling, 84x84 grayscale, a stack of 4), a lost life ending the episode, rewards clipped to
-their sign, a finished env reset at its next step (EnvPool's order), one thread per env; no
+its PYTHONPATH). EnvPool's wheel (64 MB) does not fit a device call beside ALE's and OpenCV's, so
+the Atari envs come from ALE's own vector env (ale-py 0.12, a port of EnvPool's Atari env, the one
+heron's --env-backend ale steps): the same preprocessing (no-op starts, fire reset, frame skip 4
+with max-pooling, 84x84 grayscale, a stack of 4), a lost life ending the episode, rewards clipped
+to their sign, a finished env reset at its next step (EnvPool's order), one thread per env; no
 sticky actions (EnvPool's default). make(..., env_type="gym") gives the old Gym API that script
 reads: reset() -> obs, step(a) -> (obs, reward, done, info) with info's raw "reward",
 "terminated" (the game is over) and "lives". It notes (env steps, time) in $LEANRL_STEPS each

@@ -253,7 +253,8 @@ class RecordedActing:
         def packed(obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
             params, values, _ = model.step(obs, torch.zeros(len(obs), 0, device=obs.device))
             actions, logp = head.sample_logp(params, noise)
-            return torch.cat([actions.reshape(len(obs), -1).float(), logp[:, None].float(), values[:, None].float()], -1)
+            return torch.cat([actions.reshape(len(obs), -1).float(), logp[:, None].float(),
+                              values[:, None].float()], -1)  # [N, A + 2]
 
         self.graph = GraphedActor(packed, device)
         if head.kind == "box":
