@@ -44,7 +44,6 @@ class Clock:
     def __init__(self):
         self.iterations: list[dict[str, float]] = []
         self.current: dict[str, float] = defaultdict(float)
-        self.last: float | None = None
         self.steps_per_iteration = 0
 
     @staticmethod

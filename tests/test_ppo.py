@@ -39,12 +39,17 @@ def _gae_loop(r, v, nv, term, trunc, gamma, lam):
     return adv
 
 
-def test_gae_matches_a_plain_python_loop():
-    g = torch.Generator().manual_seed(0)
-    T, N = 37, 5
+def _random_rollout(seed, T, N, p):
+    """Rewards, values, next values [T, N]; terminations and truncations (not both) with chance p."""
+    g = torch.Generator().manual_seed(seed)
     r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
-    term = torch.rand(T, N, generator=g) < 0.1
-    trunc = (torch.rand(T, N, generator=g) < 0.1) & ~term
+    term = torch.rand(T, N, generator=g) < p
+    trunc = (torch.rand(T, N, generator=g) < p) & ~term
+    return r, v, nv, term, trunc
+
+
+def test_gae_matches_a_plain_python_loop():
+    r, v, nv, term, trunc = _random_rollout(0, 37, 5, 0.1)
     expected = _gae_loop(r.numpy(), v.numpy(), nv.numpy(), term.numpy(), trunc.numpy(), 0.97, 0.9)
     np.testing.assert_allclose(gae(r, v, nv, term, trunc, 0.97, 0.9).numpy(), expected, rtol=1e-5, atol=1e-5)
 
@@ -54,11 +59,7 @@ def test_gae_in_blocks_matches_the_loop(monkeypatch, block):
     # on a GPU, GAE's recursion runs as discounted_sums: blocks of SUM_BLOCK steps chained from the
     # last, the first padded: 150 steps are 3 blocks of 64 (the first padded), 38 of 4, or the loop (1)
     monkeypatch.setattr(returns, "SUM_BLOCK", block)
-    g = torch.Generator().manual_seed(2)
-    T, N = 150, 4
-    r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
-    term = torch.rand(T, N, generator=g) < 0.03
-    trunc = (torch.rand(T, N, generator=g) < 0.03) & ~term
+    r, v, nv, term, trunc = _random_rollout(2, 150, 4, 0.03)
     term[60:70, 0] = True  # episodes ending at a block's edge and in a run of steps
     trunc[63, 1] = trunc[64, 2] = True
     for gamma, lam in ((0.99, 0.95), (1.0, 1.0), (0.9, 0.0)):
@@ -71,11 +72,8 @@ def test_gae_in_blocks_matches_the_loop(monkeypatch, block):
 def test_gae_on_the_cpu_keeps_the_torch_loops_bits():
     # on the CPU the recursion runs step by step in numpy: the bits of the torch loop it replaced,
     # which seeded runs (and their learning tests) keep
-    g = torch.Generator().manual_seed(4)
     T, N = 70, 6
-    r, v, nv = (torch.randn(T, N, generator=g) for _ in range(3))
-    term = torch.rand(T, N, generator=g) < 0.05
-    trunc = (torch.rand(T, N, generator=g) < 0.05) & ~term
+    r, v, nv, term, trunc = _random_rollout(4, T, N, 0.05)
     deltas = r + 0.99 * (1.0 - term.float()) * nv - v
     decay = 0.99 * 0.95 * (1.0 - (term | trunc).float())
     expected, last = torch.empty_like(deltas), torch.zeros(N)
