@@ -59,6 +59,10 @@
 # and/or "features-autograd" (SAC, TD3: the autograd step recorded, --fused-update false);
 # a mode naming "behind" (e.g. "features-behind") turns --act-ahead off: every env step after the
 # update in flight, for the A/B of acting ahead of the critic-only steps;
+# PPO: a mode naming "once" (e.g. "features-once") computes the advantages once per rollout
+# (--recompute-adv false), as LeanRL's and CleanRL's PPO do, where heron's default (DI-engine's)
+# re-values the rollout before every epoch: the same algorithm on both sides; "tf32" adds
+# --precision tf32, the TF32 matrix products LeanRL's scripts ask for (float32_matmul_precision high);
 # LEANRL_MODE (default "--compile --cudagraphs") LeanRL's speed-ups, e.g. "--cudagraphs" alone.
 #
 # LeanRL's scripts were written for Gymnasium 0.29; here they run on 1.4 (heron's, for v5 envs and
@@ -244,6 +248,8 @@ for algo in ${ALGOS:-sac td3 ppo}; do
         [[ $mode = *compiled* ]] && mode_flags="$mode_flags --compile true"
         [[ $mode = *behind* ]] && mode_flags="$mode_flags --act-ahead false"  # the A/B of --act-ahead
         [[ $mode = *autograd* ]] && mode_flags="$mode_flags --fused-update false"
+        [[ $mode = *once* ]] && mode_flags="$mode_flags --recompute-adv false"  # LeanRL's (CleanRL's) PPO
+        [[ $mode = *tf32* ]] && mode_flags="$mode_flags --precision tf32"  # LeanRL's TF32 matrix products
         label=heron$([ $mode = graphs ] || echo "-$mode")
         dir=$RUNS/vs-$algo-$mode log="$OUT/$label-$algo.log"
         timeout -s INT -k 30 $seconds python3 -m heron train $([ $algo = atari ] && echo ppo || echo $algo) \

@@ -341,3 +341,6 @@ def test_ppo_recorded_acting_unpacks_what_the_step_acts(monkeypatch, body, actio
         np.testing.assert_array_equal(a, b.numpy(), err_msg=name)
     if action == "box":
         assert (got[1] != got[0]).any()  # some samples beyond the bounds: clipped for the env alone
+    # the rollout passes tensors: the observations it keeps (on a GPU: uploaded once), its noise
+    for a, b in zip(RecordedActing(model, "cpu")(torch.as_tensor(obs), noise), got):
+        np.testing.assert_array_equal(a, b)

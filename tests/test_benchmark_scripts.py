@@ -149,7 +149,8 @@ class Run:
         with open(os.environ["CALLS"], "a") as f:
             f.write(json.dumps(dict(algo=algo, **{k: getattr(cfg, k, None) for k in (
                 "run_dir", "cuda_graphs", "compile", "act_ahead", "act_on_host", "fused_update", "eval_async", "eval_every",
-                "checkpoint_every", "env_id", "env_backend", "num_envs", "num_steps", "torch_threads")})) + "\\n")
+                "checkpoint_every", "env_id", "env_backend", "num_envs", "num_steps", "torch_threads", "recompute_adv",
+                "precision")})) + "\\n")
         Path(cfg.run_dir).mkdir(parents=True)
         with open(Path(cfg.run_dir) / "metrics.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -260,14 +261,18 @@ def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
 def test_gpu_vs_leanrl_runs_atari_pong_on_both_sides(tmp_path):
     """ALGOS=atari: heron's PPO from Pong frames on ALE's vector env (--preset atari, 8 threads), then
     LeanRL's Atari script on its EnvPool and gym stand-ins (ALE's vector env under EnvPool's API)."""
-    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="atari", HERON_MODES="graphs features",
+    modes = ("graphs", "features-once-tf32")
+    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="atari", HERON_MODES=" ".join(modes),
                         ATARI_SECONDS="60", LEANRL_SECONDS="60")
-    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-atari-{m}") for m in ("graphs", "features")]
+    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-atari-{m}") for m in modes]
     for c in calls:
         assert c["algo"] == "ppo" and c["cuda_graphs"] and c["env_id"] == "PongNoFrameskip-v4"
         assert (c["env_backend"], c["num_envs"], c["num_steps"], c["torch_threads"]) == ("ale", 8, 128, 8)
     assert (calls[0]["eval_every"], calls[0]["checkpoint_every"]) == (0, 0)
     assert (calls[1]["eval_every"], calls[1]["checkpoint_every"]) == (250_000, 100_000)  # the preset's evaluations
+    # "once": advantages computed once per rollout, as LeanRL's PPO; "tf32": its TF32 matrix products
+    assert (calls[0]["recompute_adv"], calls[0]["precision"]) == (True, "32")
+    assert (calls[1]["recompute_adv"], calls[1]["precision"]) == (False, "tf32")
     leanrl = (tmp_path / "calls.jsonl.leanrl").read_text().split()
     assert leanrl[1] == ".leanrl/leanrl/ppo_atari_envpool_torchcompile.py"  # (leanrl[0]: the stub)
     assert " ".join(leanrl[2:7]) == "--compile --cudagraphs --env-id Pong-v5 --total-timesteps"
@@ -322,3 +327,17 @@ def test_ppo_phases_account_for_each_iteration(tmp_path):
                           "after_step"]
     shares = [float(r[-1].rstrip("%")) for r in rows.values()]
     assert abs(sum(shares) - 100) < 0.5 and all(s > 0 for s in shares[:5]), rows
+
+
+def test_atari_pipeline_times_both_rollout_loops():
+    """benchmarks/atari_pipeline.py (would two env halves stepped in turn pay?): both loops and the
+    envs alone run and are reported, with their ratio."""
+    pytest.importorskip("ale_py")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "atari_pipeline.py"), "--device", "cpu",
+                           "--num-envs", "2", "--steps", "20", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert [" ".join(r[:-2]) for r in rows[:4]] == ["envs alone, 2 envs", "envs alone, 1 envs", "act, then step 2 envs",
+                                                   "two halves of 1 in turn"]
+    assert all(float(r[-2]) > 0 for r in rows[:4]) and rows[4][:3] == ["two", "halves", "/"]

@@ -509,7 +509,8 @@ def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
 def test_ppo_recorded_acting_equals_eager_acting(body, action):
     """--cuda-graphs records PPO's acting step where no CPU twin acts (a CNN, a shared body): its
     replays give the eager step's actions, log-probs and values on the same observations and noise,
-    with the weights moved in place between calls reaching the replays."""
+    with the weights moved in place between calls reaching the replays, whether the observations and
+    noise come as arrays or, as the rollout passes them, already on the GPU."""
     from heron.algos.ppo.networks import RecordedActing
 
     image = body == "cnn"
@@ -525,7 +526,7 @@ def test_ppo_recorded_acting_equals_eager_acting(body, action):
         obs = rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8) if image else \
             rng.standard_normal((8, 5)).astype(np.float32)
         noise = model.pi_head.noise((8,), "cuda")
-        got = recorded(obs, noise.cpu().numpy())
+        got = recorded(obs, noise.cpu().numpy()) if i % 2 else recorded(torch.as_tensor(obs, device="cuda"), noise)
         with torch.no_grad():
             params, values, _ = model.step(torch.as_tensor(obs, device="cuda"), torch.zeros(8, 0, device="cuda"))
             actions, logp = model.pi_head.sample_logp(params, noise)

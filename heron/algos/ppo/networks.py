@@ -260,7 +260,9 @@ class RecordedActing:
         if head.kind == "box":
             self.low, self.high = head.low.cpu().numpy(), head.high.cpu().numpy()
 
-    def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(self, obs: np.ndarray | torch.Tensor, noise: np.ndarray | torch.Tensor) -> tuple[np.ndarray, ...]:
+        """``obs`` and ``noise`` arrays, or tensors already on the device (the rollout's: its frames
+        uploaded once, its noise drawn there)."""
         out = self.graph(obs, noise)  # [N, A + 2]
         k, kind = self.width, self.head.kind
         if kind == "box":

@@ -300,9 +300,12 @@ def train(cfg: Config, run: Run) -> dict:
         noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
         # numpy acting (feed-forward MLPs on the CPU), the recorded acting step, or None; per rollout
         fast = recorded or (twin.refresh() if twin is not None else model).numpy_acting(N)
-        noise_np = noise.cpu().numpy() if fast else None
+        noise_np = noise.cpu().numpy() if fast and recorded is None else None
         for t in range(T):
-            if fast:
+            if recorded is not None:  # the frames go up once (to the graph's input and the rollout); the noise is there
+                obs_t = torch.as_tensor(obs, device=device)
+                to_env, actions, logp, v = recorded(obs_t, noise[t])
+            elif fast:
                 to_env, actions, logp, v = fast(obs, noise_np[t])
                 obs_t = obs
             else:
@@ -329,7 +332,8 @@ def train(cfg: Config, run: Run) -> dict:
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
         for name, values in seen.items():  # [T, N, ...]
-            stacked = torch.from_numpy(np.stack(values)).to(device) if fast else torch.stack(values)
+            on_device = torch.is_tensor(values[0])  # (from numpy acting: arrays)
+            stacked = torch.stack(values) if on_device else torch.from_numpy(np.stack(values)).to(device)
             w[name].copy_(stacked if name != "values" else model.value_norm.denormalize(stacked))
         for name, arrays in got.items():
             w[name].copy_(torch.from_numpy(np.stack(arrays)))
