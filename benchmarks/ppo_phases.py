@@ -92,7 +92,7 @@ def install(clock: Clock) -> None:
             return out
         return wrapper
 
-    make_envs = ppo._make_envs
+    make_envs = ppo.make_envs
 
     def timed_make_envs(cfg, run):
         envs = make_envs(cfg, run)
@@ -117,7 +117,7 @@ def install(clock: Clock) -> None:
         after_step(self, *args, **kwargs)
         clock.add("after_step", clock.now() - start)
 
-    ppo.set_lr, ppo.as_sequences, ppo._make_envs = timed_set_lr, timed_as_sequences, timed_make_envs
+    ppo.set_lr, ppo.as_sequences, ppo.make_envs = timed_set_lr, timed_as_sequences, timed_make_envs
     ppo.value_pass, ppo.targets = timed("value passes", ppo.value_pass), timed("advantages", ppo.targets)
     Run.after_step = timed_after_step
 

@@ -10,7 +10,8 @@ import torch
 
 from heron.algos.ppo import losses
 from heron.algos.ppo.networks import ActorCritic
-from heron.algos.ppo.train import action_info, as_sequences, targets, value_pass
+from heron.algos.ppo.spaces import action_info
+from heron.algos.ppo.train import as_sequences, targets, value_pass
 from heron.core import returns
 from heron.core.nets import RunningNorm
 from heron.core.returns import RewardScaler, gae, nstep_returns

@@ -1,7 +1,8 @@
 """Proximal Policy Optimization with DI-engine's options (seed 004)."""
 
 from heron.algos.ppo.config import PRESETS, SEARCH_SPACE, Config
-from heron.algos.ppo.train import check, load_policy, train
+from heron.algos.ppo.spaces import check
+from heron.algos.ppo.train import load_policy, train
 
 DESCRIPTION = ("Proximal Policy Optimization: clipped surrogate (dual clip), GAE, value/obs normalization, "
                "recurrent and off-policy modes (Discrete, MultiDiscrete, Box; vectors and images)")
