@@ -238,7 +238,7 @@ class NumpyActing:
 class RecordedActing:
     """PPO's acting step recorded as a CUDA graph (``--cuda-graphs`` on a GPU) for the feed-forward
     bodies that do not act in numpy on a CPU twin (CNNs, a shared body, mixed precision): obs
-    [N, ...] and the step's noise [N, K] as arrays -> what ``NumpyActing`` returns (the actions for
+    [N, ...] and the step's noise [N, K] -> what ``NumpyActing`` returns (the actions for
     the env, the actions, their log-probs, the normalized values), from ``ActorCritic.step`` and
     ``ActionHead.sample_logp``. The graph packs actions, log-probs and values into one float32
     [N, A + 2] output (``GraphedActor``), so an env step makes one copy back; integer actions
