@@ -341,3 +341,19 @@ def test_atari_pipeline_times_both_rollout_loops():
     assert [" ".join(r[:-2]) for r in rows[:4]] == ["envs alone, 2 envs", "envs alone, 1 envs", "act, then step 2 envs",
                                                    "two halves of 1 in turn"]
     assert all(float(r[-2]) > 0 for r in rows[:4]) and rows[4][:3] == ["two", "halves", "/"]
+
+
+def test_cpu_profile_splits_a_training_by_kind_of_work():
+    """benchmarks/cpu_profile.py: the profiled window of a training, split into matrix products,
+    other torch operators and what runs outside torch, the shares adding up."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_profile.py"), "--skip", "150", "--window", "100",
+                           "--", "td3", "--env-id", "Pendulum-v1", "--total-steps", "300", "--learning-starts", "100",
+                           "--eval-every", "0", "--checkpoint-every", "0", "--eval-episodes", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("100 profiled iterations"))
+    shares = {line[:32].strip(): float(line.split()[-1].rstrip("%")) for line in lines[head + 1:]
+              if line.endswith("%")}
+    assert {"matrix products", "outside torch (env, Python)", "other torch operators"} <= set(shares), shares
+    assert abs(sum(shares.values()) - 100) < 0.5 and shares["matrix products"] > 0
