@@ -104,12 +104,12 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.torch_threads)
     device, n = torch.device(a.device), a.num_envs
-    full = make_envs(a.game, n, 1)
-    halves = [make_envs(a.game, n // 2, 1), make_envs(a.game, n - n // 2, 1 + n // 2)]
-    n_actions = int(full.single_action_space.n)
-    act_full, act_half = make_actor(n_actions, n, device), make_actor(n_actions, n // 2, device)
     if n % 2:
         raise SystemExit("--num-envs must be even")
+    full = make_envs(a.game, n, 1)
+    halves = [make_envs(a.game, n // 2, 1), make_envs(a.game, n // 2, 1 + n // 2)]  # envs 0..n/2-1, n/2..n-1
+    n_actions = int(full.single_action_space.n)
+    act_full, act_half = make_actor(n_actions, n, device), make_actor(n_actions, n // 2, device)
     for _ in range(5):  # warm-up: the graphs' warm-up calls and capture
         act_full(np.zeros((n, 4, 84, 84), np.uint8))
         act_half(np.zeros((n // 2, 4, 84, 84), np.uint8))

@@ -13,7 +13,7 @@ The first profiles ``--window`` iterations of ``heron train ARGS`` (everything a
 after ``--skip`` (an iteration: one ``after_step``, an env step and its updates for SAC and TD3,
 a rollout and its epochs for PPO); the second, two DreamerV2 gradient steps at
 ``benchmarks/dreamer_vs_sheeprl.py``'s sizes after one warm-up. One torch thread (``--threads``).
-It prints each kind's share and the operators that took the most time, with their shapes.
+It prints each kind's share and the operators that took the most time.
 """
 
 from __future__ import annotations
