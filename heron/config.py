@@ -206,8 +206,8 @@ class OffPolicyConfig(RunConfig):
                           "is (the critic-only steps between actor updates; feed-forward actors), so that on a GPU "
                           "the env steps while the critics train; the same numbers either way")
     act_on_host: bool = opt(False, "on a GPU, act in numpy on a host copy of the actor, brought up to date after "
-                            "each actor step, instead of on the GPU (feed-forward float32 actors, --obs-norm "
-                            "false): no launch or wait on the GPU at an env step between actor steps")
+                            "each actor step, instead of on the GPU (feed-forward actors, in float32 whatever "
+                            "--precision, --obs-norm false): no launch or wait on the GPU at an env step between actor steps")
 
     def validate(self) -> None:
         super().validate()
@@ -231,6 +231,3 @@ class OffPolicyConfig(RunConfig):
         if self.act_on_host and self.obs_norm:
             raise HeronError("--act-on-host reads a copy of the actor made at actor steps: it cannot follow the "
                              "statistics that --obs-norm true updates at every env step")
-        if self.act_on_host and self.precision.endswith("mixed"):
-            raise HeronError(f"--act-on-host acts in float32 numpy: it needs --precision 32 or tf32, "
-                             f"got {self.precision}")

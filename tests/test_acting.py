@@ -84,12 +84,22 @@ def test_sac_numpy_actor_samples_what_act_samples(obs_norm):
 
 
 def test_numpy_acting_only_where_it_applies():
-    """Torch keeps acting for recurrent encoders, mixed precision, and products large enough for
-    numpy's BLAS to use more threads than the run's."""
+    """Torch keeps acting for recurrent encoders and products large enough for numpy's BLAS to use
+    more threads than the run's. Under bf16-mixed SAC and TD3 act in float32 numpy (their actions
+    enter no loss): the float32 forward's actions, as a saved policy's."""
     actor, _ = td3_build(11, -torch.ones(3), torch.ones(3), (256, 256), False)
     assert TD3NumpyActor.of(actor, 3) is not None and TD3NumpyActor.of(actor, 4) is None  # 4 x 256 x 256 = 2^18
+    obs = np.random.default_rng(0).normal(size=(2, 11)).astype(np.float32)
+    with torch.no_grad():
+        float32 = actor(torch.from_numpy(obs)).numpy()
     Precision("bf16-mixed", torch.device("cpu")).apply(actor)
-    assert TD3NumpyActor.of(actor, 1) is None
+    fast = TD3NumpyActor.of(actor, 2)
+    np.testing.assert_allclose(fast(obs), float32, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        assert not np.allclose(actor(torch.from_numpy(obs)).numpy(), float32, rtol=1e-5, atol=1e-6)  # torch: bf16
+    sac_mixed, _ = build(5, LOW, HIGH, (32,), False, "none", 8)
+    Precision("bf16-mixed", torch.device("cpu")).apply(sac_mixed)
+    assert NumpyActor.of(sac_mixed, 1) is not None
     sac_actor, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert NumpyActor.of(sac_actor, 1) is None
     assert acting.PRODUCT_MAX == 2 ** 18 - 1
@@ -163,15 +173,19 @@ def test_policy_predicts_in_numpy_what_the_actor_acts(make):
 
 
 def test_policy_keeps_torch_where_numpy_does_not_apply():
-    """A recurrent actor and a mixed-precision one act through torch in Policy.predict."""
+    """A recurrent actor and a mixed-precision PPO model act through torch in Policy.predict; a
+    mixed-precision TD3 actor in float32 numpy (``heron.core.acting``)."""
     recurrent, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert recurrent.numpy_mode(3) is None
-    mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
+    mixed = _ppo_model("box")
     Precision("bf16-mixed", torch.device("cpu")).apply(mixed)
     for actor, state in ((recurrent, 8), (mixed, 0)):
         policy = Policy(actor, (5,), state)
         assert policy._numpy_mode(3) is None
         assert policy.predict(_obs(3)).shape == (3, 3)
+    td3_mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
+    Precision("bf16-mixed", torch.device("cpu")).apply(td3_mixed)
+    assert Policy(td3_mixed, (5,))._numpy_mode(3) is not None
 
 
 def record_loop(monkeypatch, acting_call: tuple) -> list:
@@ -264,7 +278,8 @@ def test_host_copy_follows_its_module_when_told():
         torch.testing.assert_close(torch.from_numpy(fast(_obs(3))), actor(torch.as_tensor(_obs(3))), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("algo,extra", [("td3", {}), ("sac", DELAY_3)], ids=["td3", "sac-delay-3-two-steps-two-envs"])
+@pytest.mark.parametrize("algo,extra", [("td3", {}), ("sac", DELAY_3), ("td3", {"precision": "bf16-mixed"})],
+                         ids=["td3", "sac-delay-3-two-steps-two-envs", "td3-bf16-mixed"])
 def test_acting_on_a_host_copy_changes_no_number(algo, extra, tmp_path, monkeypatch):
     """--act-on-host: acting reads a copy of the actor brought up to date at the first act after
     each actor step, and at no other. On the CPU, where the numpy acting otherwise reads the actor

@@ -52,7 +52,6 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
     (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
     (["train", "td3", "--act-on-host", "--obs-norm"], "--act-on-host reads a copy of the actor made at actor steps"),
-    (["train", "sac", "--act-on-host", "--precision", "bf16-mixed"], "--act-on-host acts in float32 numpy"),
     (["train", "sac", "--act-on-host", "--recurrent", "gru"], "--act-on-host acts in numpy with a feed-forward"),
     (["train", "td3", "--act-on-host", "--num-envs", "4"], "4 env(s) per process are too many for an actor of 3 x 256"),
     (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),

@@ -132,15 +132,19 @@ def test_td3_lean_step_equals_the_autograd_step(mix):
     assert_same_steps(reference, written, ref, mine, td3_batches(5), [step % 2 == 1 for step in range(5)])
 
 
-def test_td3_lean_step_follows_weights_loaded_or_moved_between_steps():
-    """The hand-written step keeps its layer views between steps (``heron.core.lean.LayerViews``):
-    weights loaded in place (a checkpoint) and a parameter whose storage was replaced must both
-    reach the next step, as the autograd step sees them."""
+@pytest.mark.parametrize("mode", ["32", "bf16-mixed"])
+def test_td3_lean_step_follows_weights_loaded_or_moved_between_steps(mode):
+    """The hand-written step keeps its layer views (under bf16-mixed, its cast weights) between
+    steps (``heron.core.lean.LayerViews``): weights loaded in place (a checkpoint) and a parameter
+    whose storage was replaced must both reach the next step, as the autograd step sees them."""
     cfg = TD3Config(hidden_sizes=(32, 32))
     ref, mine = make_td3_nets(cfg), make_td3_nets(cfg)
-    reference, written = td3_make_update(cfg, ref, Precision("32", CPU)), td3_lean.LeanUpdate(cfg, mine)
+    prec = Precision(mode, CPU)
+    prec.apply(ref.actor, ref.critic, ref.actor_target, ref.critic_target)
+    reference, written = td3_make_update(cfg, ref, prec), td3_lean.LeanUpdate(cfg, mine, prec.dtype)
+    tol = 1e-4 if prec.dtype is None else 2e-3
     batches = td3_batches(4)
-    assert_same_steps(reference, written, ref, mine, batches[:2], [False, True])
+    assert_same_steps(reference, written, ref, mine, batches[:2], [False, True], tol)
     other = make_td3_nets(cfg, seed=1)
     for nets in (ref, mine):
         nets.critic.load_state_dict(other.critic.state_dict())  # in place
@@ -151,7 +155,7 @@ def test_td3_lean_step_follows_weights_loaded_or_moved_between_steps():
     mine.actor_target.net[0].weight.data = other.actor_target.net[0].weight.detach().clone()
     with torch.no_grad():
         ref.actor_target.net[0].weight.copy_(other.actor_target.net[0].weight)
-    assert_same_steps(reference, written, ref, mine, batches[2:], [False, True])
+    assert_same_steps(reference, written, ref, mine, batches[2:], [False, True], tol)
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])

@@ -77,8 +77,9 @@ class NumpyActor:
 
     @staticmethod
     def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
-        """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None."""
-        ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net), actor.net.amp_dtype)
+        """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None; in float32
+        under mixed precision too (``heron.core.acting``)."""
+        ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net))
         return NumpyActor(actor) if ok else None
 
     def __call__(self, obs: np.ndarray, normals: np.ndarray) -> np.ndarray:

@@ -46,8 +46,9 @@ class NumpyActor:
 
     @staticmethod
     def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
-        """The numpy actor where it applies (``acting.eligible``), else None."""
-        return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net), actor.net.amp_dtype) else None
+        """The numpy actor where it applies (``acting.eligible``), else None; in float32 under
+        mixed precision too (``heron.core.acting``)."""
+        return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net)) else None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         return np.tanh(self.mlp(acting.normalize(obs, self.norm))) * self.scale + self.bias
