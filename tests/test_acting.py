@@ -85,21 +85,23 @@ def test_sac_numpy_actor_samples_what_act_samples(obs_norm):
 
 def test_numpy_acting_only_where_it_applies():
     """Torch keeps acting for recurrent encoders and products large enough for numpy's BLAS to use
-    more threads than the run's. Under bf16-mixed SAC and TD3 act in float32 numpy (their actions
-    enter no loss): the float32 forward's actions, as a saved policy's."""
+    more threads than the run's. Under bf16-mixed SAC's and TD3's training loops act in float32
+    numpy (``mixed``; their actions enter no loss): the float32 forward's actions, as a saved
+    policy's; evaluations (``of`` without it) keep the run's precision."""
     actor, _ = td3_build(11, -torch.ones(3), torch.ones(3), (256, 256), False)
     assert TD3NumpyActor.of(actor, 3) is not None and TD3NumpyActor.of(actor, 4) is None  # 4 x 256 x 256 = 2^18
     obs = np.random.default_rng(0).normal(size=(2, 11)).astype(np.float32)
     with torch.no_grad():
         float32 = actor(torch.from_numpy(obs)).numpy()
     Precision("bf16-mixed", torch.device("cpu")).apply(actor)
-    fast = TD3NumpyActor.of(actor, 2)
+    assert TD3NumpyActor.of(actor, 2) is None
+    fast = TD3NumpyActor.of(actor, 2, mixed=True)
     np.testing.assert_allclose(fast(obs), float32, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         assert not np.allclose(actor(torch.from_numpy(obs)).numpy(), float32, rtol=1e-5, atol=1e-6)  # torch: bf16
     sac_mixed, _ = build(5, LOW, HIGH, (32,), False, "none", 8)
     Precision("bf16-mixed", torch.device("cpu")).apply(sac_mixed)
-    assert NumpyActor.of(sac_mixed, 1) is not None
+    assert NumpyActor.of(sac_mixed, 1) is None and NumpyActor.of(sac_mixed, 1, mixed=True) is not None
     sac_actor, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert NumpyActor.of(sac_actor, 1) is None
     assert acting.PRODUCT_MAX == 2 ** 18 - 1
@@ -113,7 +115,7 @@ def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
                  obs_norm=True, eval_every=0, eval_episodes=1, checkpoint_every=0, log_every=200, progress="none")
     heron.train(algo, run_dir=str(tmp_path / "numpy"), **flags)
     for module in (sac_networks, td3_networks):
-        monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
+        monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs, mixed=False: None))
     heron.train(algo, run_dir=str(tmp_path / "torch"), **flags)
 
     def returns(run):
@@ -173,19 +175,16 @@ def test_policy_predicts_in_numpy_what_the_actor_acts(make):
 
 
 def test_policy_keeps_torch_where_numpy_does_not_apply():
-    """A recurrent actor and a mixed-precision PPO model act through torch in Policy.predict; a
-    mixed-precision TD3 actor in float32 numpy (``heron.core.acting``)."""
+    """A recurrent actor and a mixed-precision one act through torch in Policy.predict (evaluations
+    run in the run's precision)."""
     recurrent, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert recurrent.numpy_mode(3) is None
-    mixed = _ppo_model("box")
+    mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
     Precision("bf16-mixed", torch.device("cpu")).apply(mixed)
     for actor, state in ((recurrent, 8), (mixed, 0)):
         policy = Policy(actor, (5,), state)
         assert policy._numpy_mode(3) is None
         assert policy.predict(_obs(3)).shape == (3, 3)
-    td3_mixed, _ = td3_build(5, LOW, HIGH, (32, 32), False)
-    Precision("bf16-mixed", torch.device("cpu")).apply(td3_mixed)
-    assert Policy(td3_mixed, (5,))._numpy_mode(3) is not None
 
 
 def record_loop(monkeypatch, acting_call: tuple) -> list:
@@ -230,7 +229,7 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
                  torch_threads=1, eval_async="off", **extra)
     if not numpy_acting:
         for module in (sac_networks, td3_networks):
-            monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs: None))
+            monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs, mixed=False: None))
     acting_call = {("td3", True): (TD3NumpyActor, "__call__"), ("td3", False): (td3_networks.Actor, "forward"),
                    ("sac", True): (sac_networks.NumpyActor, "gaussian"),
                    ("sac", False): (sac_networks.Actor, "gaussian")}[algo, numpy_acting]

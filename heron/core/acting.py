@@ -11,10 +11,10 @@ differ in the last bits, which the algorithms' tests bound against their torch a
 Each algorithm decides where it applies (``eligible``): feed-forward MLPs, float32 CPU weights, and
 products small enough that numpy's BLAS keeps them on the calling thread. Under mixed precision
 PPO keeps acting in torch, in its compute type: its acting log-probs enter the update's ratio,
-which must start at 1. SAC and TD3 act in float32 numpy then too, on the actor's float32 weights,
-as a saved policy does: their actions enter no loss, and at an env's few rows a bfloat16 product
-gains nothing (TD3's 256-256 actor on one Hopper row: 0.15 ms a step in torch bfloat16, 0.017 ms in
-numpy). PPO on a GPU acts on a CPU copy of its model (``CpuTwin``), refreshed once per rollout.
+which must start at 1. SAC's and TD3's training loops act in float32 numpy then too, on the
+actor's float32 weights, as a saved policy does: their actions enter no loss, and at an env's few
+rows a bfloat16 product gains nothing (TD3's 256-256 actor on one Hopper row: 0.15 ms a step in
+torch bfloat16, 0.017 ms in numpy). Evaluations keep the run's precision. PPO on a GPU acts on a CPU copy of its model (``CpuTwin``), refreshed once per rollout.
 """
 
 from __future__ import annotations

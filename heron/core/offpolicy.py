@@ -56,13 +56,13 @@ def check_act_on_host(cfg: Any, spaces: dict, outputs_per_action: int) -> None:
 
 
 def numpy_acting(cfg: Any, actor: torch.nn.Module, num_envs: int,
-                 numpy_of: Callable[[torch.nn.Module, int], Any]) -> tuple[Any, acting.HostCopy | None]:
+                 numpy_of: Callable[..., Any]) -> tuple[Any, acting.HostCopy | None]:
     """The numpy actor a loop acts with (``heron.core.acting``; ``numpy_of``: the algorithm's
-    ``NumpyActor.of``), or None where acting stays in torch: on the actor itself, or with
-    --act-on-host on a host copy of it, returned too, which the loop marks stale after each actor
-    step and brings up to date before it acts."""
+    ``NumpyActor.of``), in float32 under every precision, or None where acting stays in torch: on
+    the actor itself, or with --act-on-host on a host copy of it, returned too, which the loop marks
+    stale after each actor step and brings up to date before it acts."""
     host = acting.HostCopy(actor) if cfg.act_on_host else None
-    fast = numpy_of(host.twin if host else actor, num_envs)
+    fast = numpy_of(host.twin if host else actor, num_envs, mixed=True)
     assert fast or not host, "--act-on-host: the checks before the run let through an actor numpy cannot run"
     return fast, host
 

@@ -30,8 +30,8 @@ parameters, optimizer state, normalizer statistics, activations outside those ch
 and everything computed from network outputs stay float32: distributions (tanh-normal,
 categorical, truncated normal), log-probs, entropies, KL terms, returns, GAE, lambda-returns,
 targets and losses. Networks and losses know nothing about it; an algorithm calls ``apply`` on its
-networks and ``optimize`` for each optimizer step. SAC's and TD3's acting in numpy reads the
-float32 weights in every precision (``heron.core.acting``).
+networks and ``optimize`` for each optimizer step. SAC's and TD3's training loops act in numpy
+on the float32 weights in every precision (``heron.core.acting``).
 """
 
 from __future__ import annotations

@@ -76,10 +76,11 @@ class NumpyActor:
         self.scale, self.bias, self.dim = actor.scale.numpy(), actor.bias.numpy(), actor.action_dim
 
     @staticmethod
-    def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
-        """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None; in float32
-        under mixed precision too (``heron.core.acting``)."""
-        ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net))
+    def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
+        """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None.
+        ``mixed``: under mixed precision too, in float32 (training's acting; ``heron.core.acting``)."""
+        amp = None if mixed else actor.net.amp_dtype
+        ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net), amp)
         return NumpyActor(actor) if ok else None
 
     def __call__(self, obs: np.ndarray, normals: np.ndarray) -> np.ndarray:

@@ -45,10 +45,11 @@ class NumpyActor:
         self.scale, self.bias = actor.scale.numpy(), actor.bias.numpy()
 
     @staticmethod
-    def of(actor: Actor, num_envs: int) -> "NumpyActor | None":
-        """The numpy actor where it applies (``acting.eligible``), else None; in float32 under
-        mixed precision too (``heron.core.acting``)."""
-        return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net)) else None
+    def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
+        """The numpy actor where it applies (``acting.eligible``), else None. ``mixed``: under mixed
+        precision too, in float32 (training's acting; ``heron.core.acting``)."""
+        amp = None if mixed else actor.net.amp_dtype
+        return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net), amp) else None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         return np.tanh(self.mlp(acting.normalize(obs, self.norm))) * self.scale + self.bias
