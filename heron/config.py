@@ -207,7 +207,8 @@ class OffPolicyConfig(RunConfig):
                           "the env steps while the critics train; the same numbers either way")
     act_on_host: bool = opt(False, "on a GPU, act in numpy on a host copy of the actor, brought up to date after "
                             "each actor step, instead of on the GPU (feed-forward actors, in float32 whatever "
-                            "--precision, --obs-norm false): no launch or wait on the GPU at an env step between actor steps")
+                            "--precision, --obs-norm false): no launch or wait on the GPU at an env step "
+                            "between actor steps")
 
     def validate(self) -> None:
         super().validate()

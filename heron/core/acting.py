@@ -14,7 +14,8 @@ PPO keeps acting in torch, in its compute type: its acting log-probs enter the u
 which must start at 1. SAC's and TD3's training loops act in float32 numpy then too, on the
 actor's float32 weights, as a saved policy does: their actions enter no loss, and at an env's few
 rows a bfloat16 product gains nothing (TD3's 256-256 actor on one Hopper row: 0.15 ms a step in
-torch bfloat16, 0.017 ms in numpy). Evaluations keep the run's precision. PPO on a GPU acts on a CPU copy of its model (``CpuTwin``), refreshed once per rollout.
+torch bfloat16, 0.017 ms in numpy). Evaluations keep the run's precision. PPO on a GPU acts on a
+CPU copy of its model (``CpuTwin``), refreshed once per rollout.
 """
 
 from __future__ import annotations
