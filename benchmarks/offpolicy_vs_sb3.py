@@ -411,8 +411,11 @@ def one(args: argparse.Namespace) -> int:
         returns = evaluate(predict, reset, args.env_id, args.eval_episodes, args.seed)
         r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()), eval_returns=returns.tolist())
         if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
+            # a run evaluates in its precision, a saved policy (this script's) in float32
+            why = " (expected in mixed precision: the run evaluates in it, the saved policy in float32)" \
+                if lib.endswith("mixed") else ""
             print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this script's "
-                  f"({r['eval_mean']:.3f}) on the same seeds", flush=True)
+                  f"({r['eval_mean']:.3f}) on the same seeds{why}", flush=True)
     result.write_text(json.dumps(r))
     return 0
 
