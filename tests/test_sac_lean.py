@@ -221,3 +221,19 @@ def test_min_input_grad_split_rows_equal_masks_and_autograd():
         with torch.no_grad():
             got = critics.min_input_grad(kept, which, -1.0 / B, D, split=split)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_bf16_layer_views_follow_a_parameter_replaced_twice_between_steps():
+    """Under bf16-mixed the kept casts are keyed on data pointers and version counters: a parameter
+    whose storage is replaced twice between two calls must not come back at a freed address with
+    the same version and pass for unchanged (the views hold the cast storage)."""
+    from heron.core.lean import LayerViews
+    torch.manual_seed(0)
+    w, b, w2, b2 = (torch.nn.Parameter(torch.randn(*shape)) for shape in ((8, 4), (8,), (1, 8), (1,)))
+    views = LayerViews([w, b, w2, b2], torch.bfloat16)
+    for _ in range(200):
+        views(None)
+        w.data = torch.randn(8, 4)
+        w.data = torch.randn(8, 4)
+        layers, _ = views(None)
+        assert torch.equal(layers[0][0], w.detach().t().to(torch.bfloat16))

@@ -76,6 +76,7 @@ class LayerViews:
         self._key: tuple | None = None
         self._kept: dict = {}
         self._cast: list[torch.Tensor] = []
+        self._held: list[torch.Tensor] = []
 
     def __call__(self, member: int | None) -> tuple[list, list[torch.Tensor]]:
         """(layers [(W [in, out], b)], their weights)."""
@@ -91,6 +92,9 @@ class LayerViews:
             if self.dtype is not None:  # the last layer (Q values, actions) stays float32
                 last = len(self.params) - 2
                 self._cast = [p if k >= last else p.to(self.dtype) for k, p in enumerate(self.params)]
+                # the cast parameters' storage, held: freed, its address could come back under a
+                # replaced parameter at the same version, and the key would not see the change
+                self._held = [p.data for p in self.params]
         got = self._kept.get(member)
         if got is None:
             layers = _layers(self._cast if self.dtype is not None else self.params, member, None)
