@@ -64,7 +64,9 @@ class LayerViews:
     Under bf16-mixed the weights are cast copies. On the CPU they are kept until a parameter
     changes: the key adds the parameters' version counters, which every in-place write moves
     (Polyak averaging, a checkpoint load) but for the fused Adam kernel's, so ``FlatGrads.step``
-    moves them itself. Each parameter is cast whole, an ensemble's members together. A TD3
+    moves them itself. A write through ``.data`` would not move them: nothing writes the trained
+    parameters so once the step exists (torchrun's ``broadcast_state`` runs before it is made).
+    Each parameter is cast whole, an ensemble's members together. A TD3
     iteration at Hopper's sizes then casts the target networks only after they are averaged (every
     other iteration) and the critics once per change, not once per pass: 24 casts of 417k elements
     per iteration became 10 of 278k, and the copies' time 0.58 -> 0.37 ms (SAC: 0.78 -> 0.63), of
