@@ -27,13 +27,12 @@ import numpy as np
 import torch
 
 
-def make_envs(game: str, n: int, seed: int):
-    from ale_py.vector_env import AtariVectorEnv
-    from gymnasium.vector import AutoresetMode
+def make_envs(env_id: str, n: int, seed: int):
+    """ALE's vector env of ``n`` envs on ``n`` threads, as heron's ``AleVecEnv`` makes it (its
+    bare env: the halves loop sends and receives on it)."""
+    from heron.core.atari import AleVecEnv
 
-    envs = AtariVectorEnv(game, n, num_threads=n, noop_max=30, use_fire_reset=True, repeat_action_probability=0.0,
-                          frameskip=4, img_height=84, img_width=84, grayscale=True, stack_num=4, maxpool=True,
-                          episodic_life=False, reward_clipping=False, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = AleVecEnv(env_id, n, seed, threads=n).envs
     envs.reset(seed=(seed + np.arange(n)).astype(np.int64))
     return envs
 
@@ -95,7 +94,7 @@ def run_envs(envs, steps: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--game", default="pong")
+    p.add_argument("--env-id", default="PongNoFrameskip-v4")
     p.add_argument("--num-envs", type=int, default=8)
     p.add_argument("--steps", type=int, default=1000, help="vector steps of all the envs per round")
     p.add_argument("--rounds", type=int, default=3)
@@ -106,8 +105,8 @@ def main() -> None:
     device, n = torch.device(a.device), a.num_envs
     if n % 2:
         raise SystemExit("--num-envs must be even")
-    full = make_envs(a.game, n, 1)
-    halves = [make_envs(a.game, n // 2, 1), make_envs(a.game, n // 2, 1 + n // 2)]  # envs 0..n/2-1, n/2..n-1
+    full = make_envs(a.env_id, n, 1)
+    halves = [make_envs(a.env_id, n // 2, 1), make_envs(a.env_id, n // 2, 1 + n // 2)]  # envs 0..n/2-1, n/2..n-1
     n_actions = int(full.single_action_space.n)
     act_full, act_half = make_actor(n_actions, n, device), make_actor(n_actions, n // 2, device)
     for _ in range(5):  # warm-up: the graphs' warm-up calls and capture
@@ -121,7 +120,7 @@ def main() -> None:
     for r in range(a.rounds):
         for name in (list(loops) if r % 2 == 0 else list(loops)[::-1]):
             rates.setdefault(name, []).append(loops[name]())
-    print(f"{a.game}, {n} envs, {a.device}, {a.steps} vector steps x {a.rounds} rounds (median env steps/s):")
+    print(f"{a.env_id}, {n} envs, {a.device}, {a.steps} vector steps x {a.rounds} rounds (median env steps/s):")
     for name, values in rates.items():
         print(f"  {name:32s} {statistics.median(values):8.0f}   ({', '.join(f'{v:.0f}' for v in values)})")
     sync, halves_rate = (statistics.median(rates[k]) for k in list(loops)[2:])

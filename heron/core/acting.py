@@ -39,7 +39,8 @@ def linears(module: nn.Module) -> list[nn.Linear]:
 
 def eligible(batch: int, layers: Sequence[nn.Linear], amp_dtype: torch.dtype | None = None) -> bool:
     """Whether numpy may run ``layers`` on ``batch`` rows: float32 weights on the CPU, every product
-    below ``PRODUCT_MAX``, and no mixed precision where ``amp_dtype`` is given (PPO; module doc)."""
+    below ``PRODUCT_MAX``, and no mixed precision where ``amp_dtype`` is given (PPO, and every
+    evaluation; module doc)."""
     return amp_dtype is None and all(
         layer.weight.device.type == "cpu" and layer.weight.dtype == torch.float32
         and batch * layer.weight.numel() <= PRODUCT_MAX for layer in layers)
