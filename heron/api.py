@@ -54,6 +54,12 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
 
+    What the run changes in this process it puts back when it returns or raises: torch's thread
+    count, the deterministic-algorithms mode, cuDNN's and the TF32 flags, ``CUBLAS_WORKSPACE_CONFIG``,
+    the SIGINT/SIGTERM handlers and the state of Python's, NumPy's and torch's global random
+    generators (``heron.core.process``). It leaves glibc keeping freed memory in the heap
+    (``heron.core.memory``), which cannot be read back to undo.
+
     Under torchrun (several processes) every rank calls this with the same arguments: data-parallel
     training, docs/usage.md "Several processes (torchrun)"."""
     if env is not None:

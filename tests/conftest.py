@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+import process_state
+
 
 def pytest_configure(config):
     """Under pytest-xdist (`.ci/run` uses `-n 2`) each worker gets its own share of the cores, so a
@@ -23,3 +25,25 @@ TINY = dict(env_id="Pendulum-v1", total_steps=600, learning_starts=200, batch_si
 @pytest.fixture
 def tiny():
     return dict(TINY)
+
+
+# -- every test leaves the process as it found it (tests/process_state.py) ----------------------
+_STATE_KEY = pytest.StashKey()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STATE_KEY] = process_state.snapshot()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    before = item.stash.get(_STATE_KEY, None)
+    if before is not None:
+        changed = process_state.differences(before, process_state.snapshot())
+        if changed:
+            raise AssertionError("the test left process-wide state changed (tests/process_state.py):\n  "
+                                 + "\n  ".join(changed))
+    return result

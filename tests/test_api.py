@@ -47,3 +47,47 @@ def test_dict_observations_train_and_predict(tmp_path, tiny):
 def test_unknown_algorithm_raises_heron_error():
     with pytest.raises(heron.HeronError, match="unknown algorithm"):
         heron.train("ddpg")
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+def test_a_run_leaves_the_callers_process_settings_as_it_found_them(tmp_path, tiny, monkeypatch, ends):
+    """heron.train sets torch's threads, the deterministic mode, cuDNN's flags, the SIGINT handler
+    and CUBLAS_WORKSPACE_CONFIG for its run and seeds the global generators; a notebook (or the next
+    test) gets its own back, also when the run ends in an exception."""
+    import os
+    import random
+    import signal
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    threads = torch.get_num_threads()
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark, signal.getsignal(signal.SIGINT))
+    other = 2 if threads == 1 else 1
+    during = []
+    random.seed(7), np.random.seed(7), torch.manual_seed(7)
+    draws = (random.random(), np.random.rand(), torch.rand(1).item())  # what the caller draws next
+    random.seed(7), np.random.seed(7), torch.manual_seed(7)
+
+    def callback(_):
+        during.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+                       torch.backends.cudnn.deterministic, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                       signal.getsignal(signal.SIGINT) is before[3]))
+        if ends == "raises":
+            raise RuntimeError("the caller's callback failed")
+
+    try:
+        if ends == "raises":
+            with pytest.raises(RuntimeError, match="callback failed"):
+                heron.train("td3", run_dir=str(tmp_path / "r"), callback=callback,
+                            **{**tiny, "torch_threads": other, "torch_deterministic": True})
+        else:
+            heron.train("td3", run_dir=str(tmp_path / "r"), callback=callback,
+                        **{**tiny, "torch_threads": other, "torch_deterministic": True})
+        assert during == [(other, True, True, ":4096:8", False)]
+        assert torch.get_num_threads() == threads
+        assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+                torch.backends.cudnn.benchmark, signal.getsignal(signal.SIGINT)) == before
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
+    finally:
+        torch.set_num_threads(threads)

@@ -286,12 +286,24 @@ def test_envpool_stand_in_gives_leanrl_the_old_gym_api(tmp_path, monkeypatch):
     pytest.importorskip("ale_py")
     monkeypatch.setenv("LEANRL_STEPS", str(tmp_path / "steps.csv"))
     monkeypatch.setenv("LEANRL_EVERY", "8")
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "leanrl_stubs"))
+    stubs = ROOT / "benchmarks" / "leanrl_stubs"
+    monkeypatch.syspath_prepend(str(stubs))
     for name in ("envpool", "gym"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    import envpool
-    import gym
+    # the stand-ins leave sys.modules with the test: a later importorskip("envpool") must not find them
+    loaded = set(sys.modules)
+    try:
+        import envpool
+        import gym
 
+        _play_pong_through_the_stand_in(envpool, gym, tmp_path)
+    finally:
+        for name in set(sys.modules) - loaded:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(stubs)):
+                del sys.modules[name]
+
+
+def _play_pong_through_the_stand_in(envpool, gym, tmp_path):
     envs = envpool.make("Pong-v5", env_type="gym", num_envs=2, episodic_life=True, reward_clip=True, seed=1)
     assert isinstance(envs.action_space, gym.spaces.Discrete) and envs.action_space.n == 6
     wrapped = gym.Wrapper(envs)

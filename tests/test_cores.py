@@ -142,13 +142,16 @@ def test_a_run_starts_with_the_free_cores_and_says_why(monkeypatch, tmp_path, ti
     before = torch.get_num_threads()
     monkeypatch.setattr(cores, "usable_cpus", lambda: [0, 1])
     monkeypatch.setattr(cores, "others_now", lambda: 0.9)
+    during = []  # the count the run trains with, read at its final evaluation
     try:
-        heron.train("td3", run_dir=str(tmp_path / "busy"), **{**tiny, "progress": "log"})
-        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        heron.train("td3", run_dir=str(tmp_path / "busy"), callback=lambda _: during.append(torch.get_num_threads()),
+                    **{**tiny, "progress": "log"})
+        assert during == [1] and torch.get_num_threads() == 2  # the caller's count back once it returned
         assert "note: other processes keep 0.9 of 2 cores busy: 1 torch thread(s), not 2" in capsys.readouterr().out
         monkeypatch.setattr(cores, "others_now", lambda: pytest.fail("a fixed count reads no load"))
-        torch.set_num_threads(2)
-        heron.train("td3", run_dir=str(tmp_path / "fixed"), **{**tiny, "torch_threads": 1, "progress": "log"})
-        assert torch.get_num_threads() == 1 and "busy" not in capsys.readouterr().out
+        heron.train("td3", run_dir=str(tmp_path / "fixed"), callback=lambda _: during.append(torch.get_num_threads()),
+                    **{**tiny, "torch_threads": 1, "progress": "log"})
+        assert during == [1, 1] and torch.get_num_threads() == 2 and "busy" not in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)

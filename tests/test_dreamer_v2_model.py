@@ -269,11 +269,13 @@ def test_replay_layout_step_counter(tmp_path):
     is K + 1 entries; truncation is not termination."""
     for length, cap, terminal in ((4, 0, True), (9, 5, False)):
         env_id = f"heron-test/DreamerCounter{length}-v0"
-        if env_id not in gym.registry:
-            gym.register(env_id, entry_point=toy_envs.Counter, kwargs={"length": length})
+        gym.register(env_id, entry_point=toy_envs.Counter, kwargs={"length": length})
         run_dir = tmp_path / str(length)
-        api.train("dreamer_v2", presets=["debug"], env_id=env_id, total_steps=40, learning_starts=1000,
-                  max_episode_steps=cap, eval_every=0, checkpoint_every=0, run_dir=str(run_dir), progress="none")
+        try:
+            api.train("dreamer_v2", presets=["debug"], env_id=env_id, total_steps=40, learning_starts=1000,
+                      max_episode_steps=cap, eval_every=0, checkpoint_every=0, run_dir=str(run_dir), progress="none")
+        finally:
+            gym.registry.pop(env_id)
         buf = ckpt.load(ckpt.buffer_path(ckpt.latest_checkpoint(run_dir / "checkpoints")))
         K = cap or length
         assert buf["episodes"][:, 1].unique().tolist() == [K + 1]

@@ -136,6 +136,7 @@ def test_make_env_flattens_dict_and_keeps_time_limit():
 @pytest.mark.parametrize("env_id,obs_dim,act_dim", [("HopperBulletEnv-v0", 15, 3), ("AntBulletEnv-v0", 28, 8)])
 def test_pybullet_ids_through_the_adapter(env_id, obs_dim, act_dim):
     pytest.importorskip("pybullet")
+    path, gym_before = list(sys.path), "gym" in sys.modules
     a, b = VecEnv(env_id, num_envs=1, seed=4), VecEnv(env_id, num_envs=1, seed=4)
     obs = a.reset()
     assert obs.shape == (1, obs_dim) and a.single_action_space.shape == (act_dim,)
@@ -144,6 +145,8 @@ def test_pybullet_ids_through_the_adapter(env_id, obs_dim, act_dim):
     sa, sb = a.step(act), b.step(act)
     assert np.array_equal(sa.next_obs, sb.next_obs) and np.isfinite(sa.rewards).all()
     a.close(), b.close()
+    # pybullet_envs' old-Gym stand-in and the folders it puts on sys.path went with its import
+    assert sys.path == path and ("gym" in sys.modules) == gym_before
 
 
 class _ZeroPolicy:

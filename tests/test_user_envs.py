@@ -110,20 +110,23 @@ def test_callable_without_import_path_must_be_given_again(tmp_path):
     run = tmp_path / "lam"
     r = heron.train("sac", env=lambda: user_envs.make_target(), run_dir=str(run), **TINY_KW)
     env_id = r["env_id"]
-    assert env_id.startswith("<callable ") and "lambda" in env_id
-    # a new process: one line naming what to do
-    p = _heron(["eval", str(run)], TESTS)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert "heron.evaluate(run_dir, env=...)" in p.stderr
-    before = sorted(f.name for f in run.rglob("*"))
-    p = _heron(["train", "--resume", str(run), "--total-steps", "400"], TESTS)
-    assert p.returncode == 2 and "heron.resume(run_dir, env=...)" in p.stderr, p.stderr
-    assert sorted(f.name for f in run.rglob("*")) == before
-    envs.forget_callable(env_id)  # as in a new process
-    with pytest.raises(heron.HeronError, match="cannot be imported"):
-        heron.evaluate(run, episodes=1)
-    assert heron.evaluate(run, episodes=2, env=user_envs.make_target)["episodes"] == 2
-    assert heron.resume(run, total_steps=400, env=user_envs.make_target)["step"] == 400
+    try:
+        assert env_id.startswith("<callable ") and "lambda" in env_id
+        # a new process: one line naming what to do
+        p = _heron(["eval", str(run)], TESTS)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "heron.evaluate(run_dir, env=...)" in p.stderr
+        before = sorted(f.name for f in run.rglob("*"))
+        p = _heron(["train", "--resume", str(run), "--total-steps", "400"], TESTS)
+        assert p.returncode == 2 and "heron.resume(run_dir, env=...)" in p.stderr, p.stderr
+        assert sorted(f.name for f in run.rglob("*")) == before
+        envs.forget_callable(env_id)  # as in a new process
+        with pytest.raises(heron.HeronError, match="cannot be imported"):
+            heron.evaluate(run, episodes=1)
+        assert heron.evaluate(run, episodes=2, env=user_envs.make_target)["episodes"] == 2
+        assert heron.resume(run, total_steps=400, env=user_envs.make_target)["step"] == 400
+    finally:
+        envs.forget_callable(env_id)  # given again above: the next test starts without it
 
 
 def _check_env(capsys, env_id):

@@ -252,15 +252,27 @@ def _require(module: str, extra: str, env_id: str) -> None:
         raise HeronError(f"{env_id} needs the optional extra: pip install 'heron[{extra}]'") from None
 
 
-def _import_pybullet_envs() -> None:
-    """pybullet_envs is written against the old ``gym`` package (not installable next to numpy 2).
-    It uses only ``gym.Env``, ``gym.spaces``, ``gym.utils.seeding`` and a registry it writes
-    to, so where ``gym`` is absent we give it those from Gymnasium (and a registry we ignore)."""
+_PYBULLET_MODULES = ("pybullet_envs.gym_locomotion_envs", "pybullet_envs.gym_pendulum_envs",
+                     "pybullet_envs.gym_manipulator_envs")
+
+
+def _import_pybullet_envs() -> list[Any]:
+    """pybullet_envs' env modules (locomotion, pendulum, manipulator). pybullet_envs is written
+    against the old ``gym`` package (not installable next to numpy 2). It uses only ``gym.Env``,
+    ``gym.spaces``, ``gym.utils.seeding`` and a registry it writes to, so where ``gym`` is absent it
+    is given those from Gymnasium (and a registry we ignore), and ``pkg_resources.parse_version``
+    where setuptools no longer has it. The stand-ins are in ``sys.modules`` only while pybullet_envs
+    imports (it binds what it needs then), and the folders it puts on ``sys.path`` are taken off
+    again: the process is left as it was, so a later ``import gym`` fails as it should."""
+    if all(name in sys.modules for name in _PYBULLET_MODULES):
+        return [sys.modules[name] for name in _PYBULLET_MODULES]
+    import types
+
+    path, stand_ins = list(sys.path), {}
     try:
         importlib.import_module("gym")
     except Exception:
         import gymnasium.utils.seeding
-        import types
 
         shim = types.ModuleType("gym")
         registration = types.ModuleType("gym.envs.registration")
@@ -271,18 +283,23 @@ def _import_pybullet_envs() -> None:
         envs.registration, envs.registry = registration, registration.registry
         shim.Env, shim.spaces, shim.utils, shim.envs = gym.Env, gym.spaces, gymnasium.utils, envs
         shim.__version__ = "0.26.2"  # what pybullet_envs compares against: the new-API branch
-        sys.modules.update({"gym": shim, "gym.spaces": gym.spaces, "gym.utils": gymnasium.utils,
-                            "gym.utils.seeding": gymnasium.utils.seeding, "gym.envs": envs,
-                            "gym.envs.registration": registration})
+        stand_ins.update({"gym": shim, "gym.spaces": gym.spaces, "gym.utils": gymnasium.utils,
+                          "gym.utils.seeding": gymnasium.utils.seeding, "gym.envs": envs,
+                          "gym.envs.registration": registration})
     try:
         importlib.import_module("pkg_resources")
     except Exception:  # setuptools >= 81 dropped it; pybullet_envs only needs parse_version
-        import types
-
         pkg = types.ModuleType("pkg_resources")
         pkg.parse_version = lambda v: tuple(int(p) for p in str(v).split(".") if p.isdigit())
-        sys.modules["pkg_resources"] = pkg
-    importlib.import_module("pybullet_envs.gym_locomotion_envs")
+        stand_ins["pkg_resources"] = pkg
+    sys.modules.update(stand_ins)
+    try:
+        return [importlib.import_module(name) for name in _PYBULLET_MODULES]
+    finally:
+        sys.path[:] = path
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
 
 
 class PyBulletAdapter(gym.Env):
@@ -297,11 +314,7 @@ class PyBulletAdapter(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
 
     def __init__(self, name: str, render_mode: str | None = None):
-        _import_pybullet_envs()
-        import pybullet_envs.gym_locomotion_envs as loco
-        import pybullet_envs.gym_pendulum_envs as pend
-        import pybullet_envs.gym_manipulator_envs as manip
-
+        loco, pend, manip = _import_pybullet_envs()
         cls = next(getattr(m, name) for m in (loco, pend, manip) if hasattr(m, name))
         self._env = cls(render=False) if name in dir(loco) else cls()
         self.render_mode = render_mode

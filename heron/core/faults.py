@@ -186,6 +186,7 @@ def close_bounded(close: Callable[[], Any], what: str, timeout: float = 10.0) ->
     finally:
         faulthandler.cancel_dump_traceback_later()
         timer.cancel()
+        timer.join()  # wakes at once: no thread of the run's outlives it
         devnull.close()
 
 

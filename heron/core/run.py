@@ -35,6 +35,7 @@ from heron.core.faults import Diverged, DivergenceGuard, EnvCrashed, Fault, Writ
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv, write_csv
 from heron.core.memory import keep_freed_memory
 from heron.core.precision import Precision
+from heron.core.process import ProcessSettings
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
@@ -255,6 +256,7 @@ class Run:
     eval_sent: bool = False  # the first of them is with the worker
     pending_in_checkpoint: bool = False  # the latest checkpoint keeps some of them
     _old_handlers: dict = field(default_factory=dict)
+    process_settings: ProcessSettings | None = None  # the caller's, restored by close()
 
     @property
     def ckpt_dir(self) -> Path:
@@ -359,6 +361,18 @@ class Run:
     @classmethod
     def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
               world: dist.World, device: torch.device) -> "Run":
+        settings = ProcessSettings.take()  # put back by close(): a run called from Python leaves them as found
+        try:
+            run = cls._setup(algo, cfg, run_dir, start_step, lock, world, device)
+        except BaseException:
+            settings.restore()
+            raise
+        run.process_settings = settings
+        return run
+
+    @classmethod
+    def _setup(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
+               world: dist.World, device: torch.device) -> "Run":
         thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
         keep_freed_memory()  # activations freed at every step: reuse their pages, not fault them in again
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
@@ -770,8 +784,9 @@ class Run:
 
     def close(self) -> None:
         """However the run ended: logs closed, the lock released, then the envs closed with a bounded
-        wait (a hung worker or renderer cannot keep the process alive); signals restored last, so a
-        second Ctrl-C still interrupts a slow close."""
+        wait (a hung worker or renderer cannot keep the process alive); then signals restored, so a
+        second Ctrl-C still interrupts a slow close, and the caller's thread count and torch flags
+        (``heron.core.process``)."""
         self.logger.close()
         if self.lock is not None:
             self.lock.release()
@@ -787,6 +802,9 @@ class Run:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()
+        if self.process_settings is not None:
+            self.process_settings.restore()
+            self.process_settings = None
         if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
             dist.close()
 
