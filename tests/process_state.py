@@ -37,7 +37,8 @@ from typing import Any
 # What other packages do to the process the first time they are imported or used, in whichever test
 # does that first: the same in every order, so not a test's leak.
 _LONG_LIVED_CHILDREN = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")  # the stdlib's helpers
-_LONG_LIVED_THREADS = ("tqdm_monitor",)  # tqdm's monitor, started with its first bar (a daemon)
+_LONG_LIVED_THREADS = ("tqdm_monitor",)  # tqdm's monitor, started with its first bar (a daemon); and
+# Inductor's compile pool (_kept_pools)
 _SET_ON_IMPORT = {  # environment variables
     "LD_LIBRARY_PATH": "opencv-python (cv2) adds its bundled libraries",
     "PYOPENGL_PLATFORM": "dm_control's renderer chooses a headless OpenGL platform",
@@ -160,6 +161,16 @@ def _children() -> dict[int, str]:
     return children
 
 
+def _kept_pools() -> set[threading.Thread]:
+    """The worker threads of the pool torch's Inductor keeps for compiling, from its first compilation
+    on (``AsyncCompile.pool``, cached for the process)."""
+    module = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(module, "AsyncCompile", None), "pool", None)
+    if pool is None or not hasattr(pool, "cache_info") or pool.cache_info().currsize == 0:
+        return set()
+    return set(getattr(pool(), "_threads", ()))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -264,8 +275,9 @@ def differences(before: Snapshot, after: Snapshot) -> list[str]:
     for var in sorted(before.environ.keys() | after.environ.keys()):
         if before.environ.get(var) != after.environ.get(var) and var not in _SET_ON_IMPORT:
             found.append(f"os.environ[{var!r}]: {before.environ.get(var)!r} -> {after.environ.get(var)!r}")
+    kept = _kept_pools()
     for thread in after.threads - before.threads:
-        if thread.is_alive() and not (thread.daemon and thread.name in _LONG_LIVED_THREADS):
+        if thread.is_alive() and thread not in kept and not (thread.daemon and thread.name in _LONG_LIVED_THREADS):
             found.append(f"thread {thread.name!r} (daemon={thread.daemon}) still running")
     for pid, cmd in after.children.items():
         if pid not in before.children and not any(kind in cmd for kind in _LONG_LIVED_CHILDREN):
