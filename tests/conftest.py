@@ -47,3 +47,18 @@ def pytest_runtest_teardown(item, nextitem):
             raise AssertionError("the test left process-wide state changed (tests/process_state.py):\n  "
                                  + "\n  ".join(changed))
     return result
+
+
+# -- the order: pytest-randomly shuffles it on every run ------------------------------------------
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """After the shuffle, the learning tests (the longest, a minute or more each) go first, in their
+    shuffled order, so that pytest-xdist's workers never wait on one started last."""
+    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.hasplugin("randomly"):
+        terminalreporter.write_line(f"test order: pytest-randomly seed {seed}; "
+                                    f"this order again: python -m pytest -p randomly --randomly-seed={seed} ...")
