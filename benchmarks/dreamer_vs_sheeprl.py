@@ -79,7 +79,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     from heron.core.precision import Precision
     from heron.core.run import seed_everything
 
-    keep_freed_memory()  # as heron's training loop does
+    keep_freed_memory()  # as the heron command does
     torch.set_num_threads(1)
     seed_everything(0, deterministic=heron_defaults)
     cfg = Config(use_continues=False, per_rank_batch_size=batch, sequence_length=length, device=device,

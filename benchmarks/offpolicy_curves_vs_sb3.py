@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="train nothing; report what --out holds")
     p.add_argument("--plot", metavar="PNG", help="also draw both libraries' evaluation curves (mean with a band of one "
                    "std over the seeds, up to --total-steps) to this file")
+    p.add_argument("--results", metavar="CSV", help="also record every finished run (its settings, per-seed figures, "
+                   "evaluation curve and this command) in this results file, replacing an earlier row of the same "
+                   "run; benchmarks/results_tables.py renders the docs' tables from it")
     p.add_argument("--one", nargs=2, metavar=("LIB", "SEED"), help=argparse.SUPPRESS)  # internal
     args = p.parse_args(argv)
     if args.total_steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.threads <= 0:
@@ -88,8 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
     from heron.api import make_config
-    from heron.config import HeronError
     from heron.core.envs import check_env_id
+    from heron.errors import HeronError
 
     overrides = {}
     for item in args.set:
@@ -206,10 +209,10 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.noise import NormalActionNoise
 
-    from heron.core.envs import evaluate, make_env
-    from heron.core.run import EVAL_SEED_OFFSET
+    from heron.core.envs import EVAL_SEED_OFFSET, evaluate, make_env
 
     torch.set_num_threads(args.threads)
     cfg = heron_config(args, seed, run_dir)
@@ -261,6 +264,7 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
             self.evals.close()
             self.train.close()
 
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no empty SB3-<date> folder left in the temp dir
     model.learn(total_timesteps=args.total_steps, callback=Record())
     env.close()
 
@@ -290,10 +294,78 @@ def permutation_p(a: list[float], b: list[float], exact_up_to: int = 200_000) ->
     return float(np.mean(np.abs(first - second) >= observed - 1e-9))
 
 
+def run_figures(args: argparse.Namespace, lib: str, seed: int, evals: dict[int, float]) -> dict | None:
+    """One finished run's figures (None while it has no evaluation at --total-steps): the final and
+    best evaluation, the mean of the evaluations (the area under the curve over its length) and the
+    mean training return over the last 10% of the steps (None if no episode ended there)."""
+    if args.total_steps not in evals:
+        return None
+    train = [r for st, r in read_training(run_dir_of(args, lib, seed), args.total_steps) if st > 0.9 * args.total_steps]
+    return dict(final_eval=evals[args.total_steps], mean_eval=float(np.mean(list(evals.values()))),
+                best_eval=max(evals.values()), train_last10=float(np.mean(train)) if train else None)
+
+
+RESULT_FIELDS = ("algo", "env_id", "total_steps", "preset", "overrides", "lib", "seed", "final_eval", "mean_eval",
+                 "best_eval", "train_last10", "evals", "eval_episodes", "peer", "date", "command")
+
+
+def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Write every finished run of --out to the --results file; an earlier row of the same run (algo,
+    env, steps, preset, overrides, library, seed) is replaced. Returns the number of rows written."""
+    import datetime
+    import shlex
+
+    path = Path(args.results)
+    key_fields = ("algo", "env_id", "total_steps", "preset", "overrides", "lib", "seed")
+    rows = []
+    if path.exists():
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        if rows and set(rows[0]) != set(RESULT_FIELDS):
+            raise SystemExit(f"--results: {path} has other columns than this script writes ({', '.join(rows[0])})")
+    peer = ""
+    if "sb3" in args.libs:
+        try:
+            from importlib.metadata import version
+            peer = f"stable-baselines3 {version('stable-baselines3')}"
+        except Exception:  # not installed: --report-only of runs made elsewhere
+            peer = "stable-baselines3"
+    command = "python benchmarks/offpolicy_curves_vs_sb3.py " + shlex.join(
+        a for a in (sys.argv[1:] if argv is None else argv))
+    new = []
+    for lib in args.libs:
+        for seed in args.seeds:
+            evals = read_evals(run_dir_of(args, lib, seed), args.total_steps)
+            fig = run_figures(args, lib, seed, evals)
+            if fig is None:
+                continue
+            new.append(dict(algo=args.algo, env_id=args.env_id, total_steps=args.total_steps, preset=args.preset,
+                            overrides=" ".join(sorted(args.set)), lib=lib, seed=seed,
+                            **{k: "" if v is None else f"{v:.2f}" for k, v in fig.items()},
+                            evals=" ".join(f"{k}:{v:.2f}" for k, v in sorted(evals.items())),
+                            eval_episodes=args.eval_episodes, peer=peer if lib == "sb3" else "",
+                            date=datetime.date.today().isoformat(), command=command))
+    keys = {tuple(str(r[k]) for k in key_fields) for r in new}
+    rows = [r for r in rows if tuple(r[k] for k in key_fields) not in keys] + new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=RESULT_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    return len(new)
+
+
+def _fmt(values: list[float]) -> str:
+    """The number format of a table of returns: no decimals where returns run to the hundreds, one
+    where they are small (Reacher's -4.2 against -5.1)."""
+    return ".0f" if not values or max(abs(v) for v in values) >= 100 else ".1f"
+
+
 def report(args: argparse.Namespace, cfg) -> None:
     step = args.total_steps // args.marks
     marks = [m for m in range(step, args.total_steps + 1, step) if m % args.eval_every == 0] or [args.total_steps]
     curves = {lib: {s: read_evals(run_dir_of(args, lib, s), args.total_steps) for s in args.seeds} for lib in LIBS}
+    f = _fmt([v for lib in LIBS for c in curves[lib].values() for v in c.values()])
     print(f"\n{args.algo.upper()} on {args.env_id}, {args.total_steps:,} env steps, seeds {args.seeds}; deterministic "
           f"evaluation of {args.eval_episodes} episodes every {args.eval_every:,} steps, the same start states on "
           f"both sides; learning starts at {cfg.learning_starts:,}")
@@ -303,8 +375,8 @@ def report(args: argparse.Namespace, cfg) -> None:
         cells = []
         for lib in LIBS:
             vals = [curves[lib][s][m] for s in args.seeds if m in curves[lib][s]]
-            cells.append(f"{np.mean(vals):.0f} ± {np.std(vals):.0f}" if vals else "")
-        per = [", ".join(f"{curves[lib][s][m]:.0f}" if m in curves[lib][s] else "-" for s in args.seeds)
+            cells.append(f"{np.mean(vals):{f}} ± {np.std(vals):{f}}" if vals else "")
+        per = [", ".join(f"{curves[lib][s][m]:{f}}" if m in curves[lib][s] else "-" for s in args.seeds)
                for lib in LIBS]
         print(f"| {m:,} | {cells[0]} | {cells[1]} | {per[0]} | {per[1]} |")
     print()
@@ -312,20 +384,11 @@ def report(args: argparse.Namespace, cfg) -> None:
             "best evaluation": []}
     per_seed: dict[str, list[list[float]]] = {key: [] for key in rows}
     for lib in LIBS:
-        final, last, means, best = [], [], [], []
-        for s in args.seeds:
-            ev = curves[lib][s]
-            if args.total_steps not in ev:  # unfinished: it would pull the figures toward its early steps
-                continue
-            train = [r for st, r in read_training(run_dir_of(args, lib, s), args.total_steps)
-                     if st > 0.9 * args.total_steps]
-            if train:
-                last.append(np.mean(train))
-            final.append(ev[args.total_steps])
-            means.append(np.mean(list(ev.values())))
-            best.append(max(ev.values()))
-        for key, vals in zip(rows, (final, last, means, best)):
-            rows[key].append(f"{np.mean(vals):.0f} ± {np.std(vals):.0f} ({len(vals)})" if vals else "")
+        figures = [run_figures(args, lib, s, curves[lib][s]) for s in args.seeds]
+        figures = [fig for fig in figures if fig]  # unfinished runs would pull the figures toward their early steps
+        for key, name in zip(rows, ("final_eval", "train_last10", "mean_eval", "best_eval")):
+            vals = [fig[name] for fig in figures if fig[name] is not None]
+            rows[key].append(f"{np.mean(vals):{f}} ± {np.std(vals):{f}} ({len(vals)})" if vals else "")
             per_seed[key].append(vals)
     print("| Figure | heron | SB3 | p (permutation test) |")
     print("|---|---:|---:|---:|")
@@ -334,7 +397,7 @@ def report(args: argparse.Namespace, cfg) -> None:
         p = f"{permutation_p(a, b):.2f}" if len(a) >= 2 and len(b) >= 2 else ""
         print(f"| {key} | {cells[0]} | {cells[1]} | {p} |")
     if args.plot:  # every run with evaluations, finished or not: the legend counts the seeds
-        from heron.config import HeronError
+        from heron.errors import HeronError
         from heron.plot import plot_curve_bands
         groups = {{"sb3": "SB3"}.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
                   for lib in LIBS}
@@ -392,6 +455,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
                           "the same command continues", file=sys.stderr)
                     return code
     report(args, cfg)
+    if args.results:
+        print(f"results: {record_results(args, argv)} finished run(s) recorded in {args.results}")
     return 0
 
 

@@ -1,3 +1,3 @@
-from heron.cli import main
+from heron.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

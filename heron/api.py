@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from heron import registry
-from heron.config import HeronError, apply_overrides
+from heron.config import apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core import dist, evalworker
-from heron.core.envs import callable_env_id, check_env_id, evaluate as run_episodes, is_callable_id, use_callable
-from heron.core.faults import EnvCrashed, Fault, WriteFailed, first_line
+from heron.core.envs import callable_env_id, check_env_id, is_callable_id, use_callable
+from heron.core.envs import evaluate as run_episodes
 from heron.core.policy import Policy
-from heron.core.run import EVAL_SEED_OFFSET, Run, check_state, read_config, read_yaml, resolve_device
+from heron.core.envs import EVAL_SEED_OFFSET
+from heron.core.run import Run, check_state, read_config, read_yaml, resolve_device
+from heron.errors import EnvCrashed, Fault, HeronError, WriteFailed, first_line
 
 
 def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
@@ -57,8 +59,10 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     What the run changes in this process it puts back when it returns or raises: torch's thread
     count, the deterministic-algorithms mode, cuDNN's and the TF32 flags, ``CUBLAS_WORKSPACE_CONFIG``,
     the SIGINT/SIGTERM handlers and the state of Python's, NumPy's and torch's global random
-    generators (``heron.core.process``). It leaves glibc keeping freed memory in the heap
-    (``heron.core.memory``), which cannot be read back to undo.
+    generators (``heron.core.process``). It does not change glibc's allocator, as the ``heron``
+    command does for its own process (``heron.core.memory``: freed memory kept in the heap, about
+    1.2x faster for PPO from pixels on a CPU); a script that trains in a process of its own can call
+    ``heron.core.memory.keep_freed_memory()`` first.
 
     Under torchrun (several processes) every rank calls this with the same arguments: data-parallel
     training, docs/usage.md "Several processes (torchrun)"."""
@@ -74,8 +78,8 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     module = registry.get(algo)
     check_env_id(cfg.env_id)
     module.check(cfg)
-    check_world(algo, cfg)
-    run = Run.start(algo, cfg)
+    check_world(module, cfg)
+    run = Run.start(module, cfg)
     run.on_eval = callback
     return _run(module, run)
 
@@ -103,11 +107,11 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
         cfg = dataclasses.replace(cfg, eval_async=eval_async)
     cfg.validate()
     spaces = module.check(cfg)
-    check_world(algo, cfg)
-    return _run(module, Run.resume(algo, cfg, spaces=spaces))
+    check_world(module, cfg)
+    return _run(module, Run.resume(module, cfg, spaces=spaces))
 
 
-def check_world(algo: str, cfg: Any) -> None:
+def check_world(module: Any, cfg: Any) -> None:
     """Under torchrun: the global sizes split over the ranks (``dist.check_split``), and nothing
     asked of a rank that data-parallel training does not do; ``--eval-async on`` only where a
     worker process can evaluate. Checked on every rank alike, before any rank opens the run, so bad
@@ -116,11 +120,10 @@ def check_world(algo: str, cfg: Any) -> None:
     dist.check_split(cfg, world)
     if world.distributed and cfg.cuda_graphs:
         raise HeronError("--cuda-graphs is for one process; under torchrun use --compile or neither")
-    evalworker.check(algo, cfg, world.distributed)
+    evalworker.check(module, cfg, world.distributed)
 
 
 def _run(module: Any, run: Run) -> dict:
-    run.eval_env_fn = eval_env_fn(module, run.cfg)
     try:
         return module.train(run.cfg, run)
     except EnvCrashed as exc:
@@ -192,16 +195,9 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
         video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
     seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
     returns = run_episodes(policy.on_host(), cfg.env_id, episodes, seed, video_path=video_path,
-                           env_fn=eval_env_fn(module, cfg), at_once=envs or cfg.eval_envs)
+                           env_fn=evalworker.eval_env_fn(module, cfg), at_once=envs or cfg.eval_envs)
     out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
            "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
     if video_path:
         out["video"] = video_path
     return out
-
-
-def eval_env_fn(module: Any, cfg: Any) -> Any:
-    """The algorithm's own evaluation env factory ``f(render_mode) -> env`` (its wrapper stack), or
-    None for heron's standard ``make_env``."""
-    maker = getattr(module, "eval_env", None)
-    return maker(cfg) if maker is not None else None

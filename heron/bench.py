@@ -36,10 +36,10 @@ from typing import Any, Iterable
 
 from heron import __version__
 from heron._commit import COMMIT
-from heron.config import HeronError
 from heron.core.cores import busy_cores, others_now, usable_cpus
 from heron.core.logger import complete_rows, write_csv
 from heron.core.run import best_logged_eval, read_config
+from heron.errors import HeronError
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
                   "wall_s", "heron_version", "git_commit", "train_return"]

@@ -27,9 +27,8 @@ import gymnasium as gym
 import numpy as np
 
 from heron import registry
-from heron.config import HeronError
 from heron.core.envs import check_env_id, make_env
-from heron.core.faults import first_line
+from heron.errors import HeronError, first_line
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from heron import registry
-from heron.config import HeronError, field_types, flag, type_name
+from heron.config import field_types, flag, type_name
 from heron.core import dist
-from heron.core.faults import Fault, first_line
-from heron.core.run import Interrupted
+from heron.core.memory import keep_freed_memory
+from heron.errors import Fault, HeronError, Interrupted, first_line
 
 USAGE = """usage: heron <command> ...
 
@@ -356,6 +356,13 @@ def cmd_export(argv: list[str]) -> int:
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot,
             "bench": cmd_bench, "tune": cmd_tune, "export": cmd_export}
+
+
+def entry() -> int:
+    """The ``heron`` command (and ``python -m heron``): a process of its own, whose allocator it may
+    set for training (``heron.core.memory``; a library call leaves the caller's alone), then ``main``."""
+    keep_freed_memory()
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:

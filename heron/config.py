@@ -14,10 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-
-class HeronError(Exception):
-    """A user error: bad input, an impossible value, a missing file. The CLI prints it on one line
-    and exits with code 2; the Python API lets it propagate."""
+from heron.errors import HeronError
 
 
 def opt(default: Any, help: str, choices: tuple | None = None) -> Any:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from heron import __version__
-from heron.config import HeronError
+from heron.errors import HeronError
 
 OPSET = 17
 FORMATS = ("onnx", "torchscript")

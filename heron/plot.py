@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from heron.config import HeronError
 from heron.core.logger import complete_rows
+from heron.errors import HeronError
 
 Curve = tuple[list[int], list[float]]  # steps, values
 EvalCurve = tuple[list[int], list[float], list[float]]  # steps, mean returns, std returns

@@ -12,7 +12,7 @@ import difflib
 import importlib
 from types import ModuleType
 
-from heron.config import HeronError
+from heron.errors import HeronError
 
 ALGOS = {
     "sac": "heron.algos.sac",

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from heron import registry
-from heron.config import HeronError
-from heron.core.faults import Diverged
+from heron.errors import Diverged, HeronError
 
 TOP = 10  # trials in the printed table
 
@@ -237,7 +236,7 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
 
     check_env_id(cfg.env_id)
     registry.get(opts.algo).check(cfg)
-    evalworker.check(opts.algo, cfg, False)
+    evalworker.check(registry.get(opts.algo), cfg, False)
     opts.out.mkdir(parents=True, exist_ok=True)
     study = open_study(opts)
     done = counted(study)
@@ -255,7 +254,7 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
         except _optuna().exceptions.OptunaError as exc:
             raise HeronError(str(exc).splitlines()[0]) from None
         except Exception as exc:
-            from heron.core.run import Interrupted
+            from heron.errors import Interrupted
 
             if not isinstance(exc, Interrupted):
                 raise
@@ -325,9 +324,9 @@ def report(opts: Options, plot: bool = False, echo: Any = print) -> None:
     best = top[0]
     src = Path(best.user_attrs.get("run_dir", "")) / "config.yaml"
     if src.is_file():
-        from heron.core.run import read_yaml
-
         import yaml
+
+        from heron.core.run import read_yaml
 
         data = read_yaml(src)
         data.pop("run_dir", None)

@@ -147,7 +147,7 @@ from heron.cli import main
 class Run:
     def __init__(self, algo, cfg):
         with open(os.environ["CALLS"], "a") as f:
-            f.write(json.dumps(dict(algo=algo, **{k: getattr(cfg, k, None) for k in (
+            f.write(json.dumps(dict(algo=algo.__name__.rsplit(".", 1)[-1], **{k: getattr(cfg, k, None) for k in (
                 "run_dir", "cuda_graphs", "compile", "act_ahead", "act_on_host", "fused_update", "eval_async", "eval_every",
                 "checkpoint_every", "env_id", "env_backend", "num_envs", "num_steps", "torch_threads", "recompute_adv",
                 "precision")})) + "\\n")

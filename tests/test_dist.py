@@ -9,9 +9,8 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from heron.config import HeronError
 from heron.core import dist
-from heron.core.faults import Fault
+from heron.errors import Fault, HeronError
 
 
 def _free_port() -> int:

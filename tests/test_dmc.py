@@ -8,8 +8,8 @@ pytest.importorskip("dm_control")
 
 import dm_env  # a dm_control dependency
 
-from heron.config import HeronError
 from heron.core import dmc
+from heron.errors import HeronError
 
 
 @pytest.mark.parametrize("env_id, obs_size, act_size", [

@@ -13,9 +13,9 @@ from heron.algos.dreamer_v2 import envs as denvs
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
 from heron.cli import main
-from heron.config import HeronError
 from heron.core import checkpoint as ckpt
 from heron.core.precision import Precision
+from heron.errors import HeronError
 
 DEBUG = dict(PRESETS["debug"], progress="none")
 

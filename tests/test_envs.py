@@ -3,10 +3,10 @@ import sys
 
 import numpy as np
 import pytest
-
 import toy_envs  # noqa: F401  (registers heron-test/ ids)
-from heron.config import HeronError
+
 from heron.core.envs import VecEnv, check_env_id, make_env
+from heron.errors import HeronError
 
 
 def test_step_layout_final_obs_on_termination():

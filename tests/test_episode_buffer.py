@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from heron.config import HeronError
 from heron.core.buffers import EpisodeBuffer
+from heron.errors import HeronError
 
 FIELDS = {"step": ((), np.int64), "env": ((), np.int64), "ep": ((), np.int64),
           "is_first": ((), np.bool_), "obs": ((3, 4, 4), np.uint8)}

@@ -14,9 +14,10 @@ import uuid
 import pytest
 import torch
 
-from heron.config import HeronError
+from heron import registry
 from heron.core import cores, evalworker
 from heron.core.checkpoint import latest_checkpoint
+from heron.errors import HeronError
 
 # PPO (the algorithm whose evaluations cost most of a GPU run) on Pendulum; an evaluation and a
 # checkpoint every 1000 steps, so that each checkpoint is written with its own step's evaluation in flight
@@ -175,21 +176,21 @@ def test_auto_takes_a_worker_for_a_gpu_run_with_a_spare_core(monkeypatch):
                                                       (16, 4, "sync", False, False)):
         monkeypatch.setattr(cores, "usable_cpus", lambda n=cpus: list(range(n)))
         cfg.vector_mode, cfg.num_envs = vector_mode, 3
-        assert evalworker.wanted("ppo", cfg, False, threads, gpu) is expected, (cpus, threads, vector_mode, gpu)
+        assert evalworker.wanted(registry.get("ppo"), cfg, False, threads, gpu) is expected, (cpus, threads, vector_mode, gpu)
         cfg.eval_async = "on"  # asked for: wherever it applies
-        assert evalworker.wanted("ppo", cfg, False, threads, gpu)
+        assert evalworker.wanted(registry.get("ppo"), cfg, False, threads, gpu)
         cfg.eval_async = "auto"
-    assert not evalworker.wanted("ppo", cfg, True, 1, True)  # torchrun: the ranks share each evaluation
-    assert not evalworker.wanted("dreamer_v2", cfg, False, 1, True)
+    assert not evalworker.wanted(registry.get("ppo"), cfg, True, 1, True)  # torchrun: the ranks share each evaluation
+    assert not evalworker.wanted(registry.get("dreamer_v2"), cfg, False, 1, True)
     cfg.eval_every = 0
-    assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    assert not evalworker.wanted(registry.get("ppo"), cfg, False, 1, True)
     cfg.eval_every = cfg.total_steps  # only the final evaluation: nothing to overlap
-    assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    assert not evalworker.wanted(registry.get("ppo"), cfg, False, 1, True)
     cfg.eval_every, cfg.track = 10_000, True  # W&B: steps in order only
-    assert not evalworker.wanted("ppo", cfg, False, 1, True)
+    assert not evalworker.wanted(registry.get("ppo"), cfg, False, 1, True)
     cfg.eval_async = "on"
     with pytest.raises(HeronError, match="W&B takes a run's steps in order"):
-        evalworker.check("ppo", cfg, False)
+        evalworker.check(registry.get("ppo"), cfg, False)
 
 
 def test_a_worker_that_cannot_make_the_env_says_why_and_the_run_evaluates_itself(tmp_path, capsys):

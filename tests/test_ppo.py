@@ -275,7 +275,7 @@ def test_action_heads_log_probs_and_entropies():
 
 def test_action_spaces_supported_and_rejected():
     assert action_info(gym.spaces.MultiBinary(3), "x") == {"kind": "multidiscrete", "nvec": [2, 2, 2]}
-    from heron.config import HeronError
+    from heron.errors import HeronError
     with pytest.raises(HeronError, match="ppo supports"):
         action_info(gym.spaces.Tuple([gym.spaces.Discrete(2)]), "x")
 

@@ -23,8 +23,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from heron.config import HeronError
 from heron.core.faults import env_call
+from heron.core.transitions import Step
+from heron.errors import HeronError
 
 _V4 = re.compile(r"^[A-Za-z]+NoFrameskip-v4$")
 _V5 = re.compile(r"^ALE/[A-Za-z]+-v5$")
@@ -173,9 +174,6 @@ class EnvPoolVecEnv:
         """``threads``: the pool's thread count (None: EnvPool's own default)."""
         import envpool
 
-        from heron.core.envs import Step
-
-        self._step_cls = Step
         game = env_id.split("/")[-1].replace("NoFrameskip-v4", "-v5")
         self.env_id, self.num_envs, self.seed, self._game = env_id, num_envs, seed, game
         self.steps = 0  # vector steps taken, to derive a fresh seed on resume
@@ -230,7 +228,7 @@ class EnvPoolVecEnv:
             obs[np.asarray(rinfo["env_id"])] = reset_obs
             self.episode_lengths[idx] = 0
         self.obs = obs
-        return self._step_cls(obs, next_obs, np.asarray(rewards, np.float32), terminated, truncated, episodes)
+        return Step(obs, next_obs, np.asarray(rewards, np.float32), terminated, truncated, episodes)
 
     def state_dict(self) -> dict:
         return {"backend": "envpool", "fresh": (self.episode_lengths == 0).tolist(), "steps": self.steps}
@@ -298,9 +296,6 @@ class AleVecEnv:
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
 
-        from heron.core.envs import Step
-
-        self._step_cls = Step
         spec = ale_spec(env_id)
         if roms.get_rom_path(spec["game"]) is None:
             raise HeronError(f"ALE has no ROM {spec['game']!r} (from {env_id})")
@@ -374,7 +369,7 @@ class AleVecEnv:
         self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
         self.episode_lengths[ended] = 0
         self.obs = obs
-        return self._step_cls(obs, next_obs, np.sign(rewards).astype(np.float32), terminated | life_lost,
+        return Step(obs, next_obs, np.sign(rewards).astype(np.float32), terminated | life_lost,
                               truncated, episodes)
 
     def state_dict(self) -> dict:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from heron.config import HeronError
 from heron.core.checkpoint import generator_state
+from heron.errors import HeronError
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
 

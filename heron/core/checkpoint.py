@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from heron.config import HeronError
-from heron.core.faults import WriteFailed, inject
+from heron.core.faults import inject
+from heron.errors import HeronError, WriteFailed
 
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 _PART_RE = re.compile(r"^step_(\d+)\.(.+)$")  # any file of a checkpoint: its state, replay data, shards

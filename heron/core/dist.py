@@ -29,8 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
-from heron.config import HeronError
-from heron.core.faults import Fault
+from heron.errors import Fault, HeronError
 
 
 @dataclass(frozen=True)

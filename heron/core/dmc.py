@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from heron.config import HeronError
+from heron.errors import HeronError
 
 PREFIX = "dmc_"
 DEFAULT_EPISODE_STEPS = 1000  # for tasks without a time limit (lqr)

@@ -27,19 +27,19 @@ import importlib.util
 import inspect
 import os
 import re
-from pathlib import Path
 import sys
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from heron.config import HeronError
 from heron.core import atari
 from heron.core.checkpoint import generator_state
-from heron.core.faults import EnvCrashed, close_bounded, env_call, first_line, inject
+from heron.core.faults import close_bounded, env_call, inject
+from heron.core.transitions import Step
+from heron.errors import EnvCrashed, HeronError, first_line
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
 # without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
@@ -447,16 +447,6 @@ def observation_space(space: gym.Space) -> gym.Space:
     return space
 
 
-@dataclass
-class Step:
-    obs: np.ndarray  # [N, *obs_shape] what to act on next (first obs of a new episode where one ended)
-    next_obs: np.ndarray  # [N, *obs_shape] the true next observation (final obs where an episode ended)
-    rewards: np.ndarray  # [N] float32
-    terminated: np.ndarray  # [N] bool: the MDP ended; no bootstrap
-    truncated: np.ndarray  # [N] bool: cut by a time limit; bootstrap from next_obs
-    episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env, return, length) ended
-
-
 class SerialEnvs:
     """Gymnasium's ``SyncVectorEnv`` with autoreset disabled, reduced to what ``VecEnv`` asks of it.
 
@@ -678,6 +668,7 @@ def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
         raise HeronError(f"{algo} uses MLPs and needs vector (or Dict) observations; {env_id} has {space}")
 
 
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_EPISODE_CAP = 100_000  # agent steps; longer than any standard env's time limit (Atari: 27,000)
 
 

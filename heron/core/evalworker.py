@@ -35,6 +35,7 @@ ends it), and dies with its parent.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 import json
 import os
@@ -44,11 +45,13 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from heron.core.faults import EnvCrashed, first_line, inject
+from heron.core.faults import inject
+from heron.errors import EnvCrashed, first_line
 
 START_SECONDS = 120.0  # a worker that has not said it is ready by then is given up (imports on a slow disk)
 
@@ -72,8 +75,8 @@ class EvalWorker:
     crashed in the worker, and raises ``WorkerLost`` with the reason when the worker failed: it
     could not set up (the reason it gave), died, or did not start within START_SECONDS."""
 
-    def __init__(self, algo: str, cfg: Any, env_spec: Any = None):
-        self.algo, self.cfg, self.env_spec = algo, cfg, env_spec
+    def __init__(self, module: ModuleType, cfg: Any, env_spec: Any = None):
+        self.module, self.cfg, self.env_spec = module, cfg, env_spec
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.set_up = False  # its "ready" has come
@@ -105,7 +108,7 @@ class EvalWorker:
                 spec = pickle.dumps(self.env_spec)
             except Exception:  # a closure's entry point: the worker resolves the id itself
                 spec = None
-        self._send(("setup", self.algo, dataclasses.asdict(self.cfg), spec))
+        self._send(("setup", self.module.__name__, dataclasses.asdict(self.cfg), spec))
 
     def started_up(self, timeout: float = 0.0) -> bool:
         """Whether it can take an evaluation: it said "ready", or it failed (``receive`` says why)."""
@@ -208,14 +211,12 @@ main({fd})
 """
 
 
-def _setup(algo: str, cfg_fields: dict, spec: bytes | None) -> tuple[Any, Any, Any]:
+def _setup(module_name: str, cfg_fields: dict, spec: bytes | None) -> tuple[Any, Any, Any]:
     import gymnasium as gym
 
-    from heron import registry
-    from heron.api import eval_env_fn
     from heron.core.envs import check_env_id, gym_env_id
 
-    module = registry.get(algo)
+    module = importlib.import_module(module_name)
     cfg = module.Config(**cfg_fields)
     env_spec = pickle.loads(spec) if spec is not None else None
     try:
@@ -270,12 +271,23 @@ def play(module: Any, cfg: Any, state: dict, device: Any, env_fn: Any, should_st
     """The run's evaluation of a policy state, wherever it is played (the worker, or the training
     process in its stead): the algorithm's ``load_policy``, as ``heron eval`` builds it, acting on the
     host, in the run's episodes from the run's seeds. The returns; None when ``should_stop`` cut it."""
-    from heron.core.envs import evaluate
-    from heron.core.run import EVAL_SEED_OFFSET
+    from heron.core.envs import EVAL_SEED_OFFSET, evaluate
 
     policy = module.load_policy(cfg, state, device)
     return evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, env_fn=env_fn,
                     should_stop=should_stop, at_once=cfg.eval_envs)
+
+
+def algo_name(module: ModuleType) -> str:
+    """The algorithm's name (``sac``) from its module (``heron.algos.sac``)."""
+    return module.__name__.rsplit(".", 1)[-1]
+
+
+def eval_env_fn(module: ModuleType, cfg: Any) -> Any:
+    """The algorithm's own evaluation env factory ``f(render_mode) -> env`` (its wrapper stack), or
+    None for heron's standard ``make_env``."""
+    maker = getattr(module, "eval_env", None)
+    return maker(cfg) if maker is not None else None
 
 
 def periodic(cfg: Any) -> bool:
@@ -283,13 +295,12 @@ def periodic(cfg: Any) -> bool:
     return 0 < cfg.eval_every < cfg.total_steps
 
 
-def unsupported(algo: str, cfg: Any, distributed: bool) -> str | None:
+def unsupported(module: ModuleType, cfg: Any, distributed: bool) -> str | None:
     """Why this run's evaluations cannot move to a worker; None when they can."""
-    from heron import registry
     from heron.core.envs import is_callable_id
 
-    if not getattr(registry.get(algo), "EVAL_IN_WORKER", False):
-        return f"{algo}'s evaluation acts on the training device and samples from its random stream"
+    if not getattr(module, "EVAL_IN_WORKER", False):
+        return f"{algo_name(module)}'s evaluation acts on the training device and samples from its random stream"
     if distributed:
         return "under torchrun the ranks share each evaluation"
     if cfg.precision not in ("32", "tf32"):
@@ -301,7 +312,7 @@ def unsupported(algo: str, cfg: Any, distributed: bool) -> str | None:
     return None
 
 
-def wanted(algo: str, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -> bool:
+def wanted(module: ModuleType, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -> bool:
     """``--eval-async``: ``on`` where it applies (``check`` refused the rest before the run began).
     ``auto``: for a run that trains on a GPU (its steps leave the CPU idle but for the envs, and an
     evaluation is then a large share of the wall time) with a core that neither torch's threads, the
@@ -309,7 +320,7 @@ def wanted(algo: str, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -
     Neither where the final evaluation is the only one."""
     from heron.core import cores
 
-    if cfg.eval_async == "off" or not periodic(cfg) or unsupported(algo, cfg, distributed) is not None:
+    if cfg.eval_async == "off" or not periodic(cfg) or unsupported(module, cfg, distributed) is not None:
         return False
     if cfg.eval_async == "on":
         return True
@@ -319,10 +330,10 @@ def wanted(algo: str, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -
     return len(cores.usable_cpus()) > taken
 
 
-def check(algo: str, cfg: Any, distributed: bool) -> None:
+def check(module: ModuleType, cfg: Any, distributed: bool) -> None:
     """``--eval-async on`` where it cannot apply: a one-line error before anything is written."""
-    from heron.config import HeronError
+    from heron.errors import HeronError
 
-    if cfg.eval_async == "on" and (why := unsupported(algo, cfg, distributed)) is not None:
+    if cfg.eval_async == "on" and (why := unsupported(module, cfg, distributed)) is not None:
         raise HeronError(f"--eval-async on cannot apply: {why}; use auto or off")
 

@@ -1,8 +1,8 @@
 """Faults a run survives, and how they end it (docs/usage.md, "Faults and what heron does").
 
-* ``Fault``: a run ended by something other than bad input, after keeping what can be kept. The
-  CLI prints the message on one line and exits with ``exit_code``: ``Diverged`` 3, ``EnvCrashed``
-  and ``WriteFailed`` 1 (bad input stays ``HeronError``, exit 2; a stop request 130).
+The exceptions themselves (``Fault``, ``Diverged``, ``EnvCrashed``, ``WriteFailed``, and
+``HeronError`` for bad input) live in ``heron.errors``.
+
 * ``DivergenceGuard``: watches every update's metrics for non-finite values with device-side
   tensor ops only (one per update, a few per 64 updates); the host sync that reads its flag
   happens where the run syncs anyway (logging, evaluation, checkpoints), and on a GPU at the
@@ -25,27 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from heron.config import HeronError
-
-
-class Fault(Exception):
-    """A run ended by a fault (not bad input); the message is one line."""
-
-    exit_code = 1
-
-
-class Diverged(Fault):
-    """A loss, gradient norm or parameter became NaN or infinite."""
-
-    exit_code = 3
-
-
-class EnvCrashed(Fault):
-    """An environment raised, or its worker process died."""
-
-
-class WriteFailed(Fault):
-    """A checkpoint or log could not be written (disk full, I/O error)."""
+from heron.errors import EnvCrashed, Fault, HeronError, first_line
 
 
 def env_call(env_id: str, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -59,11 +39,6 @@ def env_call(env_id: str, what: str, fn: Callable[..., Any], /, *args: Any, **kw
         died = isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError))
         reason = "its worker process died" if died else first_line(exc)
         raise EnvCrashed(f"env {env_id} crashed in {what}: {reason}") from exc
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
 
 
 # -- divergence -------------------------------------------------------------------------------------

@@ -134,13 +134,13 @@ class LeanCritics:
             kept.append((ws, inputs))
         return torch.stack(outs).squeeze(-1), kept
 
-    def step(self, x: torch.Tensor, target: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimizer step on the sum of the members' mean squared errors against ``target`` [B];
-        returns q [E, B] (before the step) and the members' losses [E]."""
+    def step(self, x: torch.Tensor, loss, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on the sum of the members' losses; ``loss(q) -> (losses [E], d(sum of
+        losses)/dq [E, B])``, the algorithm's loss and its derivative. Returns q [E, B] (before the
+        step) and the members' losses."""
         q, kept = self.forward(x)
-        diff = q - target
-        losses = diff.pow(2).mean(1)
-        g = diff.mul(2.0 / q.shape[1]).unsqueeze(-1)  # [E, B, 1]
+        losses, g = loss(q)
+        g = g.unsqueeze(-1)  # [E, B, 1]
         self.grads.attach()
         for e, (ws, inputs) in enumerate(kept):
             backprop(g[e], ws, inputs, *self.member_grads[e], "relu", False, linear_layout=False)

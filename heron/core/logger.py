@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from heron.core.faults import WriteFailed, armed, inject
+from heron.core.faults import armed, inject
+from heron.errors import WriteFailed
 
 FLUSH_SECONDS = 2.0  # logged rows reach the disk this soon: a SIGKILL loses at most this much of the logs
 BAR_SECONDS = 0.1  # the progress bar's line is made at most this often (rich redraws at 10 Hz)

@@ -5,9 +5,13 @@ training step that builds and drops large activations (DreamerV2 decodes 800 64x
 step) page-faults its whole working set in again at every step: a quarter of the step time on
 a CPU. ``keep_freed_memory()`` makes glibc serve those from its heap and keep what is freed, so
 that after the first step the same pages are reused. The process's peak footprint is unchanged;
-it is just not handed back between steps. Every training run sets it (``Run``): PPO on Atari
-frames, whose minibatch activations are tens of MB, page-faulted about 2,500 times per vector step
-on a CPU without it, and a vector step took about 1.2x longer."""
+it is just not handed back between steps. PPO on Atari frames, whose minibatch activations are tens
+of MB, page-faulted about 2,500 times per vector step on a CPU without it, and a vector step took
+about 1.2x longer.
+
+The ``heron`` command sets it for its own process (``heron.cli.entry``). ``heron.train()`` does not:
+glibc cannot report these settings, so a library call could not put the caller's back. A script
+that trains through the API in a process of its own can call ``keep_freed_memory()`` first."""
 
 from __future__ import annotations
 

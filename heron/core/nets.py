@@ -12,7 +12,6 @@ from heron.core import fused
 from heron.core.fused import ReluMLP, TanhMLP
 from heron.core.graphs import recording
 
-
 FLOAT32_OUT = "_heron_float32"  # heron.core.precision leaves layers marked so in float32
 
 
@@ -313,30 +312,73 @@ class RunningNorm(nn.Module):
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+# The actors' output transforms, each with its derivative beside it: the autograd steps call the
+# values, the hand-written steps (heron/algos/{sac,td3}/lean.py) the values and the ``*_grad``s, and
+# tests/test_losses.py holds every ``*_grad`` to torch.autograd.grad of its value.
+
+
+def squash(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``z`` into the action bounds, a = tanh(z) * scale + bias; returns (a, tanh(z)), the second
+    for ``squash_grad``."""
+    t = torch.tanh(z)
+    return t * scale + bias, t
+
+
+def squash_grad(g_a: torch.Tensor, t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """dJ/dz from dJ/da through ``squash``: dJ/da * scale * (1 - tanh(z)^2), with ``t`` = tanh(z)."""
+    return g_a * scale * (1 - t * t)
 
 
 def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
-    """Map an unbounded output into [LOG_STD_MIN, LOG_STD_MAX] with tanh (SpinUp / D. Yarats; CleanRL
-    SAC, seed 000)."""
+    """Map an unbounded output into [LOG_STD_MIN, LOG_STD_MAX] with tanh (SpinUp / D. Yarats; CleanRL's
+    SAC)."""
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
+
+
+def squash_log_std_grad(g: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    """dJ/draw from dJ/dlog_std through ``squash_log_std``."""
+    t = torch.tanh(raw)
+    return g * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t * t)
+
+
+def tanh_normal(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, scale: torch.Tensor,
+                bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Reparameterized sample ``a = tanh(u) * scale + bias`` with ``u = mean + std * eps`` (``eps``
+    standard normal, drawn by the caller) and its log-density by change of variables (SAC paper,
+    Haarnoja et al. 2018, appendix C, eq. 21):
+
+        log pi(a|s) = sum_i [ log N(u_i; mean_i, std_i) - log(scale_i * (1 - tanh(u_i)^2)) ]
+
+    The Jacobian term uses the stable identity log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
+    Returns actions [..., A], log-probs [...] and (tanh(u), std) for ``tanh_normal_grad``."""
+    std = log_std.exp()
+    u = mean + std * eps
+    log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - HALF_LOG_2PI
+    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(scale)
+    action, t = squash(u, scale, bias)
+    return action, (log_normal - log_det).sum(-1), (t, std)
+
+
+def tanh_normal_grad(g_a: torch.Tensor, g_logp: torch.Tensor | float, saved: tuple[torch.Tensor, torch.Tensor],
+                     eps: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dJ/dmean, dJ/dlog_std) from dJ/da [..., A] and dJ/dlog pi (per row [...] or one number)
+    through ``tanh_normal`` with ``eps`` held fixed; ``saved`` is its third output. With
+    u = mean + std eps: dlog pi/du = 2 tanh(u) (the Gaussian term depends on mean and log_std only
+    through eps), dlog pi/dlog_std = -1 through the normalizer, da/du = scale (1 - tanh(u)^2)."""
+    t, std = saved
+    if isinstance(g_logp, torch.Tensor) and g_logp.dim():
+        g_logp = g_logp.unsqueeze(-1)
+    g_u = t * (2.0 * g_logp) + squash_grad(g_a, t, scale)
+    return g_u, g_u * std * eps - g_logp
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor,
                        bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reparameterized sample ``a = tanh(u) * scale + bias`` with ``u ~ N(mean, std)`` and its
-    log-density by change of variables (SAC paper, Haarnoja et al. 2018, appendix C, eq. 21):
-
-        log pi(a|s) = sum_i [ log N(u_i) - log(scale_i * (1 - tanh(u_i)^2)) ]
-
-    The Jacobian term uses the stable identity log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
-    Returns actions [B, A] and log-probs [B].
-    """
-    std = log_std.exp()
-    u = mean + std * torch.randn_like(mean)
-    log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(scale)
-    action = torch.tanh(u) * scale + bias
-    return action, (log_normal - log_det).sum(-1)
+    """``tanh_normal`` with its standard normals drawn here (``torch.randn_like(mean)``): actions
+    [..., A] and log-probs [...]."""
+    return tanh_normal(mean, log_std, torch.randn_like(mean), scale, bias)[:2]
 
 
 class RecurrentCore(nn.Module):

@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from heron.config import HeronError
 from heron.core import acting, dist
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
@@ -19,7 +18,7 @@ from heron.core.envs import VecEnv
 from heron.core.graphs import GraphedSteps
 from heron.core.nets import Polyak
 from heron.core.run import Run
-
+from heron.errors import HeronError
 
 # what SAC's and TD3's feed-forward gradient steps read of a sampled batch (no truncation flags:
 # those only mark where recurrent sequences start)

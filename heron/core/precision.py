@@ -44,9 +44,9 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from heron.config import HeronError
 from heron.core import dist
 from heron.core.nets import FLOAT32_OUT, Adam, EnsembleMLP, ReluMLP, TanhMLP
+from heron.errors import HeronError
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
 COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,

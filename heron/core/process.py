@@ -7,9 +7,9 @@ the global random generators, sets the deterministic-algorithms mode and cuDNN's
 test), a run must not leave the caller's process changed: ``ProcessSettings.take()`` reads them as
 the run opens and ``restore()`` puts them back as it closes, however it ended.
 
-Not restored: glibc's allocator settings (``memory.keep_freed_memory``, which glibc cannot read
-back), and the CUDA generators where CUDA was not initialised before the run (reading them would
-initialise it).
+Not restored: the CUDA generators where CUDA was not initialised before the run (reading them
+would initialise it). glibc's allocator settings are not a run's to change: the ``heron`` command
+sets them for its own process (``memory.keep_freed_memory``).
 """
 
 from __future__ import annotations

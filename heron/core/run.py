@@ -20,31 +20,27 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import yaml
 
-from heron.config import HeronError, to_dict
+from heron.config import to_dict
 from heron.core import checkpoint as ckpt
 from heron.core import cores, dist, evalworker
+from heron.core.envs import EVAL_SEED_OFFSET
 from heron.core.envs import evaluate as run_episodes
-from heron.core.faults import Diverged, DivergenceGuard, EnvCrashed, Fault, WriteFailed, close_bounded, first_line, \
-    inject, nonfinite_tensor, release
+from heron.core.faults import DivergenceGuard, close_bounded, inject, nonfinite_tensor, release
 from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv, write_csv
-from heron.core.memory import keep_freed_memory
 from heron.core.precision import Precision
 from heron.core.process import ProcessSettings
+from heron.errors import Diverged, EnvCrashed, Fault, HeronError, Interrupted, WriteFailed, first_line
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
 FIRST_TIMED_CHECKPOINT = 60.0  # seconds; timed checkpoints then come at 2, 4, 8 min up to --checkpoint-minutes
 CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of the wall time
-
-
-class Interrupted(Exception):
-    """Training stopped by SIGINT/SIGTERM after a checkpoint of the current step was written."""
 
 
 def resolve_device(name: str, world: dist.World | None = None) -> torch.device:
@@ -236,6 +232,7 @@ class Run:
     last_eval: dict | None = None
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
+    module: ModuleType | None = None  # the algorithm (heron.algos.<name>)
     eval_env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
     on_eval: Callable[[dict], None] | None = None  # api.train(callback=...): told each evaluation (rank 0)
     lock: RunLock | None = None
@@ -264,9 +261,11 @@ class Run:
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
-    def start(cls, algo: str, cfg: Any) -> "Run":
-        """A new run directory. Under torchrun rank 0 makes and locks it, and every rank learns its
-        name (or rank 0's reason for refusing) before any of them trains."""
+    def start(cls, module: ModuleType, cfg: Any) -> "Run":
+        """A new run directory for the algorithm ``module`` (``heron.algos.<name>``). Under torchrun
+        rank 0 makes and locks it, and every rank learns its name (or rank 0's reason for refusing)
+        before any of them trains."""
+        algo = evalworker.algo_name(module)
         world, device = join(cfg)
         run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg)
         lock, problem = None, None
@@ -279,7 +278,7 @@ class Run:
             dist.agree(problem)
             run_dir = Path(dist.gather(str(run_dir))[0])
             cfg = type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)})
-            return cls._open(algo, cfg, run_dir, 0, lock, world, device)
+            return cls._open(module, cfg, run_dir, 0, lock, world, device)
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -307,12 +306,13 @@ class Run:
             raise
 
     @classmethod
-    def resume(cls, algo: str, cfg: Any, spaces: dict | None = None) -> "Run":
+    def resume(cls, module: ModuleType, cfg: Any, spaces: dict | None = None) -> "Run":
         """Reopen a run at its latest checkpoint. Everything is checked (the lock, the checkpoint's
         algorithm, step, world size and, given the env's ``spaces``, that they match the saved ones)
         before anything in the run directory changes. Under torchrun every rank checks the commit
         itself before the process group forms (a different world size ends every rank with exit 2,
         no collective started), then reads its own shard."""
+        algo = evalworker.algo_name(module)
         run_dir = Path(cfg.run_dir)
         world = dist.from_env()
         lock, problem = (RunLock(run_dir), None) if world.is_main else (None, None)
@@ -342,7 +342,7 @@ class Run:
             except (HeronError, Fault) as exc:
                 problem = exc
             dist.agree(problem)
-            run = cls._open(algo, cfg, run_dir, step, lock, world, device)
+            run = cls._open(module, cfg, run_dir, step, lock, world, device)
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -359,11 +359,11 @@ class Run:
         return run
 
     @classmethod
-    def _open(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
+    def _open(cls, module: ModuleType, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
               world: dist.World, device: torch.device) -> "Run":
         settings = ProcessSettings.take()  # put back by close(): a run called from Python leaves them as found
         try:
-            run = cls._setup(algo, cfg, run_dir, start_step, lock, world, device)
+            run = cls._setup(module, cfg, run_dir, start_step, lock, world, device)
         except BaseException:
             settings.restore()
             raise
@@ -371,17 +371,18 @@ class Run:
         return run
 
     @classmethod
-    def _setup(cls, algo: str, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
+    def _setup(cls, module: ModuleType, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
                world: dist.World, device: torch.device) -> "Run":
+        algo = evalworker.algo_name(module)
         thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
-        keep_freed_memory()  # activations freed at every step: reuse their pages, not fault them in again
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
         precision = Precision(cfg.precision, device, cfg.torch_deterministic)
         # a skipped 16-mixed step (the loss scale too high) has an infinite gradient norm: not a divergence
         guard = DivergenceGuard(device, ignore=("grads/",) if precision.scaler is not None else ())
         if not world.is_main:
-            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=guard,
-                      world=world, precision=precision, governor=governor)
+            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=guard, world=world,
+                      precision=precision, governor=governor, module=module,
+                      eval_env_fn=evalworker.eval_env_fn(module, cfg))
             run._catch_signals()
             return run
         wandb_run = None
@@ -397,9 +398,9 @@ class Run:
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
-                  precision=precision, governor=governor)
-        if evalworker.wanted(algo, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
-            run.evaluator = evalworker.EvalWorker(algo, cfg, registered_spec(cfg.env_id))  # started at the first step
+                  precision=precision, governor=governor, module=module, eval_env_fn=evalworker.eval_env_fn(module, cfg))
+        if evalworker.wanted(module, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
+            run.evaluator = evalworker.EvalWorker(module, cfg, registered_spec(cfg.env_id))  # started at the first step
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -703,13 +704,11 @@ class Run:
 
     def _conclude_here(self, step: int, blob: bytes) -> dict | None:
         """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
-        from heron import registry
-
         if self.stop_requested:
             return None
         state = evalworker.load_snapshot(blob)
         with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
-            returns = evalworker.play(registry.get(self.algo), self.cfg, state, self.device, self.eval_env_fn,
+            returns = evalworker.play(self.module, self.cfg, state, self.device, self.eval_env_fn,
                                       lambda: self.stop_requested)
         if returns is None:
             self.logger.print(f"evaluation at step {step} cut short by the stop request")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heron.config import HeronError, RunConfig, flag, opt
+from heron.config import RunConfig, flag, opt
+from heron.errors import HeronError
 
 
 @dataclass

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from heron.config import HeronError
 from heron.core import atari
 from heron.core.envs import check_env_id, make_env
+from heron.errors import HeronError
 
 _V5 = re.compile(r"^ALE/.+-v5$")
 SIZE = 64

@@ -36,7 +36,6 @@ from heron.algos.dreamer_v2 import envs as denvs
 from heron.algos.dreamer_v2 import losses
 from heron.algos.dreamer_v2.config import Config
 from heron.algos.dreamer_v2.networks import Agent, Player, image_to_float
-from heron.config import HeronError
 from heron.core import checkpoint as ckpt
 from heron.core import dist
 from heron.core.buffers import EpisodeBuffer
@@ -45,6 +44,7 @@ from heron.core.graphs import GraphedStep
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run, compile_step
+from heron.errors import HeronError
 
 
 # -- spaces -------------------------------------------------------------------------------------------

@@ -1,8 +1,25 @@
-"""PPO's losses: pure functions of tensors (no config, no optimizer), each with a hand-computed test."""
+"""PPO's losses: pure functions of tensors (no config, no optimizer), each with a hand-computed test.
+
+Each loss has its derivative beside it (``*_grad``, scaled by the loss's weight in the total, as
+``scale``): the hand-written gradient step (``heron/algos/ppo/lean.py``) calls both, the autograd
+step the value alone, and ``tests/test_losses.py`` holds every derivative to ``torch.autograd.grad``
+of its value. The policy head's log-probs and entropy and their derivative are
+``heron.algos.ppo.networks.ActionHead``'s."""
 
 from __future__ import annotations
 
 import torch
+
+
+def advantages(mb: dict[str, torch.Tensor], normalize: bool) -> torch.Tensor:
+    """The minibatch's advantages, normalized to zero mean and unit spread over the minibatch when
+    ``normalize``: (A - mean) / (std + 1e-8). Under torchrun the global minibatch's statistics come
+    with it (``adv_mean``, ``adv_std``), so every rank normalizes alike."""
+    adv = mb["adv"]
+    if normalize:
+        adv_mean, adv_std = (mb["adv_mean"], mb["adv_std"]) if "adv_mean" in mb else (adv.mean(), adv.std())
+        adv = (adv - adv_mean) / (adv_std + 1e-8)
+    return adv
 
 
 def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
@@ -32,6 +49,19 @@ def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, c
     return clipped.mean(), approx_kl, clipfrac
 
 
+def policy_loss_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
+                     dual_clip: float = 0.0, scale: float = 1.0) -> torch.Tensor:
+    """d(scale * ``policy_loss``)/dlogp: -A r / n where the unclipped term is the minimum (and the
+    dual clip does not bound it), 0 where the clipped term or the bound is taken (n: the elements).
+    Where the two terms tie (r within the clip range), both give this same derivative."""
+    ratio = (logp - logp_old).exp()
+    surr1, surr2 = ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
+    through = surr1 <= surr2  # where min() takes the unclipped term
+    if dual_clip:
+        through &= ~((adv < 0) & (-torch.minimum(surr1, surr2) > -dual_clip * adv))
+    return torch.where(through, adv * ratio, 0.0).mul_(-scale / logp.numel())
+
+
 def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
                clip: bool = True) -> torch.Tensor:
     """0.5 * mean squared error to the returns; with ``clip``, the pessimistic maximum of the plain
@@ -46,6 +76,19 @@ def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Te
         v_clipped = values_old + (values - values_old).clamp(-clip_coef, clip_coef)
         err = torch.max(err, (v_clipped - returns).pow(2))
     return 0.5 * err.mean()
+
+
+def value_loss_grad(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+                    clip: bool = True, scale: float = 1.0) -> torch.Tensor:
+    """d(scale * ``value_loss``)/dvalues: (V - R) / n, or with ``clip`` where the clipped error is the
+    larger, (V_clipped - R) / n inside the clip range and 0 outside it (n: the elements)."""
+    diff = values - returns
+    g = diff
+    if clip:
+        delta = values - values_old
+        diff_c = values_old + delta.clamp(-clip_coef, clip_coef) - returns
+        g = torch.where(diff_c.pow(2) > diff.pow(2), diff_c * (delta.abs() <= clip_coef), diff)
+    return g.mul(scale / values.numel())
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -111,7 +111,10 @@ class ActionHead(nn.Module):
                 self.log_std = nn.Parameter(torch.full((self.dim,), float(init_log_std)))
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        out = self.linear(feats)
+        return self.params_of(self.linear(feats))
+
+    def params_of(self, out: torch.Tensor) -> torch.Tensor:
+        """The distribution's parameters from the linear layer's output: a free log-std joins it."""
         if self.kind == "box" and not self.state_dependent:
             out = torch.cat([out, self.log_std.expand_as(out)], -1)
         return out
@@ -166,6 +169,32 @@ class ActionHead(nn.Module):
         if self.kind == "box":
             return (0.5 + 0.5 * LOG_2PI + self._box(params)[1]).sum(-1)
         return sum(-(lp.exp() * lp).sum(-1) for lp in self._logits(params))
+
+    def log_prob_entropy_grad(self, params: torch.Tensor, actions: torch.Tensor, g_logp: torch.Tensor,
+                              g_ent: float) -> torch.Tensor:
+        """d(sum_b g_logp[b] log_prob[b] + g_ent sum_b entropy[b]) / dparams [B, P], for the
+        discrete and box heads (what the hand-written PPO step covers): params [B, P] as ``forward``
+        gives them, actions [B, ...], g_logp [B], g_ent the loss's weight of each entropy.
+
+        discrete: dlog p_a/dlogits = onehot(a) - p, dH/dlogits = -p (log p + H).
+        box: dlog p/dmean = z / std, dlog p/dlog std = z^2 - 1, dH/dlog std = 1 (z = (a - mean) / std),
+        through the clamp of the log-std only inside its bounds."""
+        if self.kind == "discrete":
+            lp = self._logits(params)[0]
+            p = lp.exp()
+            g = p * (-g_logp).unsqueeze(1)
+            if g_ent:
+                g.sub_(p * (lp + (-(p * lp).sum(1)).unsqueeze(1)), alpha=g_ent)
+            return g.scatter_add_(1, actions.reshape(-1, 1).long(), g_logp.unsqueeze(1))
+        if self.kind != "box":
+            raise NotImplementedError(f"the {self.kind} head's derivative (the autograd step covers it)")
+        mean, raw = params.split(self.dim, -1)
+        lo, hi = LOG_STD_BOUNDS
+        log_std = raw.clamp(lo, hi)
+        z = (actions.reshape(mean.shape) - mean) / log_std.exp()
+        g = g_logp.unsqueeze(1)
+        g_std = (g * (z.pow(2) - 1) + g_ent) * ((raw >= lo) & (raw <= hi))  # clamp passes gradients at its bounds
+        return torch.cat([g * z / log_std.exp(), g_std], 1)
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """What the environment receives: Gaussian samples clipped to the action bounds."""

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from heron.algos.ppo.config import Config
-from heron.config import HeronError
 from heron.core import atari
 from heron.core.envs import VecEnv, probe_spaces
 from heron.core.run import Run
+from heron.errors import HeronError
 
 
 def action_info(space: gym.Space, env_id: str) -> dict:

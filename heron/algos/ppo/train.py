@@ -25,7 +25,6 @@ from heron.algos.ppo import lean, losses
 from heron.algos.ppo.config import Config
 from heron.algos.ppo.networks import ActorCritic, RecordedActing
 from heron.algos.ppo.spaces import make_envs, spaces_of
-from heron.config import HeronError
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
@@ -36,6 +35,7 @@ from heron.core.precision import Precision
 from heron.core.returns import RewardScaler, gae, nstep_returns
 from heron.core.run import Run, compile_step
 from heron.core.schedules import set_lr
+from heron.errors import HeronError
 
 
 def _build(cfg: Config, spaces: dict) -> ActorCritic:
@@ -119,10 +119,7 @@ def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, pre
     def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         params, values, _ = model(mb["obs"], mb["state0"], mb["starts"])  # [B, L, P], [B, L]
         logp, entropy = head.log_prob(params, mb["actions"]), head.entropy(params).mean()
-        adv = mb["adv"]
-        if cfg.norm_adv:  # over the global minibatch: under torchrun its statistics come with it
-            adv_mean, adv_std = (mb["adv_mean"], mb["adv_std"]) if "adv_mean" in mb else (adv.mean(), adv.std())
-            adv = (adv - adv_mean) / (adv_std + 1e-8)
+        adv = losses.advantages(mb, cfg.norm_adv)  # over the global minibatch (torchrun: its statistics come with it)
         pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, mb["logp"], adv, cfg.clip_coef, cfg.dual_clip)
         v_loss = losses.value_loss(values, mb["values_n"], mb["returns_n"], cfg.clip_coef, cfg.clip_vloss)
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss

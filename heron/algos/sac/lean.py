@@ -14,34 +14,26 @@ project's CPU about half of a step's time besides the products. Here:
   parameters' ``.grad`` are views of (clipping: one norm, one scale);
 * the actor loss asks the (updated) critics for dQ/da only.
 
-The losses are ``heron.algos.sac.losses``' exactly, with the same random draws in the same order
-(the target's noise, then the actor's), so a run takes the same path as the autograd step up to
-float rounding; ``tests/test_sac_lean.py`` checks losses, gradients and whole steps against it.
-Tensor operations only, no host sync. Under ``--precision bf16-mixed`` the networks' products run in
-bfloat16 as the autograd path's fused nodes run them (``heron.core.lean``; the last layers in
-float32); the Gaussian, the tanh, log-probs, targets, losses and every gradient outside the
-layers stay float32.
-
-The derivatives of the tanh-Gaussian, with u = mean + std * eps, a = tanh(u) * scale + bias and
-log pi = sum_i [log N(u_i; mean_i, std_i) - log(scale_i (1 - tanh(u_i)^2))]: d log pi / du_i =
-2 tanh(u_i), d log pi / d log_std_i = -1 + 2 tanh(u_i) std_i eps_i (the Gaussian term depends on
-mean and log_std only through eps, which the reparameterization holds fixed), and
-d a_i / d u_i = scale_i (1 - tanh(u_i)^2).
+Every value the step computes comes from ``heron.algos.sac.losses`` and ``heron.core.nets``
+(``tanh_normal``, ``squash_log_std``), and every derivative from the ``*_grad`` beside each, with
+the same random draws in the same order (the target's noise, then the actor's), so a run takes the
+same path as the autograd step up to float rounding; ``tests/test_sac_lean.py`` checks gradients
+and whole steps against it. Tensor operations only, no host sync. Under ``--precision bf16-mixed``
+the networks' products run in bfloat16 as the autograd path's fused nodes run them
+(``heron.core.lean``; the last layers in float32); the Gaussian, the tanh, log-probs, targets,
+losses and every gradient outside the layers stay float32.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from heron.algos.sac import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
-from heron.core.nets import LOG_STD_MAX, LOG_STD_MIN, Adam
+from heron.core.nets import Adam, squash_log_std, squash_log_std_grad, tanh_normal, tanh_normal_grad
 from heron.core.precision import Precision
-
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def supported(actor, prec: Precision, compiled: bool) -> str | None:
@@ -73,28 +65,16 @@ class LeanUpdate:
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
         self.critics = LeanCritics(self.critic.q, self.target.q, self.q_opt, dtype)
         self.a_views = LayerViews(self.a_params, dtype)
-        self.log_scale = torch.log(self.actor.scale)
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _actor_forward(self, feats: torch.Tensor):
-        """The actor on ``feats`` [N, D]: the Gaussian's mean and log-std (and std, and tanh of the raw
-        log-std output, for the backward) [N, A] in float32, and what the backward keeps: the
-        (cast) weights as [in, out] and every layer's input."""
+        """The actor on ``feats`` [N, D]: the Gaussian's mean, log-std and the raw log-std output
+        [N, A] in float32, and what the backward keeps: the (cast) weights as [in, out] and every
+        layer's input."""
         layers, ws = self.a_views(None)
         out, inputs = _forward(feats, layers, "relu", False)  # float32: the last layer runs in float32
         mean, raw = out.chunk(2, -1)
-        t_raw = torch.tanh(raw)
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t_raw + 1)
-        std = log_std.exp()
-        return mean, log_std, std, t_raw, (ws, inputs)
-
-    def _sample(self, mean, log_std, std, eps):
-        """``heron.core.nets.tanh_normal_sample`` with the noise given: actions, log-probs, tanh(u)."""
-        u = mean + std * eps
-        log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - HALF_LOG_2PI
-        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + self.log_scale
-        t = torch.tanh(u)
-        return t * self.actor.scale + self.actor.bias, (log_normal - log_det).sum(-1), t
+        return mean, squash_log_std(raw), raw, (ws, inputs)
 
     # -- the step -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -108,19 +88,21 @@ class LeanUpdate:
 
         # the actor on [next_obs; obs] when its loss comes this step (the same weights for both)
         feats = torch.cat([next_obs, obs]) if update_actor else next_obs
-        mean, log_std, std, t_raw, a_inputs = self._actor_forward(feats)
+        mean, log_std, raw, a_inputs = self._actor_forward(feats)
         eps = torch.empty_like(mean)
         eps[:B].normal_()  # the target's noise, then (below, or in place here) the actor loss's
         first_actor = update_actor
         if update_actor:
             eps[B:].normal_()
-        actions, log_prob, t_u = self._sample(mean, log_std, std, eps)
+        actions, log_prob, saved = tanh_normal(mean, log_std, eps, actor.scale, actor.bias)
 
         # -- critics: y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s'))
         next_q, _ = self.critics.forward(torch.cat([next_obs, actions[:B]], -1), target=True)
-        rewards, terminated = batch["rewards"][:, 0], batch["terminated"][:, 0]
-        target = rewards + cfg.gamma * (~terminated).float() * (next_q.min(0).values - alpha * log_prob[:B])
-        q, qf_losses = self.critics.step(torch.cat([obs, batch["actions"][:, 0]], -1), target, cfg.max_grad_norm)
+        target = losses.soft_q_target(batch["rewards"][:, 0], batch["terminated"][:, 0], next_q, log_prob[:B], alpha,
+                                      cfg.gamma)
+        q, qf_losses = self.critics.step(torch.cat([obs, batch["actions"][:, 0]], -1),
+                                         lambda q: (losses.critic_losses(q, target), losses.critic_losses_grad(q, target)),
+                                         cfg.max_grad_norm)
         metrics = {"losses/qf1_values": q[0].mean(), "losses/qf2_values": q[1].mean(),
                    "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
 
@@ -128,41 +110,38 @@ class LeanUpdate:
             for _ in range(cfg.policy_frequency):
                 if first_actor:  # the obs half of the forward above
                     rows = slice(B, None)
-                    m, ls, sd, tr, u_t, a, lp, ep = (mean[rows], log_std[rows], std[rows], t_raw[rows], t_u[rows],
-                                                     actions[rows], log_prob[rows], eps[rows])
+                    m, ls, r, a, lp, ep = mean[rows], log_std[rows], raw[rows], actions[rows], log_prob[rows], eps[rows]
+                    sv = (saved[0][rows], saved[1][rows])
                     inputs = (a_inputs[0], [h[rows] for h in a_inputs[1]])
                     first_actor = False
                 else:  # CleanRL's further actor steps: the updated actor, new noise
-                    m, ls, sd, tr, inputs = self._actor_forward(obs)
+                    m, ls, r, inputs = self._actor_forward(obs)
                     ep = torch.randn_like(m)
-                    a, lp, u_t = self._sample(m, ls, sd, ep)
-                metrics.update(self._actor_step(obs, m, ls, sd, tr, u_t, a, lp, ep, inputs))
+                    a, lp, sv = tanh_normal(m, ls, ep, actor.scale, actor.bias)
+                metrics.update(self._actor_step(obs, r, sv, a, lp, ep, inputs))
             metrics["losses/alpha"] = self.alpha_fn()
         return metrics
 
-    def _actor_step(self, obs, mean, log_std, std, t_raw, t_u, actions, log_prob, eps, inputs):
+    def _actor_step(self, obs, raw, saved, actions, log_prob, eps, inputs):
         """J_pi = mean(alpha log pi(a|s) - min_i Q_i(s, a)) and its step, then alpha's (autotune)."""
-        cfg, B, alpha = self.cfg, obs.shape[0], self.alpha_fn()  # alpha as of this actor step
+        cfg, alpha = self.cfg, self.alpha_fn()  # alpha as of this actor step
         critics = self.critics
         q, kept = critics.forward(torch.cat([obs, actions], -1))
-        min_q, which = q.min(0)
-        actor_loss = (alpha * log_prob - min_q).mean()
+        actor_loss = losses.actor_loss(log_prob, q, alpha)
+        g_logp, g_min_q, which = losses.actor_loss_grad(log_prob, q, alpha)
         # dJ/da through the member that gave each minimum: the critics' input gradients, action columns
-        g_a = critics.min_input_grad(kept, which, -1.0 / B, obs.shape[1])
-        g_logp = alpha / B
-        g_u = t_u * (2.0 * g_logp) + g_a * self.actor.scale * (1 - t_u * t_u)
-        g_log_std = g_u * std * eps - g_logp
-        g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t_raw * t_raw)
+        g_a = critics.min_input_grad(kept, which, g_min_q, obs.shape[1])
+        g_mean, g_log_std = tanh_normal_grad(g_a, g_logp, saved, eps, self.actor.scale)
         self.a_grads.attach()
         ws, held = inputs
-        backprop(torch.cat([g_u, g_raw], -1), ws, held, self.a_dws, self.a_dbs, "relu", False, linear_layout=True)
+        backprop(torch.cat([g_mean, squash_log_std_grad(g_log_std, raw)], -1), ws, held, self.a_dws, self.a_dbs,
+                 "relu", False, linear_layout=True)
         self.a_grads.step(cfg.max_grad_norm)
         metrics = {"losses/actor_loss": actor_loss}
         if cfg.autotune:  # J(alpha) = mean(-log_alpha (log pi + H_target)), log pi held fixed
-            shifted = log_prob + self.target_entropy
-            metrics["losses/alpha_loss"] = -(self.log_alpha.detach() * shifted).mean()
+            metrics["losses/alpha_loss"] = losses.alpha_loss(self.log_alpha.detach(), log_prob, self.target_entropy)
             if self.log_alpha.grad is None:  # one gradient tensor kept (a recorded step writes into it)
                 self.log_alpha.grad = torch.zeros_like(self.log_alpha)
-            torch.neg(shifted.mean(), out=self.log_alpha.grad)
+            self.log_alpha.grad.copy_(losses.alpha_loss_grad(self.log_alpha, log_prob, self.target_entropy))
             self.alpha_opt.lean_step() if isinstance(self.alpha_opt, Adam) else self.alpha_opt.step()
         return metrics

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from heron.core import acting
-from heron.core.nets import (LOG_STD_MAX, LOG_STD_MIN, EnsembleMLP, Encoder, RunningNorm, mlp, squash_log_std,
-                             tanh_normal_sample)
+from heron.core.nets import (LOG_STD_MAX, LOG_STD_MIN, Encoder, EnsembleMLP, RunningNorm, mlp, squash, squash_log_std,
+                            tanh_normal_sample)
 
 
 class Actor(nn.Module):
@@ -33,7 +33,7 @@ class Actor(nn.Module):
         return tanh_normal_sample(mean, log_std, self.scale, self.bias)
 
     def deterministic(self, feats: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(feats)[0]) * self.scale + self.bias
+        return squash(self.head(feats)[0], self.scale, self.bias)[0]
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:

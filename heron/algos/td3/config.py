@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heron.config import HeronError, OffPolicyConfig, opt
+from heron.config import OffPolicyConfig, opt
+from heron.errors import HeronError
 
 
 @dataclass

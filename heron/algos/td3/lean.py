@@ -4,8 +4,9 @@ default where it applies; ``supported`` says where). The reasons and the pieces 
 the actor loss asking the (updated) first critic for dQ1/da only.
 
 The step is ``heron/algos/td3/train.py``'s, steps 4-13 of the walkthrough, with the same noise
-draw; ``tests/test_sac_lean.py`` checks losses, gradients and whole steps against it. With
-a = tanh(z) * scale + bias and J = -mean Q1(s, a): dJ/dz = dJ/da * scale * (1 - tanh(z)^2).
+draw. Every value it computes comes from ``heron.algos.td3.losses`` and ``heron.core.nets.squash``, and
+every derivative from the ``*_grad`` beside them; ``tests/test_sac_lean.py`` checks whole steps
+against the autograd step.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from heron.algos.td3 import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
+from heron.core.nets import squash, squash_grad
 from heron.core.precision import Precision
 
 
@@ -49,38 +52,40 @@ class LeanUpdate:
         self.a_views, self.t_views = LayerViews(self.a_params, dtype), LayerViews(self.t_params, dtype)
 
     def _actor(self, views: LayerViews, obs: torch.Tensor):
-        """tanh of the actor's (or its target's) last layer on ``obs``, float32, and what its
-        backward keeps: the (cast) weights as [in, out] and every layer's input."""
+        """The actor's (or its target's) last layer on ``obs`` (before ``squash``), float32, and what
+        its backward keeps: the (cast) weights as [in, out] and every layer's input."""
         layers, ws = views(None)
         z, inputs = _forward(obs, layers, "relu", False)  # float32: the last layer runs in float32
-        return torch.tanh(z), ws, inputs
+        return z, ws, inputs
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
         cfg, actor, critics = self.cfg, self.actor, self.critics
         obs, next_obs = actor.norm(batch["obs"]), actor.norm(batch["next_obs"])  # step 4: [B, D]
-        B, D = obs.shape
+        D = obs.shape[1]
 
         # steps 5-9: smoothed target actions, the target critics' minimum, y
         noise = torch.randn_like(batch["actions"]) * cfg.policy_noise
-        t_next = self._actor(self.t_views, next_obs)[0]
-        eps = noise.clamp(-cfg.noise_clip, cfg.noise_clip) * actor.scale
-        next_actions = torch.max(torch.min(t_next * actor.scale + actor.bias + eps, actor.high), actor.low)
+        t_next = squash(self._actor(self.t_views, next_obs)[0], actor.scale, actor.bias)[0]
+        next_actions = losses.smoothed_target_actions(t_next, noise, cfg.noise_clip, actor.scale, actor.low, actor.high)
         next_q, _ = critics.forward(torch.cat([next_obs, next_actions], -1), target=True)
-        target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_q.min(0).values
+        target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)
 
         # steps 10-12: both critics on their mean squared errors
-        q, qf_losses = critics.step(torch.cat([obs, batch["actions"]], -1), target, cfg.max_grad_norm)
+        q, qf_losses = critics.step(torch.cat([obs, batch["actions"]], -1),
+                                    lambda q: (losses.critic_losses(q, target), losses.critic_losses_grad(q, target)),
+                                    cfg.max_grad_norm)
         metrics = {"losses/qf1_values": q[0].mean(), "losses/qf2_values": q[1].mean(),
                    "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
 
         if update_actor:  # step 13: J = -mean Q1(s, pi(s)), through the updated first critic
-            t, ws, inputs = self._actor(self.a_views, obs)
-            q1, kept = critics.forward(torch.cat([obs, t * actor.scale + actor.bias], -1), members=(0,))
-            metrics["losses/actor_loss"] = -q1[0].mean()
-            g_a = critics.input_grad(kept, (0,), [torch.full_like(q1[0], -1.0 / B)], D)
+            z, ws, inputs = self._actor(self.a_views, obs)
+            a, t = squash(z, actor.scale, actor.bias)
+            q1, kept = critics.forward(torch.cat([obs, a], -1), members=(0,))
+            metrics["losses/actor_loss"] = losses.actor_loss(q1[0])
+            g_a = critics.input_grad(kept, (0,), [losses.actor_loss_grad(q1[0])], D)
             self.a_grads.attach()
-            backprop(g_a * actor.scale * (1 - t * t), ws, inputs, self.a_dws, self.a_dbs, "relu", False,
+            backprop(squash_grad(g_a, t, actor.scale), ws, inputs, self.a_dws, self.a_dbs, "relu", False,
                      linear_layout=True)
             self.a_grads.step(cfg.max_grad_norm)
         return metrics

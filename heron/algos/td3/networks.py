@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from heron.core import acting
-from heron.core.nets import EnsembleMLP, RunningNorm, mlp
+from heron.core.nets import EnsembleMLP, RunningNorm, mlp, squash
 
 
 class Actor(nn.Module):
@@ -22,7 +22,7 @@ class Actor(nn.Module):
         self.register_buffer("high", high.float())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(self.norm(obs))) * self.scale + self.bias
+        return squash(self.net(self.norm(obs)), self.scale, self.bias)[0]
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,18 @@
+"""What one step of heron's vector envs returns (``heron.core.envs.VecEnv``, ``heron.core.atari``'s
+EnvPool): the layout every algorithm's loop reads, described in ``heron.core.envs``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Step:
+    obs: np.ndarray  # [N, *obs_shape] what to act on next (first obs of a new episode where one ended)
+    next_obs: np.ndarray  # [N, *obs_shape] the true next observation (final obs where an episode ended)
+    rewards: np.ndarray  # [N] float32
+    terminated: np.ndarray  # [N] bool: the MDP ended; no bootstrap
+    truncated: np.ndarray  # [N] bool: cut by a time limit; bootstrap from next_obs
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env, return, length) ended
