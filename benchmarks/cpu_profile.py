@@ -97,12 +97,12 @@ def profile_training(args: list[str], skip: int, window: int) -> None:
 def profile_dreamer(sizes: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     bench = importlib.import_module("dreamer_vs_sheeprl")
-    train = importlib.import_module("heron.algos.dreamer_v2.train")
+    steps = importlib.import_module("heron.core.update")
     prof = profile(activities=[ProfilerActivity.CPU])
-    wrap, calls, clock = train.wrap_update, {"n": 0}, {}
+    wrap, calls, clock = steps.build_step, {"n": 0}, {}
 
-    def profiled(cfg, fn):
-        update = wrap(cfg, fn)
+    def profiled(cfg, fn, *args, **kwargs):
+        update = wrap(cfg, fn, *args, **kwargs)
 
         def step(data):
             calls["n"] += 1
@@ -117,8 +117,11 @@ def profile_dreamer(sizes: str) -> None:
 
         return step
 
-    train.wrap_update = profiled
-    bench.heron_step_time(sizes, 1, 2, 16, 50, 6)
+    steps.build_step = profiled
+    try:
+        bench.heron_step_time(sizes, 1, 2, 16, 50, 6)
+    finally:
+        steps.build_step = wrap
     report(prof, 2, clock["t1"] - clock["t0"])
 
 

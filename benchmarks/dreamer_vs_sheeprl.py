@@ -74,7 +74,8 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     import torch
 
     from heron.algos.dreamer_v2.config import Config
-    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
+    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
+    from heron.core.update import build_step
     from heron.core.memory import keep_freed_memory
     from heron.core.precision import Precision
     from heron.core.run import seed_everything
@@ -94,7 +95,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
     prec.apply(agent)  # as heron's training does
-    update = wrap_update(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), prec))
+    update = build_step(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), prec))
     rng = np.random.default_rng(0)
 
     def make_batch():

@@ -20,7 +20,7 @@ from heron.algos.td3 import lean as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
 from heron.algos.dreamer_v2.config import PRESETS, Config
-from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, wrap_update
+from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
 from heron.cli import main
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
@@ -28,7 +28,8 @@ from heron.core.buffers import ReplayBuffer
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
-from heron.core.run import compile_step, cuda_graphs_note, seed_everything
+from heron.core.run import cuda_graphs_note, seed_everything
+from heron.core.update import build_step, compile_step
 from heron.core.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -68,7 +69,7 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches) -> tuple[list[dict[
                     "critic_target_update_freq": 2})
     spaces = _spaces(discrete)
     agent = build(cfg, spaces).cuda()
-    update = wrap_update(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values()))
+    update = build_step(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values()))
     history = []
     for i, batch in enumerate(batches):
         metrics = update(batch)

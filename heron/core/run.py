@@ -117,18 +117,10 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 def _deterministic_algorithms(mode: bool) -> None:
     """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing Inductor: that
     function sets ``torch._inductor.config.deterministic`` too, and the import costs every run 1.2-3 s
-    of startup. Inductor's flag is set here when it is loaded already, else by ``compile_step``."""
+    of startup. Inductor's flag is set here when it is loaded already, else by ``update.compile_step``."""
     torch._C._set_deterministic_algorithms(mode, warn_only=True)
     if "torch._inductor.config" in sys.modules:
         sys.modules["torch._inductor.config"].deterministic = mode
-
-
-def compile_step(fn: Any) -> Any:
-    """``torch.compile(fn)`` (``--compile``), with Inductor as deterministic as the run asked."""
-    import torch._inductor.config as inductor_config
-
-    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
-    return torch.compile(fn)
 
 
 def default_run_dir(algo: str, cfg: Any) -> Path:

@@ -40,10 +40,10 @@ from heron.core import checkpoint as ckpt
 from heron.core import dist
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
-from heron.core.graphs import GraphedStep
 from heron.core.policy import Policy
 from heron.core.precision import Precision
-from heron.core.run import Run, compile_step
+from heron.core.run import Run
+from heron.core.update import build_step
 from heron.errors import HeronError
 
 
@@ -257,15 +257,6 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     return update
 
 
-def wrap_update(cfg: Config, update):
-    """``--compile`` or ``--cuda-graphs`` around the gradient step (both keep its semantics)."""
-    if cfg.compile:
-        return compile_step(update)
-    if cfg.cuda_graphs:
-        return GraphedStep(update)
-    return update
-
-
 # -- training -----------------------------------------------------------------------------------------
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
@@ -283,7 +274,7 @@ def train(cfg: Config, run: Run) -> dict:
     player = Player(agent)
     optimizers = make_optimizers(cfg, agent)
     run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
-    update = wrap_update(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision))
+    update = build_step(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision), log=run.logger.print)
 
     def sample_batch() -> dict[str, torch.Tensor]:
         """[T, B, ...] tensors on the device; images stay uint8 until there."""

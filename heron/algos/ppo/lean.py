@@ -31,10 +31,12 @@ from heron.algos.ppo.networks import ActorCritic
 from heron.core.lean import FlatGrads
 from heron.core.precision import Precision
 
-def supported(model: ActorCritic, prec: Precision, compiled: bool) -> str | None:
+def supported(model: ActorCritic, prec: Precision, compiled: bool, graphs: bool = False) -> str | None:
     """None when the hand-written step applies to this model, else why not (the autograd step runs)."""
     if compiled:
         return "--compile wraps the autograd step"
+    if graphs:
+        return "--cuda-graphs records the autograd step"
     if prec.mixed:
         return f"--precision {prec.mode} runs under autocast"
     if model.state_size or model.v_body is None:

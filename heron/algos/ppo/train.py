@@ -28,13 +28,14 @@ from heron.algos.ppo.spaces import make_envs, spaces_of
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
-from heron.core.graphs import GraphedStep, capturable
+from heron.core.graphs import capturable
 from heron.core.nets import adam
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.returns import RewardScaler, gae, nstep_returns
-from heron.core.run import Run, compile_step
+from heron.core.run import Run
 from heron.core.schedules import set_lr
+from heron.core.update import build_step
 from heron.errors import HeronError
 
 
@@ -158,13 +159,8 @@ def train(cfg: Config, run: Run) -> dict:
     # sequences (recurrent) or steps per minibatch: this process's share of each global minibatch
     mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
-    update = make_update(cfg, model, opt, run.precision)
-    if cfg.compile:
-        update = compile_step(update)
-    if cfg.cuda_graphs:  # under --compile the compiled step is recorded (LeanRL's pairing)
-        update = GraphedStep(update)  # the autograd step, recorded once (every minibatch has one shape)
-    elif cfg.fused_update and lean.supported(model, run.precision, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, model, opt)  # the same step, written out (2-4x faster on small MLPs)
+    update = build_step(cfg, make_update(cfg, model, opt, run.precision), lambda: lean.LeanUpdate(cfg, model, opt),
+                        lean.supported(model, run.precision, cfg.compile, cfg.cuda_graphs), log=run.logger.print)
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""

@@ -26,8 +26,9 @@ from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
-from heron.core.run import Run, compile_step
+from heron.core.run import Run
 from heron.core.schedules import lr_lambda, set_lr
+from heron.core.update import build_step
 
 
 def check(cfg: Config) -> dict:
@@ -165,11 +166,8 @@ def train(cfg: Config, run: Run) -> dict:
 
     # -- one gradient step --------------------------------------------------------------------------
     nets = Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)
-    update = make_update(cfg, nets, prec)
-    if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
-        update = compile_step(update)
-    elif cfg.fused_update and lean.supported(actor, prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out (--cuda-graphs records it)
+    update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
+                        lean.supported(actor, prec, cfg.compile), record=False, log=run.logger.print)
     fields = offpolicy.STEP_FIELDS if isinstance(update, lean.LeanUpdate) else None  # the autograd step reads all
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
     # --batch-size counts transitions: batch_size / sequence_length windows [B, L], or [B, 1]

@@ -19,7 +19,7 @@ class Config(OffPolicyConfig):
     policy_noise: float = opt(0.2, "std of target policy smoothing noise (fraction of the action half-range)")
     noise_clip: float = opt(0.5, "clip of the target smoothing noise (fraction of the action half-range)")
     fused_update: bool = opt(True, "the hand-written gradient step (heron/algos/td3/lean.py) where it applies: "
-                             "float32 or bf16-mixed, no --compile; off: autograd")
+                             "on the CPU, float32 or bf16-mixed, no --compile; off: autograd")
 
     def validate(self) -> None:
         super().validate()

@@ -1,5 +1,5 @@
-"""TD3's gradient step written out by hand, in float32 or bf16-mixed (``--fused-update``, on by
-default where it applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/algos/sac/lean.py``,
+"""TD3's gradient step written out by hand, in float32 or bf16-mixed, on the CPU (``--fused-update``,
+on by default where it applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/algos/sac/lean.py``,
 ``heron.core.lean``): no autograd graph or engine, gradients in one flat buffer per optimizer,
 the actor loss asking the (updated) first critic for dQ1/da only.
 
@@ -27,6 +27,8 @@ def supported(prec: Precision, compiled: bool) -> str | None:
         return "--compile wraps the autograd step"
     if prec.scaler is not None:
         return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
+    if prec.device.type == "cuda":  # SAC's pays there; TD3's, with half the products per step, did not
+        return "on CUDA it measured no faster than the autograd step (docs/benchmarks.md)"
     return None
 
 

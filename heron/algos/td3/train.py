@@ -25,7 +25,8 @@ from heron.core.graphs import GraphedActor, capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
-from heron.core.run import Run, compile_step
+from heron.core.run import Run
+from heron.core.update import build_step
 
 
 def check(cfg: Config) -> dict:
@@ -118,11 +119,8 @@ def train(cfg: Config, run: Run) -> dict:
     np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
 
     nets = Nets(actor, critic, actor_target, critic_target, actor_opt, q_opt)
-    update = make_update(cfg, nets, prec)
-    if cfg.compile:  # under --cuda-graphs the compiled step is recorded (LeanRL's pairing)
-        update = compile_step(update)
-    elif cfg.fused_update and lean.supported(prec, cfg.compile) is None:
-        update = lean.LeanUpdate(cfg, nets, prec.dtype)  # the same step, written out (--cuda-graphs records it)
+    update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
+                        lean.supported(prec, cfg.compile), record=False, log=run.logger.print)
     polyak = Polyak((actor_target, actor), (critic_target, critic))
     # steps 4-15: sample, update, and after a delayed actor step average the targets (--cuda-graphs:
     # recorded twice, critic only; critic, actor and targets)
