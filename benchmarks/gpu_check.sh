@@ -21,8 +21,7 @@
 # machine the evaluations go to a worker process; "off auto" times both): SPS_GRAPHS=true
 # SPS_SECONDS=50 times the three graphed runs alone (about 3 minutes), and
 # SPS_GRAPHS=true SPS_EVAL_ASYNC="off auto" SPS_SECONDS=45 each with evaluations in and out of process (5 minutes);
-# SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead, SPS_ACT_ON_HOST="false true"
-# with and without --act-on-host (acting in numpy on a host copy of the actor); SPS_COMPILE="false true"
+# SPS_ACT_AHEAD="true false" times SAC and TD3 with and without --act-ahead; SPS_COMPILE="false true"
 # also with --compile (its compile time falls before the timed window: give it SPS_SECONDS of 70 or more).
 # TESTS_K=EXPR bash benchmarks/gpu_check.sh tests: only the tests that pytest's -k EXPR selects
 # What an evaluation costs on the GPU (benchmarks/eval_speed.py): bash benchmarks/gpu_check.sh eval
@@ -174,22 +173,19 @@ for algo in ${SPS_ALGOS:-sac td3 ppo}; do
       for ea in ${SPS_EVAL_ASYNC:-auto}; do
        for comp in ${SPS_COMPILE:-false}; do
        for ahead in $([ $algo = ppo ] && echo - || echo ${SPS_ACT_AHEAD:-true}); do
-       for host in $([ $algo = ppo ] && echo - || echo ${SPS_ACT_ON_HOST:-false}); do
         # SAC and TD3 learn from step 5,000 here (TD3's preset: 25,000) and are timed from 10,000;
         # PPO collects 8 x 256 steps an iteration (the mujoco preset) and is timed from its 10th
         label="$algo --cuda-graphs $graphs --eval-async $ea" name=$algo-$graphs-$ea
         [ $comp = true ] && label="$label --compile true" name=$name-compiled
         if [ $algo = ppo ]; then flags="--total-steps 102400"; start=20480
         else
-            flags="--total-steps 20000 --learning-starts 5000 --act-ahead $ahead --act-on-host $host"; start=10000
+            flags="--total-steps 20000 --learning-starts 5000 --act-ahead $ahead"; start=10000
             label="$label --act-ahead $ahead"; [ $ahead = true ] || name=$name-behind
-            [ $host = true ] && label="$label --act-on-host true" name=$name-host
         fi
         # at most SPS_SECONDS (85) each (6 runs in one call)
         timed $name "$label" ${SPS_SECONDS:-85} $start $algo \
             --preset mujoco --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 \
             --torch-threads 4 --eval-async $ea --compile $comp
-       done
        done
        done
       done

@@ -29,7 +29,7 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
         data = read_yaml(config_file)
         data.pop("algo", None)
         data.pop("run_dir", None)  # a fresh run: reading a run's config back must not reuse its dir
-        cfg = apply_overrides(cfg, data, f"config file {config_file}")
+        cfg = apply_overrides(cfg, data, f"config file {config_file}", saved=True)
     for name in presets:
         if name not in module.PRESETS:
             raise HeronError(f"unknown preset {name!r} for {algo}; choose from {', '.join(module.PRESETS)}")
@@ -94,7 +94,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     evaluations are played (auto, on, off), for another machine; the results are the same."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
-    cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
+    cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml", saved=True)
     if env is not None:
         use_callable(cfg.env_id, env)
     check_env_id(cfg.env_id)  # before the run reopens: a missing module or callable changes nothing there
@@ -149,7 +149,7 @@ def load_checkpoint(run_dir: str | Path, which: str = "latest", env: Callable[..
     given as one) has the spaces the checkpoint was saved for."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
-    cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml")
+    cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml", saved=True)
     ckpt_dir = Path(run_dir) / "checkpoints"
     if which == "latest":
         path = ckpt.latest_checkpoint(ckpt_dir)

@@ -103,6 +103,8 @@ def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
         else:
             kwargs.update(metavar=type_name(kind).split()[-1].upper())
         p.add_argument(f"--{flag(f.name)}", **kwargs)
+    for name in getattr(cls, "REMOVED", {}):  # refused with what to do instead (apply_overrides)
+        p.add_argument(f"--{flag(name)}", dest=name, nargs="?", const="true", help=argparse.SUPPRESS)
     return p
 
 

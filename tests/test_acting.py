@@ -259,59 +259,6 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
         assert rows("True", name) == rows("False", name) and len(rows("True", name)) >= 2, name
 
 
-def test_host_copy_follows_its_module_when_told():
-    """``acting.HostCopy`` (--act-on-host): a copy, so in-place steps on the module do not show in
-    it until ``stale()``; then ``current()`` brings every parameter up to the module's, once."""
-    actor, _ = td3_build(5, LOW, HIGH, (32, 32), False)
-    host = acting.HostCopy(actor)
-    twin = host.current()
-    assert twin is not actor and all(torch.equal(a, b) for a, b in zip(actor.parameters(), twin.parameters()))
-    with torch.no_grad():
-        for p in actor.parameters():
-            p.add_(1.0)
-    assert not any(torch.equal(a, b) for a, b in zip(actor.parameters(), host.current().parameters()))
-    host.stale()
-    assert all(torch.equal(a, b) for a, b in zip(actor.parameters(), host.current().parameters()))
-    fast = TD3NumpyActor.of(twin, 3)
-    with torch.no_grad():
-        torch.testing.assert_close(torch.from_numpy(fast(_obs(3))), actor(torch.as_tensor(_obs(3))), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("algo,extra", [("td3", {}), ("sac", DELAY_3), ("td3", {"precision": "bf16-mixed"})],
-                         ids=["td3", "sac-delay-3-two-steps-two-envs", "td3-bf16-mixed"])
-def test_acting_on_a_host_copy_changes_no_number(algo, extra, tmp_path, monkeypatch):
-    """--act-on-host: acting reads a copy of the actor brought up to date at the first act after
-    each actor step, and at no other. On the CPU, where the numpy acting otherwise reads the actor
-    itself, the run is the same run bit for bit; and with the copy never brought up to date after
-    its first refresh the run differs (the copy is what it acts on)."""
-    flags = dict(env_id="Pendulum-v1", total_steps=1000, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
-                 eval_every=500, eval_episodes=1, checkpoint_every=0, log_every=100, progress="none",
-                 torch_threads=1, eval_async="off", **extra)
-    events: list = []
-    learn, current = offpolicy.Learn.__call__, acting.HostCopy.current
-    monkeypatch.setattr(offpolicy.Learn, "__call__",
-                        lambda self, update_actor, average: (events.append(update_actor), learn(self, update_actor, average))[1])
-    monkeypatch.setattr(acting.HostCopy, "current",
-                        lambda self: (events.append("refresh" if self._stale else "act"), current(self))[1])
-    for host in (True, False):
-        heron.train(algo, run_dir=str(tmp_path / str(host)), act_on_host=host, **flags)
-    # a refresh exactly at the first act after an actor step (and at the first act of all)
-    acts = [i for i, e in enumerate(events) if e in ("refresh", "act")]
-    assert events[acts[0]] == "refresh" and len(acts) >= 250
-    for a, b in zip(acts, acts[1:]):
-        assert (events[b] == "refresh") == (True in events[a + 1:b]), (a, b)
-    assert events.count("refresh") > 100
-    a, b = (torch.load(latest_checkpoint(tmp_path / str(host) / "checkpoints"), weights_only=True)
-            for host in (True, False))
-    for key in ("actor", "critic", "critic_target"):
-        for name, tensor in a[key].items():
-            assert torch.equal(tensor, b[key][name]), f"{key}.{name}"
-    monkeypatch.setattr(acting.HostCopy, "stale", lambda self: None)
-    heron.train(algo, run_dir=str(tmp_path / "never"), act_on_host=True, **flags)
-    c = torch.load(latest_checkpoint(tmp_path / "never" / "checkpoints"), weights_only=True)
-    assert not torch.equal(c["actor"]["net.0.weight"], b["actor"]["net.0.weight"])
-
-
 class _EagerGraph:
     """heron.core.graphs.GraphedActor's contract without a GPU: ``fn`` on the inputs as tensors."""
 

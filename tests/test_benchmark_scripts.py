@@ -148,7 +148,7 @@ class Run:
     def __init__(self, algo, cfg):
         with open(os.environ["CALLS"], "a") as f:
             f.write(json.dumps(dict(algo=algo.__name__.rsplit(".", 1)[-1], **{k: getattr(cfg, k, None) for k in (
-                "run_dir", "cuda_graphs", "compile", "act_ahead", "act_on_host", "fused_update", "eval_async", "eval_every",
+                "run_dir", "cuda_graphs", "compile", "act_ahead", "fused_update", "eval_async", "eval_every",
                 "checkpoint_every", "env_id", "env_backend", "num_envs", "num_steps", "torch_threads", "recompute_adv",
                 "precision")})) + "\\n")
         Path(cfg.run_dir).mkdir(parents=True)
@@ -213,13 +213,11 @@ def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
     and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
     and read their rates from the window it states."""
     calls = _run_script(tmp_path, "gpu_check.sh", "sps", SPS_ALGOS="td3 ppo", SPS_GRAPHS="true",
-                        SPS_ACT_AHEAD="true false", SPS_ACT_ON_HOST="false true", SPS_COMPILE="true",
-                        SPS_SECONDS="60")
+                        SPS_ACT_AHEAD="true false", SPS_COMPILE="true", SPS_SECONDS="60")
     lines = (tmp_path / "out" / "sps.txt").read_text().splitlines()[1:]
-    assert len(calls) == len(lines) == 5, lines  # TD3 acting ahead and behind, each on the GPU and the host; PPO
+    assert len(calls) == len(lines) == 3, lines  # TD3 acting ahead and behind; PPO
     assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / n) for n in (
-        "td3-true-auto-compiled", "td3-true-auto-compiled-host", "td3-true-auto-compiled-behind",
-        "td3-true-auto-compiled-behind-host", "ppo-true-auto-compiled")]
+        "td3-true-auto-compiled", "td3-true-auto-compiled-behind", "ppo-true-auto-compiled")]
     for call, line in zip(calls, lines):
         assert line.startswith(f"{call['algo']} --cuda-graphs true --eval-async auto"), line
         assert call["cuda_graphs"] and call["eval_async"] == "auto" and call["checkpoint_every"] == 10000
@@ -227,11 +225,9 @@ def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
         if call["algo"] == "td3":
             assert f"--act-ahead {str(call['act_ahead']).lower()}" in line
             assert call["act_ahead"] == ("behind" not in call["run_dir"])
-            host = call["run_dir"].endswith("host")
-            assert call["act_on_host"] == host and line.count("--act-on-host true") == int(host)
             assert line.endswith("(exit 0): 1000 env steps/s over steps 10000-40960"), line
         else:
-            assert "--act-ahead" not in line and "--act-on-host" not in line
+            assert "--act-ahead" not in line
             assert line.endswith("(exit 0): 1000 env steps/s over steps 20480-40960"), line
 
 

@@ -51,9 +51,8 @@ TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size"
     (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
     (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
     (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-    (["train", "td3", "--act-on-host", "--obs-norm"], "--act-on-host reads a copy of the actor made at actor steps"),
-    (["train", "sac", "--act-on-host", "--recurrent", "gru"], "--act-on-host acts in numpy with a feed-forward"),
-    (["train", "td3", "--act-on-host", "--num-envs", "4"], "4 env(s) per process are too many for an actor of 3 x 256"),
+    (["train", "td3", "--act-on-host"], "argument: --act-on-host was removed: acting stays on the training device"),
+    (["train", "sac", "--act-on-host", "false"], "--act-on-host was removed"),
     (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
     (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
 ])
@@ -218,3 +217,15 @@ def test_resuming_a_finished_run_needs_a_larger_target(capsys, tmp_path):
     assert main(["train", "td3", *TINY_FLAGS, "--run-dir", str(run)]) == 0
     capsys.readouterr()
     assert "already reached 600 steps" in _error(capsys, ["train", "--resume", str(run)])
+
+
+def test_a_removed_option_in_a_saved_config_is_left_out(capsys, tmp_path):
+    """A run (or a --config file) made when heron had --act-on-host resumes and reads without it;
+    asked for anew it is refused with what to do instead (test_bad_input_is_one_line_exit_2)."""
+    run = tmp_path / "run"
+    assert main(["train", "td3", *TINY_FLAGS, "--run-dir", str(run)]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**saved, "act_on_host": True}))  # as an older heron wrote it
+    assert heron.api.make_config("td3", config_file=str(run / "config.yaml")).tau == saved["tau"]
+    assert main(["train", "--resume", str(run), "--total-steps", "700"]) == 0
+    assert "act_on_host" not in yaml.safe_load((run / "config.yaml").read_text())

@@ -457,55 +457,6 @@ def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
 
 
 @needs_cuda
-@pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_acting_on_a_host_copy_on_cuda(tmp_path, monkeypatch, algo):
-    """--act-on-host on a graphed GPU run: the actor's copy lives in pinned host memory, and at every
-    act it equals the GPU actor exactly; it is brought up to date at the first act after each actor
-    step and at no other; nothing is acted on the GPU. The run learns from those actions through a
-    checkpoint, a resume and an evaluation."""
-    actor = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).cuda()
-    host = acting.HostCopy(actor)
-    assert all(p.is_pinned() for p in host.current().parameters())
-    with torch.no_grad():
-        for p in actor.parameters():
-            p.mul_(3.0)
-    host.stale()
-    got = [p.clone() for p in host.current().parameters()]  # read before any device call syncs
-    assert torch.cuda.current_stream().query()  # current() waited for its transfer
-    assert all(torch.equal(a.cpu(), b) for a, b in zip(actor.parameters(), got))
-
-    events, exact, current = [], [], acting.HostCopy.current
-
-    def checked(self):
-        refresh = self._stale
-        events.append("refresh" if refresh else "act")
-        twin = current(self)
-        got = [p.clone() for p in twin.parameters()]  # what acting reads, before a device call syncs
-        idle = not refresh or torch.cuda.current_stream().query()
-        exact.append(idle and all(p.is_pinned() for p in twin.parameters())
-                     and all(torch.equal(a.detach().cpu(), b) for a, b in zip(self._params, got)))
-        return twin
-
-    learn = offpolicy.Learn.__call__
-    monkeypatch.setattr(acting.HostCopy, "current", checked)
-    monkeypatch.setattr(offpolicy.Learn, "__call__",
-                        lambda self, actor_step, average: (events.append(actor_step), learn(self, actor_step, average))[1])
-    monkeypatch.setattr(GraphedActor, "__call__", lambda self, obs: pytest.fail("acted on the GPU"))
-    run_dir = tmp_path / algo
-    api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir), progress="none",
-              eval_every=0, torch_threads=1, cuda_graphs=True, act_on_host=True, eval_async="off")
-    acts = [i for i, e in enumerate(events) if e in ("refresh", "act")]
-    assert events[acts[0]] == "refresh" and len(acts) > 100 and all(exact)
-    for a, b in zip(acts, acts[1:]):
-        assert (events[b] == "refresh") == (True in events[a + 1:b]), (a, b)
-    step = int(ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))["step"])
-    before = len(exact)
-    assert main(["train", "--resume", str(run_dir), "--total-steps", str(2 * step)]) == 0
-    assert len(exact) > before + 100 and all(exact)  # the resumed run acted on an exact copy too
-    assert main(["eval", str(run_dir), "--episodes", "1", "--device", "cuda"]) == 0
-
-
-@needs_cuda
 @pytest.mark.parametrize("body,action", [("cnn", "discrete"), ("shared", "box")])
 def test_ppo_recorded_acting_equals_eager_acting(body, action):
     """--cuda-graphs records PPO's acting step where no CPU twin acts (a CNN, a shared body): its

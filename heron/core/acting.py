@@ -15,7 +15,8 @@ which must start at 1. SAC's and TD3's training loops act in float32 numpy then 
 actor's float32 weights, as a saved policy does: their actions enter no loss, and at an env's few
 rows a bfloat16 product gains nothing (TD3's 256-256 actor on one Hopper row: 0.15 ms a step in
 torch bfloat16, 0.017 ms in numpy). Evaluations keep the run's precision. PPO on a GPU acts on a
-CPU copy of its model (``CpuTwin``), refreshed once per rollout.
+CPU copy of its model (``CpuTwin``), refreshed once per rollout. ``Acting`` is SAC's and TD3's way
+to act, numpy or not, with acting ahead.
 """
 
 from __future__ import annotations
@@ -89,42 +90,47 @@ class CpuTwin:
         return self.twin
 
 
-class HostCopy:
-    """A host copy of a module on an accelerator whose parameters move at every few gradient steps
-    (SAC's and TD3's actor, ``--act-on-host``): acting reads the copy in numpy, so an env step's
-    acting launches nothing on the device and waits for nothing there. ``stale()`` marks the copy
-    out of date (after a step that trains the module); ``current()`` then brings it up to date with
-    one gather of the parameters into a flat device buffer and one transfer into pinned host
-    memory, which the copy's parameters are views of. It waits for the transfer, and so for the
-    steps launched before it. On the CPU it is a plain copy, the same logic. (``CpuTwin`` copies a
-    whole state dict, buffers included, once per PPO rollout; this copies the parameters alone, often,
-    in one transfer.)"""
+class Acting:
+    """What SAC's and TD3's loops act with: ``act(obs)`` is the actor's output on a batch of
+    observations [N, ...] as a numpy array (TD3: the greedy actions; SAC: its Gaussian), computed the
+    fastest way that gives the same numbers:
 
-    def __init__(self, module: nn.Module):
-        self._params = list(module.parameters())
-        self._device = device = self._params[0].device
-        self.twin = copy.deepcopy(module).cpu().requires_grad_(False)
-        sizes = [p.numel() for p in self._params]
-        self._flat = None if device.type == "cpu" else torch.empty(sum(sizes), device=device)
-        self._host = torch.empty(sum(sizes), pin_memory=device.type == "cuda")
-        for p, view in zip(self.twin.parameters(), self._host.split(sizes)):
-            p.data = view.view_as(p)
-        self._stale = True
+    * in numpy (``numpy_fn``, the algorithm's ``NumpyActor``) where it applies (``eligible``: float32
+      weights on the CPU, products small enough for one thread);
+    * else, under --cuda-graphs, as a recorded CUDA graph of ``torch_fn`` (``graphs.GraphedActor``);
+    * else ``torch_fn`` itself, without gradients, on the training device.
 
-    def stale(self) -> None:
-        self._stale = True
+    Acting ahead (``--act-ahead``): the loop tells ``before_updates`` whether the gradient steps it is
+    about to take train the actor. When none does (the critic-only steps between delayed actor
+    steps), the next env step's output is the same before them as after, so it is taken now and the
+    next ``act`` returns it: on a GPU that env step then runs while the critics train. The numbers
+    are the same either way (``tests/test_acting.py``)."""
 
-    @torch.no_grad()
-    def current(self) -> nn.Module:
-        if self._stale:
-            if self._flat is None:
-                torch.cat([p.reshape(-1) for p in self._params], out=self._host)
-            else:
-                torch.cat([p.reshape(-1) for p in self._params], out=self._flat)
-                self._host.copy_(self._flat, non_blocking=True)
-                torch.cuda.current_stream(self._device).synchronize()
-            self._stale = False
-        return self.twin
+    def __init__(self, torch_fn: Callable[[torch.Tensor], torch.Tensor], numpy_fn: Callable[[np.ndarray], np.ndarray] | None,
+                 device: torch.device, graphs: bool, ahead: bool):
+        from heron.core.graphs import GraphedActor
+
+        self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, ahead
+        self.graphed = GraphedActor(torch_fn, device) if graphs and numpy_fn is None else None
+        self._next: np.ndarray | None = None  # the next act's output, taken ahead
+
+    def _output(self, obs: np.ndarray) -> np.ndarray:
+        if self.numpy_fn is not None:
+            return self.numpy_fn(obs)
+        if self.graphed is not None:
+            return self.graphed(obs)
+        with torch.no_grad():
+            return self.torch_fn(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        out, self._next = self._next, None
+        return self._output(obs) if out is None else out
+
+    def before_updates(self, obs: np.ndarray, actor_moves: bool, last: bool = False) -> None:
+        """Before an env step's gradient steps: take the next act's output now where acting ahead
+        applies (``actor_moves``: some of those steps train the actor; ``last``: no env step follows)."""
+        if self.ahead and not actor_moves and not last:
+            self._next = self._output(obs)
 
 
 def normalize(obs: np.ndarray, norm: nn.Module) -> np.ndarray:

@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from heron.core import acting, dist
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import ReplayBuffer
 from heron.core.envs import VecEnv
@@ -38,32 +37,6 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
                         envs.obs_dtype, envs.single_action_space.shape,
                         device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
                         extra=extra, seed=run.rank_seed(), out_device=device)
-
-
-def check_act_on_host(cfg: Any, spaces: dict, outputs_per_action: int) -> None:
-    """--act-on-host acts in numpy on one thread (``acting.eligible``): before a run directory
-    exists, refuse an actor whose layers' products for this process's envs would not stay there.
-    ``outputs_per_action``: the actor's outputs per action dimension (SAC's 2, TD3's 1)."""
-    if not cfg.act_on_host:
-        return
-    envs = cfg.num_envs // dist.from_env().size  # each torchrun rank acts on its own envs
-    sizes = [spaces["obs_shape"][0], *cfg.hidden_sizes, outputs_per_action * len(spaces["action_low"])]
-    if envs * max(a * b for a, b in zip(sizes, sizes[1:])) > acting.PRODUCT_MAX:
-        raise HeronError(f"--act-on-host acts in numpy on one thread: {envs} env(s) per process are too many for "
-                         f"an actor of {' x '.join(map(str, sizes))} (each layer's product must stay below 2^18 "
-                         f"multiply-adds)")
-
-
-def numpy_acting(cfg: Any, actor: torch.nn.Module, num_envs: int,
-                 numpy_of: Callable[..., Any]) -> tuple[Any, acting.HostCopy | None]:
-    """The numpy actor a loop acts with (``heron.core.acting``; ``numpy_of``: the algorithm's
-    ``NumpyActor.of``), in float32 under every precision, or None where acting stays in torch: on
-    the actor itself, or with --act-on-host on a host copy of it, returned too, which the loop marks
-    stale after each actor step and brings up to date before it acts."""
-    host = acting.HostCopy(actor) if cfg.act_on_host else None
-    fast = numpy_of(host.twin if host else actor, num_envs, mixed=True)
-    assert fast or not host, "--act-on-host: the checks before the run let through an actor numpy cannot run"
-    return fast, host
 
 
 class Learn:

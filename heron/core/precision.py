@@ -36,7 +36,6 @@ on the float32 weights in every precision (``heron.core.acting``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from typing import Any, Iterable
@@ -207,12 +206,6 @@ class Precision:
         if self.scaler is not None and self._stepped:
             self.scaler.update()
             self._stepped.clear()
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """Autocast for code outside the applied layers (rarely needed)."""
-        if not self.mixed:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def state_dict(self) -> dict:
         return {"mode": self.mode, "scaler": self.scaler.state_dict() if self.scaler is not None else None}

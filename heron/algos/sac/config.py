@@ -34,8 +34,6 @@ class Config(OffPolicyConfig):
                 raise HeronError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.alpha < 0 or (self.autotune and self.alpha == 0):
             raise HeronError(f"--alpha must be >= 0 (> 0 with --autotune, its initial value), got {self.alpha}")
-        if self.act_on_host and self.recurrent != "none":
-            raise HeronError("--act-on-host acts in numpy with a feed-forward actor: not with --recurrent")
         if self.recurrent == "none":
             if self.burn_in:
                 raise HeronError("--burn-in applies to sequences: it needs --recurrent lstm|gru")

@@ -21,8 +21,9 @@ from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
+from heron.core.acting import Acting
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedActor, capturable
+from heron.core.graphs import capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -37,9 +38,7 @@ def check(cfg: Config) -> dict:
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
-    spaces = offpolicy.spaces_of(obs_space, act_space)
-    offpolicy.check_act_on_host(cfg, spaces, 2)
-    return spaces
+    return offpolicy.spaces_of(obs_space, act_space)
 
 
 def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
@@ -206,22 +205,12 @@ def train(cfg: Config, run: Run) -> dict:
     # actions from it on the host, with the normals actor.act would draw on the CPU. The Gaussian
     # can then be taken before gradient steps that leave the actor as it is (--act-ahead), and on a
     # GPU no random draw waits for the update in flight.
-    fast_actor, host = offpolicy.numpy_acting(cfg, actor, N, NumpyActor.of)  # in numpy where it applies
-    graphed_gaussian = None  # recorded too under --cuda-graphs
-    if cfg.cuda_graphs and not S and not host:
-        graphed_gaussian = GraphedActor(lambda o: actor.gaussian(o.float()), device)
+    # (feed-forward) its Gaussian as numpy arrays: in numpy where it applies, else in torch (recorded
+    # under --cuda-graphs), and taken ahead of critic-only gradient steps (--act-ahead)
+    fast = NumpyActor.of(actor, N, mixed=True)
+    acting = Acting(lambda o: actor.gaussian(o.float()), fast and fast.gaussian, device, cfg.cuda_graphs and not S,
+                    cfg.act_ahead and not S)
     scale_np, bias_np = actor.scale.cpu().numpy(), actor.bias.cpu().numpy()
-
-    def gaussian(obs: np.ndarray) -> np.ndarray:
-        if fast_actor:
-            if host:
-                host.current()
-            return fast_actor.gaussian(obs)
-        if graphed_gaussian:
-            return graphed_gaussian(obs)
-        return actor.gaussian(torch.as_tensor(obs, device=device).float()).cpu().numpy()
-
-    ahead = None  # the next step's Gaussian, taken before the critic steps that leave the actor as it is
     while global_step < cfg.total_steps:
         if S:
             obs_t = torch.as_tensor(obs, device=device).float()
@@ -235,7 +224,7 @@ def train(cfg: Config, run: Run) -> dict:
             actions_t, next_a_state = actor.act(obs_t, a_state, deterministic=False)
             actions = actions_t.cpu().numpy()
         else:
-            actions = draw(gaussian(obs) if ahead is None else ahead, torch.randn(N, A).numpy(), scale_np, bias_np)
+            actions = draw(acting.act(obs), torch.randn(N, A).numpy(), scale_np, bias_np)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs))
@@ -251,13 +240,9 @@ def train(cfg: Config, run: Run) -> dict:
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
 
-        ahead = None
         if global_step > cfg.learning_starts:
-            if (cfg.act_ahead and not S and global_step < cfg.total_steps
-                    and all((n_updates + k) % cfg.policy_frequency for k in range(1, cfg.gradient_steps + 1))):
-                # the coming steps train the critics alone: the actor's Gaussian is the same before
-                # them as after, and on a GPU the next env step then runs while they do
-                ahead = gaussian(obs)
+            actor_moves = any((n_updates + k) % cfg.policy_frequency == 0 for k in range(1, cfg.gradient_steps + 1))
+            acting.before_updates(obs, actor_moves, last=global_step >= cfg.total_steps)
             for _ in range(cfg.gradient_steps):
                 if cfg.lr_schedule != "constant":  # (under --cuda-graphs each set_lr is a kernel launch)
                     set_lr(actor_opt, cfg.policy_lr * lr_factor(n_updates))
@@ -266,8 +251,6 @@ def train(cfg: Config, run: Run) -> dict:
                 trains_actor = n_updates % cfg.policy_frequency == 0
                 metrics.update(run.watch(learn(trains_actor, n_updates % cfg.target_network_frequency == 0),
                                          global_step))
-                if trains_actor and host:
-                    host.stale()
 
         lr = cfg.policy_lr * lr_factor(max(n_updates - 1, 0))  # the latest update's
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,

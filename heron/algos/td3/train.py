@@ -20,8 +20,9 @@ from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
+from heron.core.acting import Acting
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import GraphedActor, capturable
+from heron.core.graphs import capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -35,9 +36,7 @@ def check(cfg: Config) -> dict:
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "td3", cfg.env_id)
     require_vector_obs(obs_space, "td3", cfg.env_id)
-    spaces = offpolicy.spaces_of(obs_space, act_space)
-    offpolicy.check_act_on_host(cfg, spaces, 1)
-    return spaces
+    return offpolicy.spaces_of(obs_space, act_space)
 
 
 def _build(cfg: Config, spaces: dict):
@@ -149,26 +148,14 @@ def train(cfg: Config, run: Run) -> dict:
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
-    fast_actor, host = offpolicy.numpy_acting(cfg, actor, N, NumpyActor.of)  # in numpy where it applies
-    graphed_actor = GraphedActor(actor, device) if cfg.cuda_graphs and not host else None  # acting recorded too
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        """The actor's greedy actions [N, A] on ``obs``, as a numpy array."""
-        if fast_actor:
-            if host:
-                host.current()
-            return fast_actor(obs)
-        if graphed_actor:
-            return graphed_actor(obs)
-        with torch.no_grad():
-            return actor(torch.as_tensor(obs, device=device)).cpu().numpy()
-
-    ahead = None  # the next step's greedy actions, taken before the critic steps that leave the actor as it is
+    # the greedy actions as numpy arrays: in numpy where it applies, else in torch (recorded under
+    # --cuda-graphs), and taken ahead of critic-only gradient steps (--act-ahead)
+    acting = Acting(actor, NumpyActor.of(actor, N, mixed=True), device, cfg.cuda_graphs, cfg.act_ahead)
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
             actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)
         else:
-            greedy = act(obs) if ahead is None else ahead
+            greedy = acting.act(obs)
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
             actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
@@ -180,18 +167,12 @@ def train(cfg: Config, run: Run) -> dict:
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
 
-        ahead = None
         if global_step > cfg.learning_starts:
             delays = [(n_updates + k) % cfg.policy_frequency == 0 for k in range(1, cfg.gradient_steps + 1)]
-            if cfg.act_ahead and not any(delays) and global_step < cfg.total_steps:
-                # the coming steps train the critics alone: the next greedy actions are the same
-                # before them as after, and on a GPU the next env step then runs while they do
-                ahead = act(obs)
+            acting.before_updates(obs, actor_moves=any(delays), last=global_step >= cfg.total_steps)
             for delayed in delays:
                 n_updates += 1
                 metrics.update(run.watch(learn(delayed, delayed), global_step))
-                if delayed and host:
-                    host.stale()
 
         run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
                        policy, policy_state, checkpoint_state)
