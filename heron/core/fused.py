@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from heron.core import torch_private as private
+
 
 def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None,
             float32_out: bool = False) -> list:
@@ -67,9 +69,9 @@ def _act_backward(g: torch.Tensor, out: torch.Tensor, act: str, inplace: bool = 
     (a buffer the caller just made: no second allocation of the layer's size; not under autograd,
     which a double backward through the fused node would run it in)."""
     if act == "relu":
-        f = torch.ops.aten.threshold_backward
+        f = private.threshold_backward
         return f.grad_input(g, out, 0, grad_input=g) if inplace else f(g, out, 0)
-    f = torch.ops.aten.tanh_backward
+    f = private.tanh_backward
     return f.grad_input(g, out, grad_input=g) if inplace else f(g, out)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from heron.core import dist
+from heron.core import torch_private as private
 from heron.core.fused import _forward, _layers, backprop
 from heron.core.nets import Adam, EnsembleMLP
 
@@ -87,7 +88,7 @@ class LayerViews:
             return layers, [w for w, _ in layers]
         key = tuple(p.data_ptr() for p in self.params)
         if self.dtype is not None:
-            key += tuple(p._version for p in self.params)
+            key += tuple(private.version(p) for p in self.params)
         if key != self._key:
             self._kept.clear()
             self._key = key

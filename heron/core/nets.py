@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from heron.core import fused
+from heron.core import torch_private as private
 from heron.core.fused import ReluMLP, TanhMLP
 from heron.core.graphs import recording
 
@@ -164,7 +165,7 @@ class Adam(torch.optim.Adam):
         if self._lean is None:
             if not self.state and all(p.grad is not None for g in self.param_groups for p in g["params"]):
                 for group in self.param_groups:  # the first step: Adam's state, as its step() creates it
-                    self._init_group(group, [], [], [], [], [], [])
+                    private.init_adam_group(self, group)
             self._lean = self._lean_lists()
             if self._lean is None:
                 self.step()  # the first step creates the state; the next one builds the lists
@@ -179,20 +180,20 @@ class Adam(torch.optim.Adam):
                 counter.add_(1)
                 steps = [counter] * len(params)
             else:
-                torch._foreach_add_(steps, 1)
-            torch._fused_adam_(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
-                               lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                               eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+                private.foreach_add_(steps, 1)
+            private.fused_adam_(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
+                                lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        _direct(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+        private.undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def state_dict(self) -> dict:
         """torch's, with the learning rates as floats and ``capturable`` off (``--cuda-graphs``
         sets both again after loading: ``heron.core.graphs.capturable``), so a checkpoint resumes
         the same way with or without graphs and on any device."""
         self._sync_steps()
-        state = _direct(torch.optim.Optimizer.state_dict)(self)
+        state = private.undecorated(torch.optim.Optimizer.state_dict)(self)
         for group in state["param_groups"]:  # torch's copies of the groups
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"] = float(group["lr"])
@@ -206,18 +207,13 @@ class Adam(torch.optim.Adam):
                 p.grad = None
 
     def load_state_dict(self, state_dict: dict) -> None:
-        _direct(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+        private.undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
         self._lean = None  # new state tensors
 
     def add_param_group(self, param_group: dict) -> None:
         self._sync_steps()
-        _direct(torch.optim.Optimizer.add_param_group)(self, param_group)
+        private.undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
         self._lean = None
-
-
-def _direct(method):
-    """The function inside torch's ``_disable_dynamo`` wrapper (``Adam``'s doc), or the method itself."""
-    return getattr(method, "__wrapped__", method)
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> Adam:
@@ -242,7 +238,7 @@ class Polyak:
     @torch.no_grad()
     def __call__(self, tau: float) -> None:
         for t_params, s_params in self.pairs:
-            torch._foreach_lerp_(t_params, s_params, tau)
+            private.foreach_lerp_(t_params, s_params, tau)
 
 
 class RunningNorm(nn.Module):
@@ -291,7 +287,7 @@ class RunningNorm(nn.Module):
         tensor would be frozen into the graph while the statistics move between replays."""
         if torch.compiler.is_compiling() or recording(self.mean):
             return self.mean.float(), torch.sqrt(self.var.float() + self.eps)
-        key = (self.mean._version, self.var._version, self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
+        key = (private.version(self.mean), private.version(self.var), self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
         if getattr(self, "_cache_key", None) != key:
             self._cache = (self.mean.float(), torch.sqrt(self.var.float() + self.eps))
             self._cache_key = key

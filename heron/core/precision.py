@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from heron.core import dist
+from heron.core import torch_private as private
 from heron.core.nets import FLOAT32_OUT, Adam, EnsembleMLP, ReluMLP, TanhMLP
 from heron.errors import HeronError
 
@@ -121,9 +122,9 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or len({(g.device, g.dtype) for g in grads}) > 1 or any(g.is_sparse for g in grads):
         return nn.utils.clip_grad_norm_(params, max_norm)
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    total = torch.linalg.vector_norm(torch.stack(private.foreach_norm(grads, 2.0)), 2.0)
     if max_norm < math.inf:
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        private.foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
 
 

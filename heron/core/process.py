@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+from heron.core import torch_private as private
 
 _ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG",)
 
@@ -41,7 +42,7 @@ class ProcessSettings:
 
     @classmethod
     def take(cls) -> "ProcessSettings":
-        inductor = sys.modules.get("torch._inductor.config")
+        inductor = private.loaded_inductor_config()
         return cls(
             threads=torch.get_num_threads(),
             deterministic=torch.are_deterministic_algorithms_enabled(),
@@ -60,8 +61,8 @@ class ProcessSettings:
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
         # torch's own setter, less its side effect of importing Inductor (run._deterministic_algorithms)
-        torch._C._set_deterministic_algorithms(self.deterministic, warn_only=self.deterministic_warn_only)
-        inductor = sys.modules.get("torch._inductor.config")
+        private.set_deterministic_algorithms(self.deterministic, self.deterministic_warn_only)
+        inductor = private.loaded_inductor_config()
         if inductor is not None:
             # loaded during the run (--compile): Inductor's default, which the caller had in effect
             inductor.deterministic = self.deterministic if self.inductor_deterministic is None \

@@ -30,6 +30,7 @@ import yaml
 from heron.config import to_dict
 from heron.core import checkpoint as ckpt
 from heron.core import cores, dist, evalworker
+from heron.core import torch_private as private
 from heron.core.envs import EVAL_SEED_OFFSET
 from heron.core.envs import evaluate as run_episodes
 from heron.core.faults import DivergenceGuard, close_bounded, inject, nonfinite_tensor, release
@@ -118,9 +119,9 @@ def _deterministic_algorithms(mode: bool) -> None:
     """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing Inductor: that
     function sets ``torch._inductor.config.deterministic`` too, and the import costs every run 1.2-3 s
     of startup. Inductor's flag is set here when it is loaded already, else by ``update.compile_step``."""
-    torch._C._set_deterministic_algorithms(mode, warn_only=True)
-    if "torch._inductor.config" in sys.modules:
-        sys.modules["torch._inductor.config"].deterministic = mode
+    private.set_deterministic_algorithms(mode, warn_only=True)
+    if (inductor := private.loaded_inductor_config()) is not None:
+        inductor.deterministic = mode
 
 
 def default_run_dir(algo: str, cfg: Any) -> Path:

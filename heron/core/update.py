@@ -26,14 +26,13 @@ from typing import Any, Callable
 
 import torch
 
+from heron.core import torch_private as private
 from heron.core.graphs import GraphedStep
 
 
 def compile_step(fn: Any) -> Any:
     """``torch.compile(fn)`` (``--compile``), with Inductor as deterministic as the run asked."""
-    import torch._inductor.config as inductor_config
-
-    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
+    private.inductor_config().deterministic = torch.are_deterministic_algorithms_enabled()
     return torch.compile(fn)
 
 

@@ -28,8 +28,10 @@ from torch import nn
 
 from heron.algos.ppo import losses
 from heron.algos.ppo.networks import ActorCritic
+from heron.core import torch_private as private
 from heron.core.lean import FlatGrads
 from heron.core.precision import Precision
+
 
 def supported(model: ActorCritic, prec: Precision, compiled: bool, graphs: bool = False) -> str | None:
     """None when the hand-written step applies to this model, else why not (the autograd step runs)."""
@@ -71,7 +73,7 @@ def _backward(g: torch.Tensor, layers: list[nn.Linear], inputs: list[torch.Tenso
         torch.mm(g.t(), inputs[k], out=dw)
         torch.sum(g, 0, out=db)
         if k > 0:
-            g = torch.ops.aten.tanh_backward(torch.mm(g, layers[k].weight), inputs[k])
+            g = private.tanh_backward(torch.mm(g, layers[k].weight), inputs[k])
 
 
 class LeanUpdate:
