@@ -306,7 +306,7 @@ def run_figures(args: argparse.Namespace, lib: str, seed: int, evals: dict[int, 
 
 
 RESULT_FIELDS = ("algo", "env_id", "total_steps", "preset", "overrides", "lib", "seed", "final_eval", "mean_eval",
-                 "best_eval", "train_last10", "evals", "eval_episodes", "peer", "date", "command")
+                 "best_eval", "train_last10", "evals", "eval_episodes", "peer", "recorded", "command")
 
 
 def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
@@ -330,8 +330,14 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
             peer = f"stable-baselines3 {version('stable-baselines3')}"
         except Exception:  # not installed: --report-only of runs made elsewhere
             peer = "stable-baselines3"
-    command = "python benchmarks/offpolicy_curves_vs_sb3.py " + shlex.join(
-        a for a in (sys.argv[1:] if argv is None else argv))
+    given, kept = list(sys.argv[1:] if argv is None else argv), []
+    while given:  # the command that trains (and reports): without --report-only and the results file
+        item = given.pop(0)
+        if item == "--results":
+            given = given[1:]
+        elif item != "--report-only" and not item.startswith("--results="):
+            kept.append(item)
+    command = "python benchmarks/offpolicy_curves_vs_sb3.py " + shlex.join(kept)
     new = []
     for lib in args.libs:
         for seed in args.seeds:
@@ -344,7 +350,7 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
                             **{k: "" if v is None else f"{v:.2f}" for k, v in fig.items()},
                             evals=" ".join(f"{k}:{v:.2f}" for k, v in sorted(evals.items())),
                             eval_episodes=args.eval_episodes, peer=peer if lib == "sb3" else "",
-                            date=datetime.date.today().isoformat(), command=command))
+                            recorded=datetime.date.today().isoformat(), command=command))
     keys = {tuple(str(r[k]) for k in key_fields) for r in new}
     rows = [r for r in rows if tuple(r[k] for k in key_fields) not in keys] + new
     path.parent.mkdir(parents=True, exist_ok=True)
