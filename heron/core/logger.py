@@ -191,7 +191,10 @@ class Logger:
     def close(self) -> None:
         """Best effort: on the way out after a fault (a full disk) the first error is the one reported."""
         if self._bar is not None:
+            redraw = getattr(self._bar.live, "_refresh_thread", None)  # rich's 10 Hz redraw thread
             self._bar.stop()
+            if redraw is not None:  # rich's stop only signals it to end: a closed logger leaves no thread
+                redraw.join(timeout=1.0)
             self._bar = None
         for close in (self._csv_file.close, *((self._tb.close,) if self._tb is not None else ()),
                       *((self._wandb.finish,) if self._wandb is not None else ())):
