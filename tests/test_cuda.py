@@ -3,6 +3,7 @@ Skipped where there is no GPU (CI), except a CPU check of a helper the GPU tests
 machine: ``python -m pytest -q tests/test_cuda.py``."""
 
 import importlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -238,8 +239,6 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
     the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
     sac = algo == "sac"
     _, nets, targets, update, opts = _offpolicy_setup(algo, device, lean)
-    if graphed:
-        capturable(*opts)
     rb = ReplayBuffer(2 * 40, 2, (D,), np.float32, (A,), device=buffer_device, seed=3, out_device=device)
     rng = np.random.default_rng(0)
 
@@ -250,8 +249,9 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
 
     for _ in range(30):
         add()
-    fields, polyak = None if sac and not lean else offpolicy.STEP_FIELDS, Polyak(*targets)
-    learn = offpolicy.Learn(update, rb, (B, 1) if sac else (B,), fields, polyak, 0.05, graphed)
+    fields, polyak = getattr(update, "fields", None), Polyak(*targets)
+    cfg = SimpleNamespace(tau=0.05, cuda_graphs=graphed)
+    learn = offpolicy.Learn(cfg, update, rb, (B, 1) if sac else (B,), polyak, opts if graphed else ())
     torch.manual_seed(1)
     history = []
     for i in range(n):

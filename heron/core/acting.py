@@ -22,7 +22,7 @@ to act, numpy or not, with acting ahead.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -104,14 +104,18 @@ class Acting:
     about to take train the actor. When none does (the critic-only steps between delayed actor
     steps), the next env step's output is the same before them as after, so it is taken now and the
     next ``act`` returns it: on a GPU that env step then runs while the critics train. The numbers
-    are the same either way (``tests/test_acting.py``)."""
+    are the same either way (``tests/test_acting.py``).
+
+    ``cfg`` gives ``cuda_graphs`` and ``act_ahead``; ``used``: whether the loop acts through this
+    object (False for recurrent SAC, whose loop carries the actor's state and acts itself: then
+    nothing is recorded or taken ahead)."""
 
     def __init__(self, torch_fn: Callable[[torch.Tensor], torch.Tensor], numpy_fn: Callable[[np.ndarray], np.ndarray] | None,
-                 device: torch.device, graphs: bool, ahead: bool):
+                 device: torch.device, cfg: Any, used: bool = True):
         from heron.core.graphs import GraphedActor
 
-        self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, ahead
-        self.graphed = GraphedActor(torch_fn, device) if graphs and numpy_fn is None else None
+        self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, cfg.act_ahead and used
+        self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and used and numpy_fn is None else None
         self._next: np.ndarray | None = None  # the next act's output, taken ahead
 
     def _output(self, obs: np.ndarray) -> np.ndarray:

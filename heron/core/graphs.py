@@ -33,9 +33,11 @@ torch.compile with CUDA graphs.
 What ``fn`` must obey (PyTorch's whole-network capture rules):
 - Optimizers use device-side step counters (``capturable=True``). DreamerV2 builds its
   optimizers so and keeps its learning rates fixed (Python floats, baked into the graph). SAC, TD3
-  and PPO call ``capturable(*optimizers)`` after any resume: it sets the flag and makes every
-  learning rate a device tensor, which ``heron.core.schedules.set_lr`` fills in place, so the
-  recorded step follows the schedules (PPO's annealing, SAC's ``--lr-schedule``).
+  and PPO hand their optimizers to the recorded step (``GraphedStep(fn, optimizers=...)``), which
+  calls ``capturable(*optimizers)`` at its first call, after any resume brought back the saved
+  groups: it sets the flag and makes every learning rate a device tensor, which
+  ``heron.core.schedules.set_lr`` fills in place, so the recorded step follows the schedules
+  (PPO's annealing, SAC's ``--lr-schedule``).
 - Parameters and buffers are updated in place: target-network copies (``load_state_dict``,
   Polyak's lerp) and running normalizer statistics made between steps are seen by the next
   replay. Nothing inside may cache a tensor computed outside the graph (``RunningNorm`` computes
@@ -63,13 +65,14 @@ def recording(t: torch.Tensor) -> bool:
 
 class GraphedStep:
     """``device``: where the static inputs live, for inputs given on the host (replays copy them
-    in; the warm-up and the capture see device copies). Without it the inputs are device tensors."""
+    in; the warm-up and the capture see device copies). Without it the inputs are device tensors.
+    ``optimizers``: the ones ``fn`` steps, made ``capturable`` before the first call."""
 
     def __init__(self, fn: Callable[[Batch], dict[str, torch.Tensor]], warmup: int = 3,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None, optimizers: tuple[torch.optim.Optimizer, ...] = ()):
         if warmup < 1:
             raise ValueError("CUDA graph capture needs at least one eager warm-up call")
-        self.fn, self.warmup = fn, warmup
+        self.fn, self.warmup, self.optimizers = fn, warmup, tuple(optimizers)
         self.device = None if device is None else torch.device(device)
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -79,6 +82,8 @@ class GraphedStep:
 
     def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.calls += 1
+        if self.calls == 1:
+            capturable(*self.optimizers)  # after any resume, which brings back the saved groups
         if self.graph is None and self.device is not None:
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         if self.graph is None and self.calls <= self.warmup:
@@ -108,14 +113,15 @@ class GraphedSteps:
     """``fn(batch, variant)`` with one ``GraphedStep`` per variant (module doc)."""
 
     def __init__(self, fn: Callable[[Batch, Any], dict[str, torch.Tensor]], warmup: int = 3,
-                 device: str | torch.device | None = None):
-        self.fn, self.warmup, self.device = fn, warmup, device
+                 device: str | torch.device | None = None, optimizers: tuple[torch.optim.Optimizer, ...] = ()):
+        self.fn, self.warmup, self.device, self.optimizers = fn, warmup, device, tuple(optimizers)
         self.steps: dict[Hashable, GraphedStep] = {}
 
     def __call__(self, batch: Batch, variant: Hashable) -> dict[str, torch.Tensor]:
         step = self.steps.get(variant)
         if step is None:
-            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup, self.device)
+            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup, self.device,
+                                                     self.optimizers)
         return step(batch)
 
 

@@ -42,24 +42,27 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
 class Learn:
     """One gradient step as SAC's and TD3's loops take it: ``learn(update_actor, average)`` draws a
     batch from the replay buffer, runs ``update(batch, update_actor)`` and then, when ``average``,
-    the targets' Polyak step; it returns the update's metrics.
+    the targets' Polyak step (``cfg.tau``); it returns the update's metrics.
 
     ``shape``: the batch's leading shape, [B] (TD3), [B, 1] (SAC) or [B, L] with ``sequences``
-    (recurrent SAC: windows of L steps). ``fields``: what the update reads (all when None).
+    (recurrent SAC: windows of L steps). The batch holds the fields the update names in its
+    ``fields`` attribute (the hand-written steps: ``STEP_FIELDS``), else every stored field.
 
     Under --cuda-graphs the three are recorded together, one graph per (update_actor, average)
-    (``GraphedSteps``). With the replay on the training device the graph's one input is the
-    batch's rows, drawn on the host from the buffer's generator as in the eager path (the same
-    rows, and a checkpoint holds the stream). The gather, the update and the averaging then replay
-    with one launch and one small copy, where the eager gather and averaging around a recorded
-    update were about a dozen launches and copies per step: a gather per field, a copy of each
-    into the graph's inputs, the Polyak step. With the replay in host memory (--buffer-device cpu)
-    the gathered batch is the graph's input."""
+    (``GraphedSteps``), and ``optimizers`` become ``capturable`` at the first call. With the replay
+    on the training device the graph's one input is the batch's rows, drawn on the host from the
+    buffer's generator as in the eager path (the same rows, and a checkpoint holds the stream).
+    The gather, the update and the averaging then replay with one launch and one small copy, where
+    the eager gather and averaging around a recorded update were about a dozen launches and copies
+    per step: a gather per field, a copy of each into the graph's inputs, the Polyak step. With the
+    replay in host memory (--buffer-device cpu) the gathered batch is the graph's input."""
 
-    def __init__(self, update: Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]], rb: ReplayBuffer,
-                 shape: tuple[int, ...], fields: tuple[str, ...] | None, polyak: Polyak, tau: float, graphs: bool,
-                 sequences: bool = False):
-        self.rb, self.shape, self.fields, self.sequences = rb, tuple(shape), fields, sequences
+    def __init__(self, cfg: Any, update: Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]],
+                 rb: ReplayBuffer, shape: tuple[int, ...], polyak: Polyak,
+                 optimizers: tuple[torch.optim.Optimizer, ...] = (), sequences: bool = False):
+        self.rb, self.shape, self.sequences = rb, tuple(shape), sequences
+        self.fields: tuple[str, ...] | None = getattr(update, "fields", None)
+        tau = cfg.tau
 
         def step(batch: dict[str, torch.Tensor], variant: tuple[bool, bool]) -> dict[str, torch.Tensor]:
             update_actor, average = variant
@@ -68,11 +71,13 @@ class Learn:
                 polyak(tau)
             return metrics
 
+        graphs = cfg.cuda_graphs
         self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
         if self.rows_in:
-            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows["rows"]), variant), device=rb.device)
+            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows["rows"]), variant), device=rb.device,
+                                     optimizers=optimizers)
         else:
-            self.step = GraphedSteps(step) if graphs else step
+            self.step = GraphedSteps(step, optimizers=optimizers) if graphs else step
 
     def rows(self) -> torch.Tensor:
         if self.sequences:

@@ -11,7 +11,8 @@ can). ``build`` decides, always in this order:
 2. **--compile** wraps the autograd step in ``torch.compile``. The hand-written step is never
    compiled: under --compile the autograd step runs (``lean.supported`` says so).
 3. **--cuda-graphs** records the step after a few eager calls and replays it (``heron.core.graphs``),
-   the compiled step included (LeanRL's pairing). PPO and DreamerV2 call the step on one batch
+   the compiled step included (LeanRL's pairing); its optimizers become ``capturable`` at its first
+   call. PPO and DreamerV2 call the step on one batch
    shape, recorded here (``GraphedStep``); SAC and TD3 record it together with the replay gather
    and the target averaging, one recording per delayed-step variant (``offpolicy.Learn``), so they
    pass ``record=False``.
@@ -37,11 +38,13 @@ def compile_step(fn: Any) -> Any:
 
 
 def build_step(cfg: Any, autograd: Callable, handwritten: Callable[[], Callable] | None = None,
-               why_not: str | None = None, record: bool = True, log: Callable[[str], None] | None = None) -> Callable:
+               why_not: str | None = None, record: bool = True, log: Callable[[str], None] | None = None,
+               optimizers: tuple[torch.optim.Optimizer, ...] = ()) -> Callable:
     """The gradient step this run calls (module doc). ``handwritten``: a no-argument maker of the
     hand-written step (None: the algorithm has none); ``why_not``: why it does not apply here;
     ``record``: whether --cuda-graphs records the step here (False: the caller records it);
-    ``log``: told the choice in one line (the run's log)."""
+    ``log``: told the choice in one line (the run's log); ``optimizers``: the ones the step steps
+    (made ``capturable`` where it is recorded here)."""
     fused = getattr(cfg, "fused_update", False)
     if handwritten is not None and fused and why_not is None:
         step = handwritten()
@@ -56,7 +59,7 @@ def build_step(cfg: Any, autograd: Callable, handwritten: Callable[[], Callable]
     if cfg.cuda_graphs:
         what += ", recorded as CUDA graphs"
         if record:
-            step = GraphedStep(step)
+            step = GraphedStep(step, optimizers=optimizers)
     if log is not None:
         log(f"update: {what}")
     return step

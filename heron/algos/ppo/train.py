@@ -1,4 +1,4 @@
-"""PPO, read top to bottom (seed 004, DI-engine's PPO; the loop follows CleanRL's ppo.py).
+"""PPO, read top to bottom (DI-engine's PPO, with every option it names; the loop follows CleanRL's ppo.py).
 
 One iteration: collect ``--num-steps`` x ``--num-envs`` steps, then ``--update-epochs`` epochs of
 ``--num-minibatches`` minibatches. Before every epoch (``--recompute-adv``) the current critic
@@ -23,12 +23,12 @@ import torch
 
 from heron.algos.ppo import lean, losses
 from heron.algos.ppo.config import Config
-from heron.algos.ppo.networks import ActorCritic, RecordedActing
+from heron.algos.ppo.acting import RolloutActing
+from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.spaces import make_envs, spaces_of
-from heron.core import acting, dist, offpolicy
+from heron.core import dist, offpolicy
 from heron.core import checkpoint as ckpt
 from heron.core.buffers import RolloutBuffer
-from heron.core.graphs import capturable
 from heron.core.nets import adam
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -160,7 +160,8 @@ def train(cfg: Config, run: Run) -> dict:
     mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
     update = build_step(cfg, make_update(cfg, model, opt, run.precision), lambda: lean.LeanUpdate(cfg, model, opt),
-                        lean.supported(model, run.precision, cfg.compile, cfg.cuda_graphs), log=run.logger.print)
+                        lean.supported(model, run.precision, cfg.compile, cfg.cuda_graphs), log=run.logger.print,
+                        optimizers=(opt,))
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""
@@ -198,17 +199,9 @@ def train(cfg: Config, run: Run) -> dict:
         obs = envs.load_state_dict(s["envs"])  # every env begins an episode (or replays its reset)
         global_step, iteration = int(s["step"]), int(s["n_updates"])
         state = s["rnn_state"].to(device)
-    if cfg.cuda_graphs:
-        capturable(opt)  # after the restore; set_lr then anneals the recorded step's learning rate
     policy = Policy(model, obs_shape, S, device, obs_dt)
     metrics: dict[str, torch.Tensor] = {}
-    # a model on a GPU acts in numpy on a CPU twin where a CPU model would (weights and statistics
-    # move only between rollouts: one copy to the host per rollout, no kernel launch per env step)
-    twin = acting.CpuTwin(model) if device.type != "cpu" else None
-    if twin is not None and twin.twin.numpy_acting(N) is None:
-        twin = None
-    # where it does not (CNNs, a shared body, mixed precision), --cuda-graphs records the acting step
-    recorded = RecordedActing(model, device) if cfg.cuda_graphs and twin is None and not S else None
+    acting = RolloutActing(model, N, device, cfg)
 
     def at_boundary() -> dict:
         """What changes during a rollout, as it stands between iterations (``full_state`` saves it)."""
@@ -228,26 +221,11 @@ def train(cfg: Config, run: Run) -> dict:
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
         got = {name: [] for name in ("rewards", "starts", "terminated", "truncated")}
         finals = []  # (step, envs, their final obs) where episodes ended: the only next_obs not the next obs
-        noise = head.noise((T, N), device)  # the rollout's sampling noise, one draw
-        # numpy acting (feed-forward MLPs on the CPU), the recorded acting step, or None; per rollout
-        fast = recorded or (twin.refresh() if twin is not None else model).numpy_acting(N)
-        noise_np = noise.cpu().numpy() if fast and recorded is None else None
+        acting.rollout(head.noise((T, N), device))  # the rollout's sampling noise, one draw
         for t in range(T):
-            if recorded is not None:  # the frames go up once (to the graph's input and the rollout); the noise is there
-                obs_t = torch.as_tensor(obs, device=device)
-                to_env, actions, logp, v = recorded(obs_t, noise[t])
-            elif fast:
-                to_env, actions, logp, v = fast(obs, noise_np[t])
-                obs_t = obs
-            else:
-                obs_t = torch.as_tensor(obs, device=device)
-                if S:
-                    starts_t = torch.as_tensor(starts, device=device)
-                    state = state * (~starts_t).unsqueeze(-1).float()  # fresh state at episode starts
-                with torch.no_grad():
-                    params, v, state = model.step(obs_t, state)
-                    actions, logp = head.sample_logp(params, noise[t])
-                to_env = head.to_env(actions).cpu().numpy()
+            if S:  # a fresh recurrent state where an episode starts
+                state = state * (~torch.as_tensor(starts, device=device)).unsqueeze(-1).float()
+            obs_t, to_env, actions, logp, v, state = acting.act(t, obs, state)
             step = envs.step(to_env)
             global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated

@@ -32,6 +32,7 @@ from torch import nn
 from heron.algos.sac import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
+from heron.core.offpolicy import STEP_FIELDS
 from heron.core.nets import Adam, squash_log_std, squash_log_std_grad, tanh_normal, tanh_normal_grad
 from heron.core.precision import Precision
 
@@ -49,6 +50,8 @@ def supported(actor, prec: Precision, compiled: bool) -> str | None:
 
 class LeanUpdate:
     """``update(batch, update_actor) -> metrics``, the contract and results of ``train``'s autograd step."""
+
+    fields = STEP_FIELDS  # what it reads of a batch
 
     def __init__(self, cfg, nets, dtype: torch.dtype | None = None):
         """``nets``: ``heron.algos.sac.train.Nets`` (networks, optimizers, the entropy coefficient);

@@ -1,5 +1,5 @@
-"""Soft Actor-Critic, read top to bottom (CleanRL's sac_continuous_action.py, seed 000, with skrl's
-options, seed 002: gradient clipping, learning-rate schedules, recurrent networks).
+"""Soft Actor-Critic, read top to bottom (CleanRL's sac_continuous_action.py, with skrl's options:
+gradient clipping, learning-rate schedules, recurrent networks).
 
 One update step (``update``) is a pure tensor function ``batch -> metrics``: no ``.item()``, no
 env access, so ``--compile`` can wrap it. Batches are sequences ``[B, L, ...]``; the feed-forward
@@ -23,7 +23,6 @@ from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
 from heron.core.acting import Acting
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -134,7 +133,7 @@ def train(cfg: Config, run: Run) -> dict:
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = act_space.shape[0]
 
-    # -- networks and optimizers (seed 000: separate policy and Q learning rates) -----------------
+    # -- networks and optimizers (CleanRL's: separate policy and Q learning rates) -----------------
     actor, critic = _build(cfg, spaces)
     actor, critic = actor.to(device), critic.to(device)
     norm = actor.encoder.norm  # shared by actor and critics; statistics saved in their state_dicts
@@ -167,13 +166,12 @@ def train(cfg: Config, run: Run) -> dict:
     nets = Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)
     update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
                         lean.supported(actor, prec, cfg.compile), record=False, log=run.logger.print)
-    fields = offpolicy.STEP_FIELDS if isinstance(update, lean.LeanUpdate) else None  # the autograd step reads all
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
     # --batch-size counts transitions: batch_size / sequence_length windows [B, L], or [B, 1]
     shape = (max(1, batch_size // cfg.sequence_length), cfg.sequence_length) if S else (batch_size, 1)
     polyak = Polyak((critic_target, critic))
-    # sample, update, average the targets (--cuda-graphs: recorded, per actor step and averaging)
-    learn = offpolicy.Learn(update, rb, shape, fields, polyak, cfg.tau, cfg.cuda_graphs, sequences=bool(S))
+    # sample, update, average the targets
+    learn = offpolicy.Learn(cfg, update, rb, shape, polyak, (actor_opt, q_opt, alpha_opt), sequences=bool(S))
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
@@ -192,8 +190,6 @@ def train(cfg: Config, run: Run) -> dict:
     obs = envs.reset()
     if run.resume_state is not None:
         obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
-    if cfg.cuda_graphs:
-        capturable(actor_opt, q_opt, alpha_opt)  # after the restore, which brings back the saved groups
     a_state = torch.zeros(N, S, device=device)  # recurrent states before obs (zero at episode starts)
     c_state = torch.zeros(N, E, S, device=device)
     policy = Policy(actor, tuple(spaces["obs_shape"]), S, device)
@@ -201,15 +197,10 @@ def train(cfg: Config, run: Run) -> dict:
     low, high = act_space.low, act_space.high
 
     # -- the loop -----------------------------------------------------------------------------------
-    # A feed-forward actor acts in two halves: its Gaussian on the observations, and the draw of the
-    # actions from it on the host, with the normals actor.act would draw on the CPU. The Gaussian
-    # can then be taken before gradient steps that leave the actor as it is (--act-ahead), and on a
-    # GPU no random draw waits for the update in flight.
-    # (feed-forward) its Gaussian as numpy arrays: in numpy where it applies, else in torch (recorded
-    # under --cuda-graphs), and taken ahead of critic-only gradient steps (--act-ahead)
-    fast = NumpyActor.of(actor, N, mixed=True)
-    acting = Acting(lambda o: actor.gaussian(o.float()), fast and fast.gaussian, device, cfg.cuda_graphs and not S,
-                    cfg.act_ahead and not S)
+    # A feed-forward actor acts in two halves: its Gaussian on the observations (``acting``), and the
+    # draw of the actions from it on the host, with the normals actor.act would draw on the CPU.
+    numpy_actor = NumpyActor.of(actor, N, mixed=True)
+    acting = Acting(lambda o: actor.gaussian(o.float()), numpy_actor and numpy_actor.gaussian, device, cfg, used=not S)
     scale_np, bias_np = actor.scale.cpu().numpy(), actor.bias.cpu().numpy()
     while global_step < cfg.total_steps:
         if S:

@@ -17,6 +17,7 @@ from torch import nn
 from heron.algos.td3 import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
+from heron.core.offpolicy import STEP_FIELDS
 from heron.core.nets import squash, squash_grad
 from heron.core.precision import Precision
 
@@ -39,6 +40,8 @@ def _linear_params(actor: nn.Module) -> tuple[list[nn.Linear], list[torch.Tensor
 
 class LeanUpdate:
     """``update(batch, update_actor) -> metrics``, the contract and results of ``train``'s autograd step."""
+
+    fields = STEP_FIELDS  # what it reads of a batch
 
     def __init__(self, cfg, nets, dtype: torch.dtype | None = None):
         """``nets``: ``heron.algos.td3.train.Nets`` (networks, targets, optimizers); ``dtype``: the

@@ -1,4 +1,4 @@
-"""TD3, read top to bottom, following the 15 steps of seed 001 (Fujimoto et al. 2018):
+"""TD3, read top to bottom, following the 15-step walkthrough of Fujimoto et al. (2018):
 
   1 replay buffer   2 actor   3 twin critics   4 sample a batch   5 target actor   6 smoothing noise
   7 target critics  8 min of the two   9 y = r + gamma * (1 - terminated) * min   10 current Qs
@@ -22,7 +22,6 @@ from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.acting import Acting
 from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
-from heron.core.graphs import capturable
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -91,6 +90,8 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             metrics["losses/actor_loss"] = actor_loss.detach()
         prec.update()
         return metrics
+
+    update.fields = offpolicy.STEP_FIELDS  # what it reads of a batch
     return update
 
 
@@ -121,10 +122,8 @@ def train(cfg: Config, run: Run) -> dict:
     update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
                         lean.supported(prec, cfg.compile), record=False, log=run.logger.print)
     polyak = Polyak((actor_target, actor), (critic_target, critic))
-    # steps 4-15: sample, update, and after a delayed actor step average the targets (--cuda-graphs:
-    # recorded twice, critic only; critic, actor and targets)
-    learn = offpolicy.Learn(update, rb, (run.local(cfg.batch_size),), offpolicy.STEP_FIELDS, polyak, cfg.tau,
-                            cfg.cuda_graphs)
+    # steps 4-15: sample, update, and after a delayed actor step average the targets
+    learn = offpolicy.Learn(cfg, update, rb, (run.local(cfg.batch_size),), polyak, (actor_opt, q_opt))
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
@@ -142,15 +141,11 @@ def train(cfg: Config, run: Run) -> dict:
     obs = envs.reset()
     if run.resume_state is not None:
         obs, global_step, n_updates = offpolicy.restore(run, {"actor": actor, **saved}, rb, envs, np_rng)
-    if cfg.cuda_graphs:
-        capturable(actor_opt, q_opt)  # after the restore, which brings back the saved groups
     policy = Policy(actor, tuple(spaces["obs_shape"]), 0, device)
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
-    # the greedy actions as numpy arrays: in numpy where it applies, else in torch (recorded under
-    # --cuda-graphs), and taken ahead of critic-only gradient steps (--act-ahead)
-    acting = Acting(actor, NumpyActor.of(actor, N, mixed=True), device, cfg.cuda_graphs, cfg.act_ahead)
+    acting = Acting(actor, NumpyActor.of(actor, N, mixed=True), device, cfg)  # the greedy actions, as numpy arrays
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
             actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)

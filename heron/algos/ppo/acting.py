@@ -1,0 +1,61 @@
+"""How PPO's rollout acts: ``RolloutActing``, one object the loop calls at every env step.
+
+Each call is ``ActorCritic.step`` and ``ActionHead.sample_logp`` on the step's observations with
+the rollout's sampling noise, taken the fastest way that gives the same numbers:
+
+* in numpy (``networks.NumpyActing``) for feed-forward MLPs with float32 weights on the CPU; a model
+  on a GPU acts so on a CPU copy of itself (``heron.core.acting.CpuTwin``), refreshed once per
+  rollout (the weights and statistics move only between rollouts: one copy to the host per
+  rollout, no kernel launch per env step);
+* else, under --cuda-graphs, as a recorded CUDA graph (``networks.RecordedActing``: CNNs, a shared
+  body, mixed precision);
+* else in torch on the training device, the recurrent bodies included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from heron.algos.ppo.networks import ActorCritic, RecordedActing
+from heron.core.acting import CpuTwin
+
+
+class RolloutActing:
+    """``rollout(noise)`` once per rollout, with its noise [T, N, K] (``ActionHead.noise``); then
+    ``act(t, obs, state)`` at its step t -> (the observations as the rollout stores them, the
+    actions for the env, the actions, their log-probs, the normalized values, the new recurrent
+    state). The observations come back as the device tensor where they were uploaded to act
+    (stored from there, not uploaded twice), else as given."""
+
+    def __init__(self, model: ActorCritic, num_envs: int, device: torch.device, cfg: Any):
+        self.model, self.num_envs, self.device = model, num_envs, device
+        twin = CpuTwin(model) if device.type != "cpu" else None
+        self.twin = twin if twin is not None and twin.twin.numpy_acting(num_envs) is not None else None
+        feedforward = model.state_size == 0
+        self.recorded = RecordedActing(model, device) if cfg.cuda_graphs and self.twin is None and feedforward else None
+        self.fast: Any = None
+        self.noise: torch.Tensor | None = None
+        self.noise_np: np.ndarray | None = None
+
+    def rollout(self, noise: torch.Tensor) -> None:
+        """Before a rollout: its noise, and the numpy acting step on the weights as they now are."""
+        self.noise = noise
+        self.fast = None if self.recorded is not None else \
+            (self.twin.refresh() if self.twin is not None else self.model).numpy_acting(self.num_envs)
+        self.noise_np = noise.cpu().numpy() if self.fast is not None else None
+
+    def act(self, t: int, obs: np.ndarray, state: torch.Tensor) -> tuple[Any, np.ndarray, Any, Any, Any, torch.Tensor]:
+        if self.recorded is not None:  # the frames go up once (to the graph's input and the rollout)
+            obs_t = torch.as_tensor(obs, device=self.device)
+            return (obs_t, *self.recorded(obs_t, self.noise[t]), state)
+        if self.fast is not None:
+            return (obs, *self.fast(obs, self.noise_np[t]), state)
+        obs_t = torch.as_tensor(obs, device=self.device)
+        head = self.model.pi_head
+        with torch.no_grad():
+            params, values, state = self.model.step(obs_t, state)
+            actions, logp = head.sample_logp(params, self.noise[t])
+        return obs_t, head.to_env(actions).cpu().numpy(), actions, logp, values, state
