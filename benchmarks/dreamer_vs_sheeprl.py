@@ -78,7 +78,7 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
     from heron.core.update import build_step
     from heron.core.memory import keep_freed_memory
     from heron.core.precision import Precision
-    from heron.core.run import seed_everything
+    from heron.core.setup import seed_everything
 
     keep_freed_memory()  # as the heron command does
     torch.set_num_threads(1)

@@ -89,7 +89,7 @@ import torch
 
 import heron
 from heron.core.envs import make_env
-from heron.core.envs import EVAL_SEED_OFFSET
+from heron.core.episodes import EVAL_SEED_OFFSET
 
 ALGOS = ("sac", "td3")
 LOSS_ROW = "losses/qf_loss"  # written every --log-every steps by both heron algorithms once learning starts

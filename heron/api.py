@@ -12,10 +12,13 @@ from heron import registry
 from heron.config import apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core import dist, evalworker
-from heron.core.envs import EVAL_SEED_OFFSET, callable_env_id, check_env_id, is_callable_id, use_callable
-from heron.core.envs import evaluate as run_episodes
+from heron.core.envids import callable_env_id, check_env_id, is_callable_id, use_callable
+from heron.core.episodes import EVAL_SEED_OFFSET
+from heron.core.episodes import evaluate as run_episodes
 from heron.core.policy import Policy
-from heron.core.run import Run, check_state, read_config, read_yaml, resolve_device
+from heron.core.run import Run
+from heron.core.rundir import check_state, read_config, read_yaml
+from heron.core.setup import resolve_device
 from heron.errors import EnvCrashed, Fault, HeronError, WriteFailed, first_line
 
 

@@ -38,7 +38,7 @@ from heron import __version__
 from heron._commit import COMMIT
 from heron.core.cores import busy_cores, others_now, usable_cpus
 from heron.core.logger import complete_rows, write_csv
-from heron.core.run import best_logged_eval, read_config
+from heron.core.rundir import best_logged_eval, read_config
 from heron.errors import HeronError
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
@@ -237,7 +237,7 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
     """Every entry's config and env, before anything starts: a missing extra or a bad value is one
     line and exit 2, not a failed run an hour in."""
     from heron import api, registry
-    from heron.core.envs import check_env_id
+    from heron.core.envids import check_env_id
 
     for e in entries:
         cfg = api.make_config(e.algo, e.presets, None, env_id=e.env_id, total_steps=steps or e.total_steps,

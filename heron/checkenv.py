@@ -27,7 +27,8 @@ import gymnasium as gym
 import numpy as np
 
 from heron import registry
-from heron.core.envs import check_env_id, make_env
+from heron.core.envids import check_env_id
+from heron.core.envs import make_env
 from heron.errors import HeronError, first_line
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

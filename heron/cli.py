@@ -224,7 +224,7 @@ def cmd_plot(argv: list[str]) -> int:
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, ["--out", "--metric", "--bands"])
     if args.bands:
-        from heron.core.run import read_config
+        from heron.core.rundir import read_config
         from heron.plot import plot_bands
 
         groups: dict[str, list[str]] = {}

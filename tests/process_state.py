@@ -126,9 +126,9 @@ def _heron_state() -> dict[str, Any]:
     """heron's own process-level memory: the callables ``heron.train(env=fn)`` was given, and the
     fault-injection points' counts and stop signal (``heron.core.faults``)."""
     state = {}
-    envs, faults = sys.modules.get("heron.core.envs"), sys.modules.get("heron.core.faults")
-    if envs is not None:
-        state["heron.core.envs._CALLABLES (forget_callable)"] = dict(envs._CALLABLES)
+    envids, faults = sys.modules.get("heron.core.envids"), sys.modules.get("heron.core.faults")
+    if envids is not None:
+        state["heron.core.envids._CALLABLES (forget_callable)"] = dict(envids._CALLABLES)
     if faults is not None:
         state["heron.core.faults._counts"] = dict(faults._counts)
         state["heron.core.faults._released.is_set()"] = faults._released.is_set()

@@ -29,7 +29,7 @@ from heron.core.buffers import ReplayBuffer
 from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
 from heron.core.nets import Polyak, adam
 from heron.core.precision import Precision
-from heron.core.run import cuda_graphs_note, seed_everything
+from heron.core.setup import cuda_graphs_note, seed_everything
 from heron.core.update import build_step, compile_step
 from heron.core.schedules import set_lr
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import toy_envs  # noqa: F401  (registers heron-test/ ids)
 
-from heron.core.envs import VecEnv, check_env_id, make_env
+from heron.core.envids import check_env_id
+from heron.core.envs import VecEnv, make_env
 from heron.errors import HeronError
 
 
@@ -42,10 +43,12 @@ def test_float64_observations_become_float32():
 MUJOCO_UNSTABLE = """
 import sys
 import gymnasium as gym
-from heron.core.envs import callable_env_id, make_env
+from heron.core.envids import callable_env_id
+from heron.core.envs import make_env
 env_id = "Hopper-v5"
 if sys.argv[1] == "factory":  # a user's factory, whose constructor would load MuJoCo: routed before it
-    from heron.core.envs import gym_env_id, route_mujoco_warnings
+    from heron.core.envids import gym_env_id
+    from heron.core.envs import route_mujoco_warnings
     env_id = callable_env_id(lambda: gym.make("Hopper-v5"))
     assert "mujoco" not in sys.modules
     route_mujoco_warnings(gym_env_id(env_id))
@@ -162,7 +165,7 @@ class _ZeroPolicy:
 
 def test_mujoco_video_renders_headless(tmp_path):
     pytest.importorskip("mujoco")
-    from heron.core.envs import evaluate
+    from heron.core.episodes import evaluate
     video = tmp_path / "hopper.mp4"
     returns = evaluate(_ZeroPolicy(3), "Hopper-v5", 1, seed=0, video_path=str(video), max_episode_steps=50)
     assert len(returns) == 1 and video.stat().st_size > 1000
@@ -467,7 +470,7 @@ class _Lean:
 
 
 def test_episodes_played_together_return_what_they_return_one_after_another():
-    from heron.core.envs import evaluate
+    from heron.core.episodes import evaluate
 
     alone, together = _Lean(), _Lean()
     one = evaluate(alone, "CartPole-v1", 7, seed=3, at_once=1)
@@ -518,7 +521,7 @@ def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
 def test_an_evaluation_closes_every_env_it_made_however_it_ends():
     import gymnasium as gym
 
-    from heron.core.envs import evaluate
+    from heron.core.episodes import evaluate
 
     made, closed = [], []
 

@@ -334,7 +334,7 @@ def test_closing_envs_that_hang_ends_the_process_within_the_bound():
 def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch, capsys):
     import numpy as np
 
-    from heron.core import envs
+    from heron.core import episodes
     from toy_envs import ConstantReward  # reward 1 forever, never terminates
 
     class Zero:
@@ -344,8 +344,8 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
         def predict(self, obs, deterministic=True):
             return np.zeros(1, np.float32)
 
-    monkeypatch.setattr(envs, "EVAL_EPISODE_CAP", 300)
-    returns = envs.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: ConstantReward())
+    monkeypatch.setattr(episodes, "EVAL_EPISODE_CAP", 300)
+    returns = episodes.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: ConstantReward())
     assert returns.tolist() == [300.0, 300.0]
     assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err
 

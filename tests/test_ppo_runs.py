@@ -98,7 +98,7 @@ def test_envpool_backend(tmp_path, monkeypatch):
     pytest.importorskip("envpool")
     # the final evaluation is not what this test is about: an untrained deterministic Breakout player
     # that never presses FIRE after a lost life plays to the 27,000-step limit (minutes)
-    monkeypatch.setattr("heron.core.run.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
+    monkeypatch.setattr("heron.core.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
     # 512 steps per env: a random Breakout player loses lives (EnvPool's resets) and whole games
     r = heron.train("ppo", presets=["atari"], env_id="ALE/Breakout-v5", env_backend="envpool", total_steps=1024,
                     num_envs=2, num_steps=128, num_minibatches=2, update_epochs=1, eval_every=0, eval_episodes=1,
@@ -115,7 +115,7 @@ def test_ale_vector_backend_trains_and_resumes(tmp_path, monkeypatch):
     pytest.importorskip("ale_py.vector_env", reason="ALE's vector env needs ale-py 0.11 or later")
     pytest.importorskip("cv2")
     # as in test_envpool_backend: an untrained Breakout player's final evaluation can take minutes
-    monkeypatch.setattr("heron.core.run.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
+    monkeypatch.setattr("heron.core.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
     flags = dict(presets=["atari"], env_id="ALE/Breakout-v5", num_envs=2, num_steps=128, num_minibatches=2,
                  update_epochs=1, eval_every=0, eval_episodes=1, progress="none", torch_threads=1,
                  checkpoint_every=512, run_dir=str(tmp_path / "a"))

@@ -14,7 +14,7 @@ import yaml
 import heron
 import user_envs
 from heron.cli import main
-from heron.core import envs
+from heron.core import envids
 
 TESTS = Path(__file__).resolve().parent
 TINY = ["--total-steps", "400", "--learning-starts", "100", "--batch-size", "32", "--buffer-size", "1000",
@@ -120,13 +120,13 @@ def test_callable_without_import_path_must_be_given_again(tmp_path):
         p = _heron(["train", "--resume", str(run), "--total-steps", "400"], TESTS)
         assert p.returncode == 2 and "heron.resume(run_dir, env=...)" in p.stderr, p.stderr
         assert sorted(f.name for f in run.rglob("*")) == before
-        envs.forget_callable(env_id)  # as in a new process
+        envids.forget_callable(env_id)  # as in a new process
         with pytest.raises(heron.HeronError, match="cannot be imported"):
             heron.evaluate(run, episodes=1)
         assert heron.evaluate(run, episodes=2, env=user_envs.make_target)["episodes"] == 2
         assert heron.resume(run, total_steps=400, env=user_envs.make_target)["step"] == 400
     finally:
-        envs.forget_callable(env_id)  # given again above: the next test starts without it
+        envids.forget_callable(env_id)  # given again above: the next test starts without it
 
 
 def _check_env(capsys, env_id):

@@ -214,7 +214,7 @@ main({fd})
 def _setup(module_name: str, cfg_fields: dict, spec: bytes | None) -> tuple[Any, Any, Any]:
     import gymnasium as gym
 
-    from heron.core.envs import check_env_id, gym_env_id
+    from heron.core.envids import check_env_id, gym_env_id
 
     module = importlib.import_module(module_name)
     cfg = module.Config(**cfg_fields)
@@ -271,7 +271,7 @@ def play(module: Any, cfg: Any, state: dict, device: Any, env_fn: Any, should_st
     """The run's evaluation of a policy state, wherever it is played (the worker, or the training
     process in its stead): the algorithm's ``load_policy``, as ``heron eval`` builds it, acting on the
     host, in the run's episodes from the run's seeds. The returns; None when ``should_stop`` cut it."""
-    from heron.core.envs import EVAL_SEED_OFFSET, evaluate
+    from heron.core.episodes import EVAL_SEED_OFFSET, evaluate
 
     policy = module.load_policy(cfg, state, device)
     return evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, env_fn=env_fn,
@@ -297,7 +297,7 @@ def periodic(cfg: Any) -> bool:
 
 def unsupported(module: ModuleType, cfg: Any, distributed: bool) -> str | None:
     """Why this run's evaluations cannot move to a worker; None when they can."""
-    from heron.core.envs import is_callable_id
+    from heron.core.envids import is_callable_id
 
     if not getattr(module, "EVAL_IN_WORKER", False):
         return f"{algo_name(module)}'s evaluation acts on the training device and samples from its random stream"

@@ -19,7 +19,7 @@ class Policy:
 
     The wrapped actor implements ``act(obs [B, ...], state [B, S], deterministic) -> (actions, state)``."""
 
-    batched = True  # evaluations may play several episodes at once through one predict (envs.evaluate)
+    batched = True  # evaluations may play several episodes at once through one predict (episodes.evaluate)
 
     def __init__(self, actor: nn.Module, obs_shape: tuple[int, ...], state_size: int = 0,
                  device: str | torch.device = "cpu", obs_dtype: torch.dtype = torch.float32):

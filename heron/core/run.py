@@ -1,21 +1,18 @@
-"""A run: its directory, device, seeding, logger, checkpoints and evaluations.
+"""A run's lifecycle: opening (``Run.start`` a new run directory, ``Run.resume`` one at its latest
+checkpoint), this rank's share under torchrun, the per-step cadences (logs, evaluations,
+checkpoints, stop requests), the checkpoint itself, the end and the close.
 
-``Run.start(algo, cfg)`` makes a new run directory; ``Run.resume(run_dir)`` reopens one at its latest
-checkpoint. Algorithms receive the Run and call ``run.checkpoint``, ``run.evaluate`` and
-``run.logger.log``; they never touch paths themselves.
+An algorithm's ``train`` receives the Run and calls ``run.after_step`` after each vector step and
+``run.finish`` at the end; it never touches paths itself. Around this module: the run directory
+and its lock (``heron.core.rundir``), the process setup (``heron.core.setup``) and evaluations
+(``heron.core.evaluation``).
 """
 
 from __future__ import annotations
 
-import csv
-import fcntl
 import math
 import os
-import random
-import re
 import signal
-import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,196 +20,27 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-import numpy as np
 import torch
-import yaml
 
 from heron.config import to_dict
 from heron.core import checkpoint as ckpt
 from heron.core import cores, dist, evalworker
-from heron.core import torch_private as private
-from heron.core.envs import EVAL_SEED_OFFSET
-from heron.core.envs import evaluate as run_episodes
-from heron.core.faults import DivergenceGuard, close_bounded, inject, nonfinite_tensor, release
-from heron.core.logger import METRICS_HEADER, Logger, NullLogger, complete_rows, truncate_csv, write_csv
+from heron.core.evaluation import Evaluations, registered_spec
+from heron.core.faults import DivergenceGuard, close_bounded, nonfinite_tensor, release
+from heron.core.logger import METRICS_HEADER, Logger, NullLogger, truncate_csv
 from heron.core.precision import Precision
 from heron.core.process import ProcessSettings
-from heron.errors import Diverged, EnvCrashed, Fault, HeronError, Interrupted, WriteFailed, first_line
+from heron.core.rundir import (EVAL_HEADER, RunLock, attempt, best_logged_eval, default_run_dir, drop_eval_rows,
+                               read_latest, read_shard, write_config)
+from heron.core.setup import cuda_graphs_note, join, seed_everything, start_threads
+from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line
 
-EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
 FIRST_TIMED_CHECKPOINT = 60.0  # seconds; timed checkpoints then come at 2, 4, 8 min up to --checkpoint-minutes
 CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of the wall time
 
 
-def resolve_device(name: str, world: dist.World | None = None) -> torch.device:
-    """``auto``: CUDA when available. Under torchrun ``cuda`` is ``cuda:LOCAL_RANK``."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise HeronError(f"--device {name} requested but CUDA is not available")
-    return torch.device(dist.device_for(world or dist.World(), name))
-
-
-def join(cfg: Any) -> tuple[dist.World, torch.device]:
-    """This process's place in a torchrun job (world size 1 without one) and its device; under
-    torchrun the process group is joined here."""
-    world = dist.from_env()
-    device = resolve_device(cfg.device, world)
-    if world.distributed:
-        backend = dist.choose_backend(cfg.dist_backend, device, world)
-        if world.is_main and cfg.dist_backend == "auto" and backend == "gloo" and device.type == "cuda":
-            print(f"heron: note: {world.local_size} ranks share {torch.cuda.device_count()} GPU(s): "
-                  "the gloo backend, not NCCL", file=sys.stderr, flush=True)
-        dist.init(world, backend, device)
-    return world, device
-
-
-def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | None, cores.ThreadGovernor | None]:
-    """Set torch's intra-op threads for a run (``heron.core.cores``): ``--torch-threads N``, or one per
-    free core, leaving out the cores other processes keep busy, then a governor that follows the
-    load. Returns a note when other processes took cores, and the governor (None for a fixed count,
-    with several ranks on this machine, or where one thread is all there is room for)."""
-    if cfg.torch_threads > 0:
-        torch.set_num_threads(cfg.torch_threads)
-        return None, None
-    # --eval-async on: a core for the evaluation worker (auto takes one only where one is spare)
-    worker = int(cfg.eval_async == "on" and evalworker.periodic(cfg) and not world.distributed)
-    ceiling = cores.choose_threads(0, local_envs, cfg.vector_mode, world.local_size, worker)
-    if world.local_size > 1 or ceiling == 1:
-        torch.set_num_threads(ceiling)
-        return None, None
-    others = cores.others_now()
-    threads = cores.choose_threads(0, local_envs, cfg.vector_mode, 1, cores.busy_cores(others) + worker)
-    torch.set_num_threads(threads)
-    note = None if threads == ceiling else (
-        f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
-        f"not {ceiling} (a thread that shares a core stalls every operation; --torch-threads N fixes the count)")
-    return note, cores.ThreadGovernor(ceiling, cores.env_workers(local_envs, cfg.vector_mode))
-
-
-def cuda_graphs_note(cfg: Any, device: torch.device, world: dist.World) -> str | None:
-    """What to tell a user who trains on a GPU without ``--cuda-graphs`` where it applies (one
-    process, not 16-mixed) and who chose no other speed-up (``--compile``: DreamerV2 takes one of
-    the two); None elsewhere."""
-    if (device.type != "cuda" or cfg.cuda_graphs or cfg.compile or world.distributed
-            or cfg.precision == "16-mixed"):
-        return None
-    return ("--cuda-graphs true records each gradient step as one CUDA graph, with the same results: on an H200 "
-            "graphed SAC and TD3 ran at least 2.3x their eager env steps/s, and DreamerV2's step 4.8x (tf32) "
-            "(docs/usage.md, 'On a GPU')")
-
-
-def seed_everything(seed: int, deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
-        _deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-    else:
-        _deterministic_algorithms(False)
-
-
-def _deterministic_algorithms(mode: bool) -> None:
-    """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing Inductor: that
-    function sets ``torch._inductor.config.deterministic`` too, and the import costs every run 1.2-3 s
-    of startup. Inductor's flag is set here when it is loaded already, else by ``update.compile_step``."""
-    private.set_deterministic_algorithms(mode, warn_only=True)
-    if (inductor := private.loaded_inductor_config()) is not None:
-        inductor.deterministic = mode
-
-
-def default_run_dir(algo: str, cfg: Any) -> Path:
-    env = re.sub(r"[^\w.-]+", "_", cfg.env_id).strip("_")  # module:name, <callable ...>: a plain file name
-    return Path("runs") / f"{env}__{algo}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def write_config(run_dir: Path, algo: str, cfg: Any) -> None:
-    """Atomically: a kill mid-write leaves the previous config.yaml (a resume reads it)."""
-    text = yaml.safe_dump({"algo": algo, **to_dict(cfg)}, sort_keys=False)
-    tmp = run_dir / ".config.yaml.tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            inject("config")
-            os.fsync(f.fileno())
-        os.replace(tmp, run_dir / "config.yaml")
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise WriteFailed(f"cannot write {run_dir / 'config.yaml'}: {exc.strerror or exc}") from None
-
-
-def read_config(run_dir: str | Path) -> tuple[str, dict]:
-    """(algo, raw config dict) from a run directory's config.yaml."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise HeronError(f"run directory not found: {run_dir}")
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise HeronError(f"{run_dir} is not a heron run directory (no config.yaml)")
-    data = read_yaml(path)
-    algo = data.pop("algo", None)
-    if not algo:
-        raise HeronError(f"{path}: missing 'algo'")
-    return str(algo), data
-
-
-def read_yaml(path: str | Path) -> dict:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise HeronError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise HeronError(f"malformed config file {path}{where}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise HeronError(f"malformed config file {path}: expected a mapping of option: value")
-    return data
-
-
-def on_host(policy: Any) -> Any:
-    """The policy an evaluation acts with: ``Policy.on_host()`` where the policy has it."""
-    return policy.on_host() if hasattr(policy, "on_host") else policy
-
-
-class RunLock:
-    """One live process per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``. The kernel
-    releases it when its holder dies, even by kill -9, so a stale lock never blocks a resume; the
-    file keeps the holder's pid, host and command for the refusal message."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / ".lock"
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise HeronError(f"{self.path.parent} is in use by {holder}; wait for it to end or stop it first") from None
-        os.ftruncate(fd, 0)
-        command = " ".join(["heron", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith(("heron", "__main__.py")) \
-            else "a heron process"
-        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} ({command[:200]})\n".encode())
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
 @dataclass
-class Run:
+class Run(Evaluations):
     algo: str
     cfg: Any
     run_dir: Path
@@ -581,157 +409,6 @@ class Run:
             return f"could not write a checkpoint ({first_line(exc)}); {self.kept()}"
         return f"checkpoint saved at step {self.step}; continue with: heron train --resume {self.run_dir}"
 
-    def evaluate(self, step: int, policy: Any,
-                 state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
-        """Deterministic evaluation: logs ``eval/mean_return``, appends to eval.csv and saves
-        ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None.
-        Under torchrun the episodes are dealt round the ranks (rank r plays episodes r, r + N, ...,
-        with the seeds one process would give them) and gathered; rank 0 films and writes."""
-        self.check_finite()
-        inject("eval")
-        episodes, size = self.cfg.eval_episodes, self.world.size
-        mine = list(range(self.world.rank, episodes, size))
-        video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video and self.world.is_main else None
-        returns: np.ndarray | None = np.zeros(0)
-        if mine:  # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
-            with torch.random.fork_rng(devices=self._rng_devices()):
-                returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
-                                       video_path=video_path, env_fn=self.eval_env_fn,
-                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
-        parts = dist.gather(None if returns is None else returns.tolist())
-        if any(part is None for part in parts):
-            self.logger.print(f"evaluation at step {step} cut short by the stop request")
-            return None
-        returns = np.zeros(episodes)
-        for rank, part in enumerate(parts):
-            returns[rank::size] = part
-        return self._conclude(step, returns, state_fn)
-
-    def _conclude(self, step: int, returns: np.ndarray, state_fn: Callable[[], dict] | None) -> dict:
-        """An evaluation's returns into the logs, eval.csv and (improved, given ``state_fn``: the
-        policy state of ``step``) ``best.pt``; then the callback."""
-        result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
-                  "episodes": len(returns)}
-        improved = result["mean_return"] > self.best_eval
-        if improved:
-            self.best_eval = result["mean_return"]
-        dist.agree(attempt(self._record_eval, result, state_fn if improved else None) if self.world.is_main else None)
-        self.last_eval = result
-        if self.on_eval is not None and self.world.is_main:
-            self.on_eval(dict(result))  # may raise to end the run (heron tune's pruning)
-        return result
-
-    # -- evaluations in a worker process (--eval-async; heron.core.evalworker) -------------------------
-    def start_worker(self, policy: Any) -> None:
-        """At the first step: start the worker, unless the policy evaluates on the accelerator
-        (convolutions on pixels: ``Policy.on_host``), where the results are the accelerator's and its
-        evaluations stay in this process."""
-        if not getattr(policy, "evaluates_on_host", lambda: True)():
-            if self.cfg.eval_async == "on":
-                self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
-                                  "so its evaluations stay in the training process")
-            self.evaluator = None
-            return
-        try:
-            self.evaluator.start()
-        except (OSError, evalworker.WorkerLost) as exc:
-            self._lose_worker(f"cannot start an evaluation worker ({exc})")
-
-    def evaluate_elsewhere(self, step: int, state_fn: Callable[[], dict]) -> None:
-        """The evaluation of ``step``, with a snapshot of the policy state, to the worker once the one
-        before it has been concluded (one in flight at a time). A stop request while waiting for that
-        one leaves both unconcluded: the checkpoint that follows keeps them."""
-        self.check_finite()
-        inject("eval")
-        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
-        self.pump_evals(wait=True, keep=1)                                 # while waiting keeps it
-        self.pump_evals(wait=False)
-
-    def pump_evals(self, wait: bool, keep: int = 0) -> None:
-        """Move the unconcluded evaluations along, in step order: conclude the first when its returns
-        are in, send the next. ``wait``: until ``keep`` are left, or a stop request. Without a worker
-        (it was lost, or a resumed run has none) they are played here."""
-        while len(self.evals) > keep:
-            step, blob = self.evals[0]
-            if self.evaluator is None:
-                try:
-                    if self._conclude_here(step, blob) is None:
-                        return  # cut short by a stop request: it stays, for the checkpoint
-                except EnvCrashed:
-                    self.evals.pop(0)  # as an evaluation here: the run ends on it, and a resume goes on
-                    raise
-                self.evals.pop(0)
-                continue
-            if not self.eval_sent:
-                if not self.evaluator.started_up(0.1 if wait else 0.0):
-                    if not wait or self.stop_requested:
-                        return
-                    continue
-                try:
-                    self.evaluator.submit(step, blob)
-                except evalworker.WorkerLost as exc:
-                    self._lose_worker(str(exc))
-                    continue
-                self.eval_sent = True
-            if not self.evaluator.ready(0.1 if wait else 0.0):
-                if not wait or self.stop_requested:
-                    return
-                continue
-            try:
-                returns = self.evaluator.receive()
-            except evalworker.WorkerLost as exc:
-                self._lose_worker(str(exc))  # its evaluation is played here, next time round
-                continue
-            except EnvCrashed:
-                self.evals.pop(0)  # as an evaluation here: the run ends on it (a checkpoint of the last step)
-                self.eval_sent = False
-                raise
-            self.evals.pop(0)
-            self.eval_sent = False
-            self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
-
-    def _lose_worker(self, reason: str) -> None:
-        self.logger.warn(f"{reason}; evaluations run in the training process from now on")
-        self.evaluator.close()
-        self.evaluator, self.eval_sent = None, False
-
-    def _conclude_here(self, step: int, blob: bytes) -> dict | None:
-        """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
-        if self.stop_requested:
-            return None
-        state = evalworker.load_snapshot(blob)
-        with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
-            returns = evalworker.play(self.module, self.cfg, state, self.device, self.eval_env_fn,
-                                      lambda: self.stop_requested)
-        if returns is None:
-            self.logger.print(f"evaluation at step {step} cut short by the stop request")
-            return None
-        return self._conclude(step, returns, lambda: state)
-
-    def _rng_devices(self) -> list[int]:
-        return [self.device.index or 0] if self.device.type == "cuda" else []
-
-    def _record_eval(self, result: dict, state_fn: Callable[[], dict] | None) -> None:
-        """Rank 0: the evaluation into the logs and eval.csv, and ``best.pt`` (given ``state_fn``)."""
-        step = result["step"]
-        self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
-        path = self.run_dir / "eval.csv"
-        new = not path.exists()
-        try:
-            with open(path, "a", newline="") as f:
-                w = csv.writer(f)
-                if new:
-                    w.writerow(EVAL_HEADER)
-                w.writerow([step, result["mean_return"], result["std_return"], result["episodes"],
-                            f"{time.time():.3f}"])
-        except OSError as exc:
-            raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
-        if state_fn is not None:
-            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
-                             self.ckpt_dir / "best.pt", "best")
-        self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
-                          f"over {result['episodes']} episodes")
-
     def finish(self, step: int, policy: Any, state_fn: Callable[[], dict],
                full_state: Callable[[], tuple[dict, dict | None]]) -> dict:
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
@@ -749,9 +426,7 @@ class Run:
         if result is None or result["step"] != step:
             result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
         elif self.cfg.capture_video and self.world.is_main:  # evaluated at this step already: film one episode
-            path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
-            run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
-                         env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
+            self.film(step, policy)
         if self.evals:
             raise Interrupted(f"stopped before the evaluations of steps {', '.join(str(s) for s, _ in self.evals)} "
                               f"were played; the final checkpoint (step {step}) keeps them; play them with: heron "
@@ -801,91 +476,3 @@ class Run:
             dist.close()
 
 
-def registered_spec(env_id: str) -> Any:
-    """The Gymnasium spec ``env_id`` resolves to here, for a worker process that cannot register it
-    by importing (a test's or a notebook's ``gym.register``); None when there is none."""
-    from heron.core.envs import gym_env_id
-
-    try:
-        import gymnasium as gym
-
-        return gym.spec(gym_env_id(env_id))
-    except Exception:
-        return None
-
-
-def drop_eval_rows(run_dir: Path, steps: set[int]) -> None:
-    """eval.csv and metrics.csv without the evaluation rows of ``steps``: a resumed run plays those
-    evaluations again (they were unconcluded when its checkpoint was written, and may have landed
-    before the run ended)."""
-    if not steps:
-        return
-    for name, header, is_eval in (("eval.csv", EVAL_HEADER, lambda r: True),
-                                  ("metrics.csv", METRICS_HEADER, lambda r: r[2].startswith("eval/"))):
-        path = run_dir / name
-        if path.exists():
-            write_csv(path, header, [r for r in complete_rows(path, len(header))
-                                     if not (int(r[0]) in steps and is_eval(r))])
-
-
-def attempt(write: Callable[..., Any], *args: Any, **kwargs: Any) -> WriteFailed | None:
-    """``write(...)``, returning its WriteFailed instead of raising it (for ``dist.agree``: a failed
-    write on one rank ends every rank)."""
-    try:
-        write(*args, **kwargs)
-    except WriteFailed as exc:
-        return exc
-    return None
-
-
-def read_latest(run_dir: Path, algo: str, cfg: Any, spaces: dict | None, world: dist.World) -> tuple[Path, dict]:
-    """The latest committed checkpoint and its state (rank 0's), checked: heron's, this algorithm's,
-    for these spaces, saved by as many processes as this job has, short of --total-steps."""
-    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
-    if latest is None:
-        raise HeronError(f"{run_dir} has no checkpoint to resume from")
-    state = ckpt.load(latest)
-    check_state(state, latest, algo, spaces)
-    saved_world = int(state.get("world_size", 1))
-    if saved_world != world.size:
-        how = "one process" if saved_world == 1 else f"torchrun --nproc-per-node ... with {saved_world} processes in all"
-        raise HeronError(f"{latest} was written by {saved_world} process(es) and this job has {world.size}: "
-                         f"each rank's envs, replay data and random streams are its own; resume with {how}")
-    if int(state["step"]) >= cfg.total_steps and not state.get("eval_pending"):  # (kept ones: played, then done)
-        raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
-                         "to train on")
-    return latest, state
-
-
-def read_shard(run_dir: Path, step: int, rank: int) -> tuple[dict, dict | None]:
-    """Rank ``rank``'s own part of the checkpoint at ``step``: its state and its replay data."""
-    path = ckpt.state_path(run_dir / "checkpoints", step, rank)
-    if not path.exists():
-        raise HeronError(f"{path} is missing: the checkpoint at step {step} has no part for rank {rank}")
-    buffer = ckpt.buffer_path(path)
-    return ckpt.load(path), (ckpt.load(buffer, mmap=True) if buffer.exists() else None)
-
-
-def check_state(state: Any, path: Path, algo: str, spaces: dict | None) -> None:
-    """A checkpoint fit for this run: heron's, this algorithm's, and (given the env's ``spaces``)
-    saved for spaces equal to the env's."""
-    if not isinstance(state, dict) or "step" not in state or "actor" not in state:
-        raise HeronError(f"corrupt or unreadable checkpoint {path}: not a heron checkpoint")
-    saved_algo = state.get("algo", algo)
-    if saved_algo != algo:
-        raise HeronError(f"{path} is a {saved_algo} checkpoint, not {algo}'s")
-    if spaces is not None and "spaces" in state:
-        diff = ckpt.spaces_mismatch(state["spaces"], spaces)
-        if diff:
-            raise HeronError(f"{path} was trained on other spaces than the env gives now ({diff}); "
-                             "use the env it was trained on")
-
-
-def best_logged_eval(path: Path) -> float:
-    scores = []
-    for row in complete_rows(path, len(EVAL_HEADER)):
-        try:
-            scores.append(float(row[1]))
-        except ValueError:
-            pass
-    return max(scores, default=-math.inf)

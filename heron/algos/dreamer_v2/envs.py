@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from heron.core import atari
-from heron.core.envs import check_env_id, make_env
+from heron.core.envids import check_env_id
+from heron.core.envs import make_env
 from heron.errors import HeronError
 
 _V5 = re.compile(r"^ALE/.+-v5$")
