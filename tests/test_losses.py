@@ -168,22 +168,25 @@ def test_tanh_normal_grad_is_autograds():
 
 
 @pytest.mark.parametrize("dual_clip", [0.0, 2.0])
-def test_ppo_policy_loss_grad_is_autograds(dual_clip):
+def test_ppo_policy_loss_and_grad_is_autograds(dual_clip):
     logp_old = _leaf(64, low=-2, high=0, seed=12).detach()
     logp = (logp_old + _leaf(64, low=-0.6, high=0.6, seed=13).detach()).requires_grad_(True)  # ratios either side
     adv = _leaf(64, low=-3, high=3, seed=14).detach()
     (want,) = torch.autograd.grad(ppo.policy_loss(logp, logp_old, adv, 0.2, dual_clip)[0] * 0.7, logp)
-    got = ppo.policy_loss_grad(logp.detach(), logp_old, adv, 0.2, dual_clip, scale=0.7)
+    *values, got = ppo.policy_loss_and_grad(logp.detach(), logp_old, adv, 0.2, dual_clip, scale=0.7)
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(values, ppo.policy_loss(logp.detach(), logp_old, adv, 0.2, dual_clip)):
+        assert torch.equal(a, b)  # the values it gives are policy_loss's
 
 
 @pytest.mark.parametrize("clip", [False, True])
-def test_ppo_value_loss_grad_is_autograds(clip):
+def test_ppo_value_loss_and_grad_is_autograds(clip):
     values, values_old, returns = _leaf(64, low=-2, high=2, seed=15), _leaf(64, seed=16).detach(), \
         _leaf(64, low=-2, high=2, seed=17).detach()
     (want,) = torch.autograd.grad(ppo.value_loss(values, values_old, returns, 0.2, clip) * 0.5, values)
-    got = ppo.value_loss_grad(values.detach(), values_old, returns, 0.2, clip, scale=0.5)
+    loss, got = ppo.value_loss_and_grad(values.detach(), values_old, returns, 0.2, clip, scale=0.5)
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(loss, ppo.value_loss(values.detach(), values_old, returns, 0.2, clip))
 
 
 @pytest.mark.parametrize("kind", ["discrete", "box", "box, state-dependent std"])
@@ -205,3 +208,6 @@ def test_ppo_head_log_prob_entropy_grad_is_autograds(kind):
     (want,) = torch.autograd.grad(value, params)
     got = head.log_prob_entropy_grad(params.detach(), actions, g_logp, g_ent)
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+    terms = head.terms(params.detach())  # as the hand-written step takes them: values first, then reused
+    terms.log_prob(actions), terms.entropy()
+    assert torch.equal(terms.log_prob_entropy_grad(actions, g_logp, g_ent), got)

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from heron.algos.ppo import losses
-from heron.algos.ppo.networks import ActorCritic
+from heron.algos.ppo.networks import ActorCritic, HeadTerms
 from heron.core import torch_private as private
 from heron.core.lean import FlatGrads
 from heron.core.precision import Precision
@@ -101,27 +101,27 @@ class LeanUpdate:
             out, pi_inputs = _forward(x, self.pi)
             v_out, v_inputs = _forward(x, self.v)
             values = v_out.squeeze(1)  # [B] normalized
-            params = head.params_of(out)
             actions = mb["actions"].reshape(B, *mb["actions"].shape[2:])
-            logp, entropy = head.log_prob(params, actions), head.entropy(params).mean()
+            pi = HeadTerms(head, out, head.log_std if self.free_std else None)  # (a free log-std: not joined to out)
+            logp, entropy = pi.log_prob(actions), pi.entropy().mean()
 
-            # -- the losses and their derivatives (losses.py), the head's (networks.ActionHead)
+            # -- the losses and their derivatives (losses.py), the head's (networks.HeadTerms)
             adv = losses.advantages(mb, cfg.norm_adv).reshape(B)
-            logp_old = mb["logp"].reshape(B)
-            pg_loss, approx_kl, clipfrac = losses.policy_loss(logp, logp_old, adv, cfg.clip_coef, cfg.dual_clip)
-            g_logp = losses.policy_loss_grad(logp, logp_old, adv, cfg.clip_coef, cfg.dual_clip)
-            returns, values_old = mb["returns_n"].reshape(B), mb["values_n"].reshape(B)
-            v_loss = losses.value_loss(values, values_old, returns, cfg.clip_coef, cfg.clip_vloss)
-            g_v = losses.value_loss_grad(values, values_old, returns, cfg.clip_coef, cfg.clip_vloss,
-                                         scale=cfg.vf_coef).unsqueeze(1)
-            g_params = head.log_prob_entropy_grad(params, actions, g_logp, -cfg.ent_coef / B)
+            pg_loss, approx_kl, clipfrac, g_logp = losses.policy_loss_and_grad(logp, mb["logp"].reshape(B), adv,
+                                                                               cfg.clip_coef, cfg.dual_clip)
+            v_loss, g_v = losses.value_loss_and_grad(values, mb["values_n"].reshape(B), mb["returns_n"].reshape(B),
+                                                     cfg.clip_coef, cfg.clip_vloss, scale=cfg.vf_coef)
+            g_v = g_v.unsqueeze(1)
+            if self.free_std:
+                g_out, g_log_std = pi.box_grads(actions, g_logp, -cfg.ent_coef / B)
+            else:
+                g_out = pi.log_prob_entropy_grad(actions, g_logp, -cfg.ent_coef / B)
 
             # -- backward into the flat gradient buffer
             self.grads.attach()
-            if self.free_std:  # the log-std's columns: one parameter shared by the rows
-                torch.sum(g_params[:, head.dim:].contiguous(), 0, out=self.log_std_grad)  # summed as a block
-                g_params = g_params[:, :head.dim].contiguous()
-            _backward(g_params, self.pi, pi_inputs, self.pi_grads)
+            if self.free_std:  # one parameter shared by the rows
+                torch.sum(g_log_std, 0, out=self.log_std_grad)
+            _backward(g_out, self.pi, pi_inputs, self.pi_grads)
             _backward(g_v, self.v, v_inputs, self.v_grads)
             self.grads.step(cfg.max_grad_norm)  # torchrun all-reduce, clipping, the optimizer step
         return {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss, "losses/entropy": entropy,

@@ -1,10 +1,10 @@
 """PPO's losses: pure functions of tensors (no config, no optimizer), each with a hand-computed test.
 
-Each loss has its derivative beside it (``*_grad``, scaled by the loss's weight in the total, as
-``scale``): the hand-written gradient step (``heron/algos/ppo/lean.py``) calls both, the autograd
-step the value alone, and ``tests/test_losses.py`` holds every derivative to ``torch.autograd.grad``
-of its value. The policy head's log-probs and entropy and their derivative are
-``heron.algos.ppo.networks.ActionHead``'s."""
+Each loss has its derivative beside it (``*_and_grad``: the value and its derivative, scaled by
+the loss's weight in the total as ``scale``, from one pass over the terms they share): the
+hand-written gradient step (``heron/algos/ppo/lean.py``) calls those, the autograd step the value
+alone, and ``tests/test_losses.py`` holds every derivative to ``torch.autograd.grad`` of its value.
+The policy head's log-probs and entropy and their derivative are ``heron.algos.ppo.networks``'."""
 
 from __future__ import annotations
 
@@ -37,29 +37,36 @@ def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, c
     Returns (loss, approximate KL(old || new) by the (r - 1) - log r estimator, fraction of
     clipped ratios), all scalars without host syncs.
     """
+    return _policy_terms(logp, logp_old, adv, clip_coef, dual_clip)[:3]
+
+
+def _policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
+                  dual_clip: float) -> tuple[torch.Tensor, ...]:
+    """``policy_loss``'s three values, then what its derivative reuses: r, r A, clip(r) A."""
     assert logp.shape == logp_old.shape == adv.shape, (logp.shape, logp_old.shape, adv.shape)
     log_ratio = logp - logp_old
     ratio = log_ratio.exp()
-    clipped = -torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
+    surr1, surr2 = ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
+    clipped = -torch.min(surr1, surr2)
     if dual_clip:
         clipped = torch.where(adv < 0, torch.min(clipped, -dual_clip * adv), clipped)
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
-    return clipped.mean(), approx_kl, clipfrac
+    return clipped.mean(), approx_kl, clipfrac, ratio, surr1, surr2
 
 
-def policy_loss_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
-                     dual_clip: float = 0.0, scale: float = 1.0) -> torch.Tensor:
-    """d(scale * ``policy_loss``)/dlogp: -A r / n where the unclipped term is the minimum (and the
-    dual clip does not bound it), 0 where the clipped term or the bound is taken (n: the elements).
-    Where the two terms tie (r within the clip range), both give this same derivative."""
-    ratio = (logp - logp_old).exp()
-    surr1, surr2 = ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
+def policy_loss_and_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
+                         dual_clip: float = 0.0, scale: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """``policy_loss``'s values and d(scale * loss)/dlogp, from one pass: -A r / n where the
+    unclipped term is the minimum (and the dual clip does not bound it), 0 where the clipped term
+    or the bound is taken (n: the elements). Where the two terms tie (r within the clip range),
+    both give this same derivative."""
+    loss, approx_kl, clipfrac, ratio, surr1, surr2 = _policy_terms(logp, logp_old, adv, clip_coef, dual_clip)
     through = surr1 <= surr2  # where min() takes the unclipped term
     if dual_clip:
         through &= ~((adv < 0) & (-torch.minimum(surr1, surr2) > -dual_clip * adv))
-    return torch.where(through, adv * ratio, 0.0).mul_(-scale / logp.numel())
+    return loss, approx_kl, clipfrac, torch.where(through, adv * ratio, 0.0).mul_(-scale / logp.numel())
 
 
 def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
@@ -70,25 +77,32 @@ def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Te
 
         L = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))
     """
+    return _value_terms(values, values_old, returns, clip_coef, clip)[0]
+
+
+def _value_terms(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+                 clip: bool) -> tuple[torch.Tensor, ...]:
+    """``value_loss``, then what its derivative reuses: V - R, (V - R)^2, and with ``clip`` the
+    clipped value's error V_clipped - R, its square and V - V_old (else None)."""
     assert values.shape == values_old.shape == returns.shape
-    err = (values - returns).pow(2)
-    if clip:
-        v_clipped = values_old + (values - values_old).clamp(-clip_coef, clip_coef)
-        err = torch.max(err, (v_clipped - returns).pow(2))
-    return 0.5 * err.mean()
-
-
-def value_loss_grad(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
-                    clip: bool = True, scale: float = 1.0) -> torch.Tensor:
-    """d(scale * ``value_loss``)/dvalues: (V - R) / n, or with ``clip`` where the clipped error is the
-    larger, (V_clipped - R) / n inside the clip range and 0 outside it (n: the elements)."""
     diff = values - returns
-    g = diff
+    err = diff.pow(2)
+    diff_c = err_c = delta = None
     if clip:
         delta = values - values_old
         diff_c = values_old + delta.clamp(-clip_coef, clip_coef) - returns
-        g = torch.where(diff_c.pow(2) > diff.pow(2), diff_c * (delta.abs() <= clip_coef), diff)
-    return g.mul(scale / values.numel())
+        err_c = diff_c.pow(2)
+    return 0.5 * (torch.max(err, err_c) if clip else err).mean(), diff, err, diff_c, err_c, delta
+
+
+def value_loss_and_grad(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+                        clip: bool = True, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``value_loss`` and d(scale * loss)/dvalues, from one pass: (V - R) / n, or with ``clip``
+    where the clipped error is the larger, (V_clipped - R) / n inside the clip range and 0 outside
+    it (n: the elements)."""
+    loss, diff, err, diff_c, err_c, delta = _value_terms(values, values_old, returns, clip_coef, clip)
+    g = torch.where(err_c > err, diff_c * (delta.abs() <= clip_coef), diff) if clip else diff
+    return loss, g.mul(scale / values.numel())
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ step by step (``step``) is the same computation with L = 1, which the tests chec
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -157,48 +158,99 @@ class ActionHead(nn.Module):
         picks = [lp.argmax(-1) for lp in self._logits(params)]
         return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
 
+    def terms(self, params: torch.Tensor) -> "HeadTerms":
+        """The distribution of ``params`` [B, P], its pieces computed once (``HeadTerms``)."""
+        return HeadTerms(self, params)
+
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        if self.kind == "box":
-            mean, log_std = self._box(params)
-            z = (actions - mean) / log_std.exp()
-            return (-0.5 * z.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
-        acts = actions.long().unsqueeze(-1) if self.kind == "discrete" else actions.long()
-        return sum(lp.gather(-1, acts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(self._logits(params)))
+        return self.terms(params).log_prob(actions)
 
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
-        if self.kind == "box":
-            return (0.5 + 0.5 * LOG_2PI + self._box(params)[1]).sum(-1)
-        return sum(-(lp.exp() * lp).sum(-1) for lp in self._logits(params))
+        return self.terms(params).entropy()
 
     def log_prob_entropy_grad(self, params: torch.Tensor, actions: torch.Tensor, g_logp: torch.Tensor,
                               g_ent: float) -> torch.Tensor:
-        """d(sum_b g_logp[b] log_prob[b] + g_ent sum_b entropy[b]) / dparams [B, P], for the
-        discrete and box heads (what the hand-written PPO step covers): params [B, P] as ``forward``
-        gives them, actions [B, ...], g_logp [B], g_ent the loss's weight of each entropy.
-
-        discrete: dlog p_a/dlogits = onehot(a) - p, dH/dlogits = -p (log p + H).
-        box: dlog p/dmean = z / std, dlog p/dlog std = z^2 - 1, dH/dlog std = 1 (z = (a - mean) / std),
-        through the clamp of the log-std only inside its bounds."""
-        if self.kind == "discrete":
-            lp = self._logits(params)[0]
-            p = lp.exp()
-            g = p * (-g_logp).unsqueeze(1)
-            if g_ent:
-                g.sub_(p * (lp + (-(p * lp).sum(1)).unsqueeze(1)), alpha=g_ent)
-            return g.scatter_add_(1, actions.reshape(-1, 1).long(), g_logp.unsqueeze(1))
-        if self.kind != "box":
-            raise NotImplementedError(f"the {self.kind} head's derivative (the autograd step covers it)")
-        mean, raw = params.split(self.dim, -1)
-        lo, hi = LOG_STD_BOUNDS
-        log_std = raw.clamp(lo, hi)
-        z = (actions.reshape(mean.shape) - mean) / log_std.exp()
-        g = g_logp.unsqueeze(1)
-        g_std = (g * (z.pow(2) - 1) + g_ent) * ((raw >= lo) & (raw <= hi))  # clamp passes gradients at its bounds
-        return torch.cat([g * z / log_std.exp(), g_std], 1)
+        return self.terms(params).log_prob_entropy_grad(actions, g_logp, g_ent)
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """What the environment receives: Gaussian samples clipped to the action bounds."""
         return torch.maximum(torch.minimum(actions, self.high), self.low) if self.kind == "box" else actions
+
+
+def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The sum of per-categorical terms (one for a discrete head: that term itself)."""
+    terms = list(terms)
+    return terms[0] if len(terms) == 1 else sum(terms[1:], terms[0])
+
+
+class HeadTerms:
+    """An action head's distribution on a batch of parameters [B, P] (``ActionHead.forward``'s),
+    with the pieces its log-probs, entropy and their derivative share computed once: the
+    log-softmaxes of the categoricals, or the Gaussian's mean and clamped log-std."""
+
+    def __init__(self, head: ActionHead, params: torch.Tensor, log_std: torch.Tensor | None = None):
+        """``log_std``: a free log-std [A] (then ``params`` are the means [B, A], not joined to it)."""
+        self.head = head
+        if head.kind == "box":
+            self.mean, self.raw_log_std = (params, log_std.expand_as(params)) if log_std is not None \
+                else params.split(head.dim, -1)
+            self.log_std = self.raw_log_std.clamp(*LOG_STD_BOUNDS)
+            self.std = self.z = None
+        else:
+            parts = params.split(head.sizes, -1) if len(head.sizes) > 1 else (params,)
+            self.logps = [torch.log_softmax(p, -1) for p in parts]
+            self.probs = self.entropies = None
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """[B]: the Gaussian's log-density (summed over the action's entries), or the categoricals'
+        log-probabilities, summed."""
+        if self.head.kind == "box":
+            self.std = self.log_std.exp()
+            self.z = (actions - self.mean) / self.std
+            return (-0.5 * self.z.pow(2) - self.log_std - 0.5 * LOG_2PI).sum(-1)
+        if self.head.kind == "discrete":
+            return self.logps[0].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        acts = actions.long()
+        return _total(lp.gather(-1, acts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(self.logps))
+
+    def entropy(self) -> torch.Tensor:
+        """[B]: the entropy, summed over the action's entries or categoricals."""
+        if self.head.kind == "box":
+            return (0.5 + 0.5 * LOG_2PI + self.log_std).sum(-1)
+        self.probs = [lp.exp() for lp in self.logps]
+        self.entropies = [-(p * lp).sum(-1) for p, lp in zip(self.probs, self.logps)]
+        return _total(self.entropies)
+
+    def log_prob_entropy_grad(self, actions: torch.Tensor, g_logp: torch.Tensor, g_ent: float) -> torch.Tensor:
+        """d(sum_b g_logp[b] log_prob[b] + g_ent sum_b entropy[b]) / dparams [B, P], for the
+        discrete and box heads (what the hand-written PPO step covers): actions [B, ...], g_logp [B],
+        g_ent the loss's weight of each entropy. Reuses what ``log_prob`` and ``entropy`` computed.
+
+        discrete: dlog p_a/dlogits = onehot(a) - p, dH/dlogits = -p (log p + H).
+        box: dlog p/dmean = z / std, dlog p/dlog std = z^2 - 1, dH/dlog std = 1 (z = (a - mean) / std),
+        through the clamp of the log-std only inside its bounds."""
+        kind = self.head.kind
+        if kind == "discrete":
+            if self.probs is None:
+                self.entropy()
+            lp, p, ent = self.logps[0], self.probs[0], self.entropies[0]
+            g = p * (-g_logp).unsqueeze(1)
+            if g_ent:
+                g.sub_(p * (lp + ent.unsqueeze(1)), alpha=g_ent)
+            return g.scatter_add_(1, actions.reshape(-1, 1).long(), g_logp.unsqueeze(1))
+        if kind != "box":
+            raise NotImplementedError(f"the {kind} head's derivative (the autograd step covers it)")
+        return torch.cat(self.box_grads(actions, g_logp, g_ent), 1)
+
+    def box_grads(self, actions: torch.Tensor, g_logp: torch.Tensor, g_ent: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob_entropy_grad`` of a Gaussian head as (d/dmean, d/dlog-std), each [B, A]."""
+        if self.z is None:
+            self.log_prob(actions.reshape(self.mean.shape))
+        lo, hi = LOG_STD_BOUNDS
+        g = g_logp.unsqueeze(1)
+        inside = (self.raw_log_std >= lo) & (self.raw_log_std <= hi)  # clamp passes gradients at its bounds
+        g_std = (g * (self.z.pow(2) - 1) + g_ent) * inside
+        return g * self.z / self.std, g_std
 
 
 def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
