@@ -90,7 +90,7 @@ SUITES["smoke"] = [
     Entry("dreamer_v2", "dmc_walker_walk", ("dmc", "debug"), 300, (("capture_video", False),)),
 ]
 
-DI_ENGINE_ATARI = {"Pong": "20", "Qbert": "10000", "SpaceInvaders": "400"}  # seed 004, on-policy PPO
+DI_ENGINE_ATARI = {"Pong": "20", "Qbert": "10000", "SpaceInvaders": "400"}  # DI-engine's on-policy PPO
 
 # What the seeds (and the papers behind them) report, per (algo, env): (source, figure). Shown
 # beside our numbers; the notes say how each was measured, which is not always as we measure.

@@ -209,7 +209,7 @@ class RolloutBuffer:
 
 
 class EpisodeBuffer:
-    """Whole episodes for sequence models (DreamerV2's replay, seed 003).
+    """Whole episodes for sequence models (DreamerV2's replay).
 
     Each env's running episode is staged; when it ends it is copied, contiguous, into circular
     per-key storage of ``capacity`` steps (numpy arrays, or ``np.memmap`` files under

@@ -1,4 +1,4 @@
-"""DreamerV2 (seed 003): a discrete world model learned from replayed episodes, and behaviour
+"""DreamerV2 (Hafner et al. 2021, as sheeprl implements it): a discrete world model learned from replayed episodes, and behaviour
 learned in its imagination."""
 
 from heron.algos.dreamer_v2.config import PRESETS, SEARCH_SPACE, Config

@@ -1,5 +1,5 @@
-"""DreamerV2 hyperparameters. Every option of the seed's two command blocks (sheeprl's DreamerV2,
-seed 003) is a flag of the same name in kebab-case; the defaults are the DMC block's, with a
+"""DreamerV2 hyperparameters. Every option of sheeprl's DreamerV2 command blocks (Atari and DMC)
+is a flag of the same name in kebab-case; the defaults are the DMC block's, with a
 model-size default that fits a CPU and sheeprl's sequential replay (any episode length), and the
 presets ``atari`` and ``dmc`` carry the blocks as written (docs/dreamer_v2.md has each default's
 source). Steps count agent (policy) steps, summed over envs, as in sheeprl: with ``--action-repeat
@@ -41,7 +41,7 @@ class Config(RunConfig):
     buffer_size: int = opt(1_000_000, "replay capacity in agent steps")
     buffer_type: str = opt("sequential", "sequential: sequences may run on into the next stored episodes (the state "
                            "resets at episode starts); episode: sequences inside single episodes, which never "
-                           "samples episodes shorter than --sequence-length (the seed's blocks, the presets)",
+                           "samples episodes shorter than --sequence-length (sheeprl's blocks, the presets)",
                            ("sequential", "episode"))
     memmap_buffer: bool = opt(False, "keep the replay in memory-mapped files in the run directory")
     prioritize_ends: bool = opt(False, "sample sequence starts so that episode ends are not undersampled")
@@ -113,12 +113,12 @@ _SEED_COMMON = dict(capture_video=True, total_steps=200_000_000, max_episode_ste
                     prioritize_ends=True)
 
 PRESETS = {
-    # seed 003, "standard hyperparameters to learn in the Atari environments"
+    # sheeprl's DreamerV2, "standard hyperparameters to learn in the Atari environments"
     "atari": dict(_SEED_COMMON, env_id="PongNoFrameskip-v4", action_repeat=4, clip_rewards=True,
                   learning_starts=200_000, pretrain_steps=1, train_every=4, gamma=0.995, kl_regularizer=0.1,
                   continue_scale_factor=5.0, actor_ent_coef=1e-3, actor_lr=4e-5, critic_lr=1e-4, world_lr=2e-4,
                   use_continues=True, hidden_size=600, recurrent_state_size=600, kl_free_nats=0.0),
-    # seed 003, "standard hyperparameters used for the DMC environment"
+    # sheeprl's DreamerV2, "standard hyperparameters used for the DMC environment"
     "dmc": dict(_SEED_COMMON, env_id="dmc_walker_walk", action_repeat=2, clip_rewards=False,
                 learning_starts=2000, pretrain_steps=200, train_every=5, gamma=0.99, kl_regularizer=1.0,
                 actor_ent_coef=1e-4, actor_lr=8e-5, critic_lr=8e-5, world_lr=3e-4, use_continues=False,

@@ -4,14 +4,14 @@
 * Atari (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``): Gymnasium's AtariPreprocessing with the
   frame skip set to ``--action-repeat`` (max-pooled over the last two frames), 30 no-ops, 64x64,
   RGB or ``--grayscale``, no frame stacking (the RSSM is the memory) and no life loss episodes.
-  ``ALE/...-v5`` skips 4 frames itself, so it takes ``--action-repeat 1`` only (seed 003).
+  ``ALE/...-v5`` skips 4 frames itself, so it takes ``--action-repeat 1`` only (sheeprl's DreamerV2).
 * DMC (``dmc_<domain>_<task>``): pixels rendered by MuJoCo at 64x64 (``--observation auto`` or
   ``pixels``) or the state vector.
 * Any other Gymnasium env: its own observation (images resized to 64x64 channels-first, vectors as
   float32, Dict entries kept), or ``--observation pixels``: ``env.render()`` resized to 64x64.
 
 ``--max-episode-steps`` counts agent steps, as every other DreamerV2 count here and as sheeprl's
-``env.max_episode_steps`` (a TimeLimit outside the action repeat): the seed's 27000 on Atari is the
+``env.max_episode_steps`` (a TimeLimit outside the action repeat): sheeprl's 27000 on Atari is the
 paper's 108,000 frames, 30 minutes of play at action repeat 4. It only ever shortens episodes: the
 env's own limit still holds (dm_control's 1000 frames, 500 agent steps at action repeat 2).
 """

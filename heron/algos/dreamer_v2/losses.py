@@ -1,5 +1,5 @@
 """DreamerV2's three losses (Hafner et al. 2021, "Mastering Atari with Discrete World Models"), as
-pure functions of tensors; seed 003 (sheeprl's DreamerV2) gives the exact composition.
+pure functions of tensors; sheeprl's DreamerV2 gives the exact composition.
 
 Shapes: sequence batches ``[B, T, ...]`` for the world model, imagined trajectories ``[H, B]`` for
 behaviour learning. Stochastic states are ``S`` categorical variables of ``K`` classes each; their
@@ -63,7 +63,7 @@ def reconstruction_loss(obs_nll: torch.Tensor, reward_nll: torch.Tensor, posteri
                         kl_free_avg: bool = True, kl_regularizer: float = 1.0,
                         continue_nll: torch.Tensor | None = None,
                         continue_scale_factor: float = 1.0) -> dict[str, torch.Tensor]:
-    """The world-model loss of seed 003:
+    """The world-model loss of sheeprl's DreamerV2:
 
         loss = kl_regularizer * KL_balanced + E[-log p(obs)] + E[-log p(r)] + scale * E[-log p(continue)]
 
@@ -95,7 +95,7 @@ def actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor, lambda_values: to
 
 
 def critic_loss(values: torch.Tensor, lambda_values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Critic loss (paper eq. 5, seed 003): -E[weights * log N(sg(V^lambda); v, 1)] over [H, B]."""
+    """Critic loss (paper eq. 5, sheeprl's DreamerV2): -E[weights * log N(sg(V^lambda); v, 1)] over [H, B]."""
     assert values.shape == lambda_values.shape == weights.shape
     return (weights * gaussian_nll(values, lambda_values.detach(), 0)).mean()
 

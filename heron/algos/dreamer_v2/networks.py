@@ -1,4 +1,4 @@
-"""DreamerV2's networks (Hafner et al. 2021; seed 003): encoders, the RSSM, decoders, heads, actor and
+"""DreamerV2's networks (Hafner et al. 2021; sheeprl's DreamerV2): encoders, the RSSM, decoders, heads, actor and
 critic.
 
 Shapes: observations are dicts ``key -> [..., *shape]``; images are uint8 ``[C, 64, 64]`` on the

@@ -1,4 +1,4 @@
-"""DreamerV2, read top to bottom (Hafner et al. 2021; seed 003, sheeprl's DreamerV2).
+"""DreamerV2, read top to bottom (Hafner et al. 2021; sheeprl's DreamerV2).
 
 Data (danijar's layout): replay entry t of an episode holds observation t, the action that led to
 it (zeros at the first), the reward received on arriving there, ``is_first`` and ``is_terminal``.

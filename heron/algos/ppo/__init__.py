@@ -1,4 +1,4 @@
-"""Proximal Policy Optimization with DI-engine's options (seed 004)."""
+"""Proximal Policy Optimization with DI-engine's options."""
 
 from heron.algos.ppo.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.ppo.spaces import check

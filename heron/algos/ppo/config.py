@@ -1,5 +1,5 @@
 """PPO hyperparameters. Defaults follow CleanRL's ppo.py (classic control); DI-engine's options
-(seed 004: dual clip, value clipping, advantage recomputation, value normalization, off-policy
+(DI-engine's: dual clip, value clipping, advantage recomputation, value normalization, off-policy
 mode, RNN) are flags; presets carry the tuned blocks for CartPole, MuJoCo and Atari."""
 
 from __future__ import annotations

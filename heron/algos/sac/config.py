@@ -1,5 +1,5 @@
-"""SAC hyperparameters. Defaults follow CleanRL's sac_continuous_action.py (seed 000); skrl's
-options (seed 002: gradient clipping, learning-rate schedules, RNN) are off by default."""
+"""SAC hyperparameters. Defaults follow CleanRL's sac_continuous_action.py; skrl's
+options (gradient clipping, learning-rate schedules, RNN) are off by default."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from heron.core.nets import (LOG_STD_MAX, LOG_STD_MIN, Encoder, EnsembleMLP, Run
 
 
 class Actor(nn.Module):
-    """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL / seed 000)."""
+    """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL's SAC)."""
 
     def __init__(self, encoder: Encoder, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Twin Delayed DDPG for continuous actions (seed 001)."""
+"""Twin Delayed DDPG for continuous actions (Fujimoto et al. 2018)."""
 
 from heron.algos.td3.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.td3.train import check, load_policy, train
