@@ -125,7 +125,8 @@ class ActionHead(nn.Module):
         return mean, log_std.clamp(*LOG_STD_BOUNDS)
 
     def _logits(self, params: torch.Tensor) -> list[torch.Tensor]:
-        return [torch.log_softmax(p, -1) for p in params.split(self.sizes, -1)]
+        parts = params.split(self.sizes, -1) if len(self.sizes) > 1 else (params,)
+        return [torch.log_softmax(p, -1) for p in parts]
 
     def sample(self, params: torch.Tensor) -> torch.Tensor:
         return self.sample_logp(params)[0]
@@ -197,8 +198,7 @@ class HeadTerms:
             self.log_std = self.raw_log_std.clamp(*LOG_STD_BOUNDS)
             self.std = self.z = None
         else:
-            parts = params.split(head.sizes, -1) if len(head.sizes) > 1 else (params,)
-            self.logps = [torch.log_softmax(p, -1) for p in parts]
+            self.logps = head._logits(params)
             self.probs = self.entropies = None
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
