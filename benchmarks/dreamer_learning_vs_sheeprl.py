@@ -45,7 +45,7 @@ from pathlib import Path
 COMMON = dict(hidden_size=128, recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16,
               discrete_size=16, per_rank_batch_size=16, sequence_length=50)
 TASKS = {
-    # the CartPole configuration: continue model, 1024 random steps, a gradient step every 2 steps
+    # CartPole: continue model, 1024 random steps, a gradient step every 2 steps
     "cartpole": dict(env_id="CartPole-v1", use_continues=True, learning_starts=1024, pretrain_steps=100,
                      train_every=2, **COMMON),
     # continuous actions (truncated normal, dynamics backpropagation); no terminations: no continue model

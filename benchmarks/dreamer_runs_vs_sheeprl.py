@@ -61,7 +61,8 @@ SHEEPRL_SIZE_KEYS = {  # heron flag -> sheeprl key
 }
 
 
-# The seed's two blocks (heron's presets) in sheeprl's keys; `train_every` k is sheeprl's replay ratio 1/k
+# sheeprl's DreamerV2 settings for Atari and DMC (heron's presets) in sheeprl's keys; `train_every` k is
+# sheeprl's replay ratio 1/k
 SEED_BLOCKS = {
     "dmc": dict(preset="dmc", train_every=5, sheeprl=[
         "algo.learning_starts=2000", "algo.per_rank_pretrain_steps=200", "algo.gamma=0.99",
@@ -213,7 +214,8 @@ def main() -> None:
                    help="gradient steps per agent step, 1/k (heron: --train-every k; sheeprl: algo.replay_ratio)")
     p.add_argument("--last", type=int, default=5, help="average the last N training episodes")
     p.add_argument("--schedule", choices=["benchmark", "seed"], default="benchmark",
-                   help="benchmark: sheeprl's CPU benchmark schedule; seed: the seed's block for the task")
+                   help="benchmark: sheeprl's CPU benchmark schedule; seed: sheeprl's DreamerV2 setting for the task "
+                        "(heron's --preset atari or dmc)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     p.add_argument("--heron-flags", default="", help="extra heron flags, e.g. --heron-flags=\"--cuda-graphs\"")
     p.add_argument("--concurrent", action="store_true", help="run both at once (returns only, not speed)")

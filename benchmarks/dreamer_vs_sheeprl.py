@@ -18,16 +18,14 @@ run on the machine meanwhile.
 
 Sizes: ``tiny`` is sheeprl's exp=dreamer_v2_benchmarks (dense 8, 1 layer, CNN multiplier 2, RSSM 8/8,
 4x4 latents); ``atari`` is its exp=dreamer_v2 default (dense 400, 4 layers, CNN 48, RSSM 600/600,
-32x32 latents); ``dmc`` is the seed's DMC block (the same with RSSM 200/200). None uses a continue
-model (sheeprl's default).
+32x32 latents); ``dmc`` is sheeprl's DreamerV2 setting for DMC, heron's ``--preset dmc`` (the same
+with RSSM 200/200). None uses a continue model (sheeprl's default).
 
 On CUDA both sides run with sheeprl's default numerics (TF32 matrix products, cuDNN autotuning,
 non-deterministic kernels) unless ``--heron-defaults`` gives heron its own training defaults
 (deterministic kernels, and its ``--precision`` as a training run sets it: ``32`` is full fp32
 matrix products, ``tf32`` TF32). With sheeprl's numerics heron's ``32`` has TF32 products, as
-sheeprl's float32 has on CUDA (its ``float32_matmul_precision: high``). (From 2026-11-25 to
-2026-11-27 heron's ``Precision`` turned TF32 and autotuning off again after the script had set
-them; the H200 figures in docs/benchmarks.md are from before.) On CUDA each side also reports the
+sheeprl's float32 has on CUDA (its ``float32_matmul_precision: high``). On CUDA each side also reports the
 most memory its tensors held (``peak_gpu_mb``). ``--cuda-graphs`` times heron's
 ``--cuda-graphs`` step (3 eager steps, a capture, then replays: give ``--warmup`` 4 or more).
 

@@ -1,21 +1,22 @@
 #!/bin/bash
-# The GPU checks, in two device calls of about 4-6 minutes each on an H100 or H200 with 16 cores:
+# The GPU checks, in two runs of about 4-6 minutes each on an H100 or H200 with 16 cores:
 #   bash benchmarks/gpu_check.sh tests   and   bash benchmarks/gpu_check.sh sps
-# or both in one call of about 8 minutes: SPS_SECONDS=50 bash benchmarks/gpu_check.sh all
+# or both in one run of about 8 minutes: SPS_SECONDS=50 bash benchmarks/gpu_check.sh all
 #   1. tests/test_cuda.py: every algorithm on CUDA; --cuda-graphs against the eager steps (SAC, TD3,
 #      PPO, DreamerV2) and through whole runs with a resume; every precision.
 #   2. Env steps per second of SAC, TD3 and PPO on HalfCheetah-v5, eager and --cuda-graphs, with
 #      logging, evaluation (10 episodes every 10k steps) and checkpoints on, beside LeanRL's
 #      published H100 figures (SAC 725, TD3 936, PPO continuous 1774 env steps/s, with those off).
 #
-# The device image has PyTorch but not Gymnasium or MuJoCo. Before the call, here, in the repo root
-# (the wheels for the image's Python 3.12; .whl is in .git/info/exclude):
+# For a GPU machine whose Python has PyTorch but not Gymnasium or MuJoCo: first, on a machine with
+# network access, in the repo root (the wheels for the GPU machine's Python 3.12; .whl is in
+# .git/info/exclude):
 #   for p in gymnasium==1.4.0 mujoco==3.17.0 farama-notifications glfw pyopengl etils; do
 #     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
 #       --platform any -d .whl $p; done
-# then: run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600). What it prints
-# and $OUT/{pytest.log,sps.txt} come back.
+# then copy the repository with .whl to the GPU machine and run bash benchmarks/gpu_check.sh there (it
+# installs the wheels itself). It prints its results and writes $OUT/{pytest.log,sps.txt}.
 #
 # sps takes SPS_ALGOS (sac td3 ppo), SPS_GRAPHS (false true) and SPS_EVAL_ASYNC (auto: on such a
 # machine the evaluations go to a worker process; "off auto" times both): SPS_GRAPHS=true
@@ -30,11 +31,11 @@
 #
 # Atari (PPO from pixels on ALE's own vector env, beside LeanRL's published 6809 env steps/s, then
 # where an iteration's time goes, benchmarks/ppo_phases.py):
-#   bash benchmarks/gpu_check.sh atari   with carry=[".whl_atari"] (54 MB: .whl does not fit beside it)
+#   bash benchmarks/gpu_check.sh atari   with .whl_atari copied along instead of .whl (54 MB)
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
 # opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
 set -o pipefail
-# the wheels once per machine (a second call, or a second part of one, finds them in $SITE);
+# the wheels once per machine (a second run, or a second part of one, finds them in $SITE);
 # GPU_CHECK_SITE and GPU_CHECK_RUNS (where the timed runs go) move them, for tests/test_benchmark_scripts.py
 SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
 mkdir -p "$SITE"
@@ -116,8 +117,8 @@ if [ "$mode" = profile ]; then
 fi
 
 if [ "$mode" = precision ]; then
-    # what each --precision does to speed and GPU memory (issue 17; about 5 minutes):
-    # 1. DreamerV2's gradient step at the seed's DMC sizes (batch 50 x 50, continuous actions), with
+    # what each --precision does to speed and GPU memory (about 5 minutes):
+    # 1. DreamerV2's gradient step at sheeprl's DMC sizes (batch 50 x 50, continuous actions), with
     #    heron's training numerics (deterministic kernels; 32 has full-fp32 matrix products, tf32
     #    TF32 ones): eager in every precision, graphed in all but 16-mixed (its loss scaling is not
     #    recorded); peak_gpu_mb is the most memory its tensors held
@@ -167,7 +168,7 @@ fi
 MUJOCO_GL=disable python3 -c "import mujoco; print('mujoco', mujoco.__version__)"  # (egl: no libEGL there)
 
 echo "== env steps/s, HalfCheetah-v5" | tee "$OUT/sps.txt"
-export MUJOCO_GL=disable  # no rendering in these runs (the image has no libEGL: egl fails at import)
+export MUJOCO_GL=disable  # no rendering in these runs (a GPU machine without libEGL: egl fails at import)
 for algo in ${SPS_ALGOS:-sac td3 ppo}; do
     for graphs in ${SPS_GRAPHS:-false true}; do
       for ea in ${SPS_EVAL_ASYNC:-auto}; do
@@ -182,7 +183,7 @@ for algo in ${SPS_ALGOS:-sac td3 ppo}; do
             flags="--total-steps 20000 --learning-starts 5000 --act-ahead $ahead"; start=10000
             label="$label --act-ahead $ahead"; [ $ahead = true ] || name=$name-behind
         fi
-        # at most SPS_SECONDS (85) each (6 runs in one call)
+        # at most SPS_SECONDS (85) each (6 runs in all)
         timed $name "$label" ${SPS_SECONDS:-85} $start $algo \
             --preset mujoco --env-id HalfCheetah-v5 --device cuda --cuda-graphs $graphs $flags --checkpoint-every 10000 \
             --torch-threads 4 --eval-async $ea --compile $comp

@@ -1,6 +1,6 @@
 #!/bin/bash
 # heron beside LeanRL (github.com/pytorch-labs/LeanRL, its torch.compile + CUDA-graph scripts) on one
-# GPU machine, in one device call of about 7 minutes (an H100 or H200 with 16 cores): env steps per
+# GPU machine, in one run of about 7 minutes (an H100 or H200 with 16 cores): env steps per
 # second of SAC, TD3 and PPO on HalfCheetah-v5, each run of heron followed by LeanRL's, and the ratio
 # heron / LeanRL.
 #
@@ -19,11 +19,12 @@
 # module keeps (below, written to /tmp at run time), beside LeanRL's own 'speed' figure (its mean
 # from step learning_starts + 3, or PPO's 3rd iteration, to the last logged step).
 #
-# Before the call, here, in the repo root (.whl, .whl_leanrl and .leanrl are in .git/info/exclude;
-# nothing of LeanRL is committed to heron):
+# First, on a machine with network access, in the repo root (.whl, .whl_leanrl and .leanrl are in
+# .git/info/exclude; nothing of LeanRL is committed to heron):
 #   1. Gymnasium and MuJoCo wheels in .whl: the loop in benchmarks/gpu_check.sh's header.
-#   2. LeanRL's dependencies the image lacks, in .whl_leanrl (it has numpy, tqdm, typing-extensions,
-#      packaging, cloudpickle): tensordict 0.12 and torchrl 0.12 are the releases of torch 2.11's time
+#   2. LeanRL's dependencies the GPU machine's Python lacks, in .whl_leanrl (it has numpy, tqdm,
+#      typing-extensions, packaging, cloudpickle): tensordict 0.12 and torchrl 0.12 are the releases
+#      of torch 2.11's time
 #      (torchrl's C++ extension, unused by these scripts, links libtorch; tensordict's does not);
 #      tyro 1.0 needs docstring-parser and typeguard, tensordict and torchrl need pyvers:
 #        for p in tensordict==0.12.3 torchrl==0.12.0 pyvers==0.2.3 tyro==1.0.17 docstring-parser==0.18.0 \
@@ -31,30 +32,29 @@
 #          python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #            --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
 #            --platform manylinux2014_x86_64 --platform any -d .whl_leanrl $p; done
-#   3. LeanRL's three scripts in .leanrl/leanrl (commit 8dbb6336b7f6cc65cdbbeb2e86637c38867e2677), from a
-#      clone, or from the mirror that the session tool fetch(github:pytorch-labs/LeanRL) makes:
-#        M=/work/.mirror/pytorch-labs+LeanRL/repo; mkdir -p .leanrl/leanrl
+#   3. LeanRL's three scripts in .leanrl/leanrl, at LeanRL's commit 8dbb6336b7f6cc65cdbbeb2e86637c38867e2677,
+#      from a git clone checked out at that commit (M: its .git directory):
+#        mkdir -p .leanrl/leanrl
 #        for a in sac td3 ppo; do f=leanrl/${a}_continuous_action_torchcompile.py
 #          git --git-dir=$M show HEAD:$f > .leanrl/$f; done
 #      and for ALGOS=atari its Atari script: f=leanrl/ppo_atari_envpool_torchcompile.py, the same way.
-# then (about 35 MB carried): run(command="bash benchmarks/gpu_vs_leanrl.sh",
-#   carry=[".whl", ".whl_leanrl", ".leanrl"], timeout_s=540). What it prints and $OUT/summary.txt,
-#   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv come back (8 files; with
-#   HERON_MODES="graphs compiled" name two algorithms in ALGOS, or a log is left out).
+# then copy the repository with .whl, .whl_leanrl and .leanrl (about 35 MB) to the GPU machine and run
+#   bash benchmarks/gpu_vs_leanrl.sh there. It prints its results and writes $OUT/summary.txt,
+#   $OUT/{heron,leanrl}-{sac,td3,ppo}.log and $OUT/leanrl-steps.csv.
 # ALGOS="sac td3" leaves PPO out; HERON_SECONDS, LEANRL_SECONDS and START change the timings;
 # ALGOS=atari: PPO from Pong frames, heron's --preset atari on ALE's vector env (8 threads, 8 envs x
 #   128 steps) for ATARI_SECONDS (100), then LeanRL's Atari script (--env-id Pong-v5, its defaults: the
-#   same block) for LEANRL_SECONDS (170), both timed from step 20,480. EnvPool's wheel does not fit
-#   beside ALE's in one call, so LeanRL's envs are ALE's vector env too, under EnvPool's API
+#   same block) for LEANRL_SECONDS (170), both timed from step 20,480. EnvPool's wheel is not
+#   installed beside ALE's, so LeanRL's envs are ALE's vector env too, under EnvPool's API
 #   (benchmarks/leanrl_stubs: no sticky actions, a lost life ends the episode, clipped rewards).
-#   Carry .whl_atari (gymnasium, ale-py, opencv; see gpu_check.sh), .whl_leanrl and .leanrl
+#   Copy .whl_atari (gymnasium, ale-py, opencv; see gpu_check.sh), .whl_leanrl and .leanrl along
 #   (about 56 MB), not .whl; "features" keeps the preset's evaluations (5 games every 250,000
 #   steps) and checkpoints every 100,000;
 # HERON_MODES (default "graphs"): heron's runs per algorithm, "graphs" (--cuda-graphs) and/or
 # "compiled" (--compile with --cuda-graphs, LeanRL's pairing; its compile time counts, so give it
 # HERON_SECONDS of 80 or more);
 # and/or "features" (--cuda-graphs with evaluation, 10 episodes, and a checkpoint every 10,000 steps:
-# the issue's condition; the evaluations go to a worker process, --eval-async's default on a GPU);
+# as a training run has them; the evaluations go to a worker process, --eval-async's default on a GPU);
 # and/or "features-compiled" (the same with --compile: give it HERON_SECONDS of 80 or more);
 # and/or "features-autograd" (SAC, TD3: the autograd step recorded, --fused-update false);
 # a mode naming "behind" (e.g. "features-behind") turns --act-ahead off: every env step after the
@@ -73,7 +73,7 @@ set -o pipefail
 SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE \
     $(ls .whl/*.whl .whl_atari/*.whl .whl_leanrl/*.whl 2>/dev/null) || exit 1
-export PYTHONPATH=$SITE:$PWD MUJOCO_GL=disable PYTHONUNBUFFERED=1  # the image has no libEGL
+export PYTHONPATH=$SITE:$PWD MUJOCO_GL=disable PYTHONUNBUFFERED=1  # no rendering: the GPU machine may lack libEGL
 OUT=${OUT:-/tmp/gpu_vs_leanrl}
 W=$RUNS/vs  # work folder: the stand-in, the step counts, the rates
 rm -rf $W $RUNS/vs-*  # a rerun on the same machine starts afresh
@@ -239,7 +239,7 @@ for algo in ${ALGOS:-sac td3 ppo}; do
     leanrl_seconds=${LEANRL_SECONDS:-$(case $algo in ppo) echo 110;; atari) echo 170;; *) echo 80;; esac)}
     echo "== $algo, $env: heron (at most $seconds s), then LeanRL $LEANRL_MODE (at most $leanrl_seconds s)"
     for mode in $HERON_MODES; do
-        # features-*: evaluation and a checkpoint every 10,000 steps (the issue's condition); Atari:
+        # features-*: evaluation and a checkpoint every 10,000 steps (as a training run has them); Atari:
         # the preset's evaluations (5 games every 250,000 steps) and a checkpoint every 100,000
         extras="--eval-every 0 --checkpoint-every 0 --checkpoint-minutes 0"
         [[ $mode = features* ]] && extras="--eval-every 10000 --checkpoint-every 10000 --checkpoint-minutes 0"

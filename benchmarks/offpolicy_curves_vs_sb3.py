@@ -362,6 +362,11 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
     return len(new)
 
 
+def _std(values: list[float]) -> float:
+    """The sample standard deviation over seeds (n - 1), as heron bench gives it."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def _fmt(values: list[float]) -> str:
     """The number format of a table of returns: no decimals where returns run to the hundreds, one
     where they are small (Reacher's -4.2 against -5.1)."""
@@ -382,7 +387,7 @@ def report(args: argparse.Namespace, cfg) -> None:
         cells = []
         for lib in LIBS:
             vals = [curves[lib][s][m] for s in args.seeds if m in curves[lib][s]]
-            cells.append(f"{np.mean(vals):{f}} ± {np.std(vals):{f}}" if vals else "")
+            cells.append(f"{np.mean(vals):{f}} ± {_std(vals):{f}}" if vals else "")
         per = [", ".join(f"{curves[lib][s][m]:{f}}" if m in curves[lib][s] else "-" for s in args.seeds)
                for lib in LIBS]
         print(f"| {m:,} | {cells[0]} | {cells[1]} | {per[0]} | {per[1]} |")
@@ -395,7 +400,7 @@ def report(args: argparse.Namespace, cfg) -> None:
         figures = [fig for fig in figures if fig]  # unfinished runs would pull the figures toward their early steps
         for key, name in zip(rows, ("final_eval", "train_last10", "mean_eval", "best_eval")):
             vals = [fig[name] for fig in figures if fig[name] is not None]
-            rows[key].append(f"{np.mean(vals):{f}} ± {np.std(vals):{f}} ({len(vals)})" if vals else "")
+            rows[key].append(f"{np.mean(vals):{f}} ± {_std(vals):{f}} ({len(vals)})" if vals else "")
             per_seed[key].append(vals)
     print("| Figure | heron | SB3 | p (permutation test) |")
     print("|---|---:|---:|---:|")

@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="heron's --precision; one heron training per value (SB3 runs float32)")
     p.add_argument("--rounds", type=int, default=1,
                    help="trainings per library, the order reversed every other round; the rates and the heron/SB3 "
-                        "ratios reported are the medians over rounds (this VM's speed drifts by tens of percent "
+                        "ratios reported are the medians over rounds (a shared VM's speed can drift by tens of percent "
                         "within minutes); the evaluation is the first round's")
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks.md")
@@ -279,8 +279,8 @@ def evaluate(predict, reset, env_id: str, episodes: int, seed: int) -> np.ndarra
 
 # -- report -----------------------------------------------------------------------------------------
 def cpu_name() -> str:
-    """The CPU's model name and the vector instructions torch uses on it (the same "AMD EPYC" VM name
-    has come with AVX512-BF16 (Zen 4) and with AVX2 only (Zen 3), and the ratios differ between them)."""
+    """The CPU's model name and the vector instructions torch uses on it (VMs that report the same
+    "AMD EPYC" name may have AVX512-BF16 or AVX2 only, and the ratios differ between them)."""
     from heron.core.precision import native_bf16
 
     name = platform.processor() or platform.machine()

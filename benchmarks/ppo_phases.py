@@ -2,8 +2,8 @@
 acting and storing) and the learning phase (re-valuing and advantages, and the gradient steps),
 and what ``after_step`` (logging, evaluations, checkpoints) adds.
 
-Made for the GPU sessions, where PPO from Atari frames ran at 2,058 (eager) and 2,532 (graphed)
-env steps/s beside LeanRL's published 6,809, and a device call is the only way to see why. It
+Made for GPU machines, where PPO from Atari frames ran at 2,058 (eager) and 2,532 (graphed)
+env steps/s beside LeanRL's published 6,809, and one run of this script shows why. It
 times the phases by wrapping the functions ``heron.algos.ppo.train`` calls at their edges (the
 iteration's ``set_lr``, ``as_sequences`` after the rollout, ``value_pass`` and ``targets``, and
 ``Run.after_step``) and the env object's ``step``; on a GPU it waits for the device at the three

@@ -149,8 +149,9 @@ def main() -> None:
     p.add_argument("--total-steps", type=int, default=0, help="override the setting's step budget")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--rounds", type=int, default=1,
-                   help="pairs of runs, the order alternating (heron first in odd rounds); the VM's speed drifts "
-                        "by tens of percent within minutes, so the median of the per-round ratios is reported")
+                   help="pairs of runs, the order alternating (heron first in odd rounds); a shared VM's speed "
+                        "can drift by tens of percent within minutes, so the median of the per-round ratios is "
+                        "reported")
     args = p.parse_args()
     s = dict(SETTINGS[args.setting])
     if args.total_steps:

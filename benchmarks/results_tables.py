@@ -32,13 +32,17 @@ from typing import NamedTuple
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the checkout's heron, also where another one is installed
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "offpolicy_curves.csv"
+LEARNING = ROOT / "benchmarks" / "results" / "learning.csv"
 
 
 class Column(NamedTuple):
     label: str
     lib: str  # "heron" or "sb3"
     overrides: frozenset[str]  # the run's --set items must include these
+    unset: frozenset[str] = frozenset()  # and must not set these fields (a column of defaults)
 
 
 class Table(NamedTuple):
@@ -51,8 +55,8 @@ class Table(NamedTuple):
     image: str  # the curves' image, relative to the repository
 
 
-def _col(label: str, lib: str, *overrides: str) -> Column:
-    return Column(label, lib, frozenset(overrides))
+def _col(label: str, lib: str, *overrides: str, unset: tuple[str, ...] = ()) -> Column:
+    return Column(label, lib, frozenset(overrides), frozenset(unset))
 
 
 SMALL_TASKS = (("Pendulum-v1", 15_000), ("InvertedPendulum-v5", 20_000), ("Reacher-v5", 50_000),
@@ -64,7 +68,19 @@ TABLES = {
         columns=(_col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
                  _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4"),
                  _col("SB3, lr 1e-3", "sb3", "policy_lr=1e-3", "q_lr=1e-3")),
-        compare=(0, 2), docs=("docs/td3.md", "docs/benchmarks.md"), image="docs/images/td3_defaults.png"),
+        compare=(0, 2), docs=("docs/algorithms/td3.md", "docs/benchmarks/index.md"),
+        image="docs/images/td3_defaults.png"),
+    "td3-300k": Table(
+        algo="td3", preset="mujoco", tasks=(("Hopper-v5", 300_000), ("Walker2d-v5", 300_000)),
+        columns=(_col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
+                 _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4")),
+        compare=(0, 1), docs=("docs/algorithms/td3.md",), image="docs/images/td3_300k.png"),
+    "sac-defaults": Table(
+        algo="sac", preset="", tasks=SMALL_TASKS,
+        columns=(_col("heron, defaults", "heron", unset=("policy_lr", "q_lr", "policy_frequency")),
+                 _col("SB3, defaults", "sb3", "policy_lr=3e-4", "q_lr=3e-4", "policy_frequency=1")),
+        compare=(0, 1), docs=("docs/algorithms/sac.md", "docs/benchmarks/index.md"),
+        image="docs/images/sac_defaults.png"),
 }
 
 
@@ -87,7 +103,8 @@ def select(rows: list[dict], table: Table, env_id: str, steps: int, column: Colu
     """The rows of one cell, one per seed, in seed order."""
     picked = [r for r in rows if r["algo"] == table.algo and r["preset"] == table.preset and r["env_id"] == env_id
               and int(r["total_steps"]) == steps and r["lib"] == column.lib
-              and column.overrides <= set(r["overrides"].split())]
+              and column.overrides <= set(r["overrides"].split())
+              and not column.unset & {item.split("=")[0] for item in r["overrides"].split()}]
     return sorted(picked, key=lambda r: int(r["seed"]))
 
 
@@ -95,8 +112,13 @@ def _fmt(values: list[float]) -> str:
     return ".0f" if max(abs(v) for v in values) >= 100 else ".1f"
 
 
+def _std(values: list[float]) -> float:
+    """The sample standard deviation (n - 1), as heron bench and the learning tables give it."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def _cell(values: list[float], f: str) -> str:
-    return f"{np.mean(values):{f}} ± {np.std(values):{f}}" if values else "-"
+    return f"{np.mean(values):{f}} ± {_std(values):{f}}" if values else "-"
 
 
 def render(table: Table, rows: list[dict]) -> str:
@@ -118,7 +140,7 @@ def render(table: Table, rows: list[dict]) -> str:
             lines.append(f"| {env_id}, {steps // 1000}k | " + " | ".join(_cell(v, f) for v in cells) + f" | {p} |")
         lines.append("")
     counts = sorted({len(select(rows, table, e, s, c)) for e, s in table.tasks for c in table.columns})
-    lines.append(f"Mean ± standard deviation over {'/'.join(map(str, counts))} seeds per cell "
+    lines.append(f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seeds per cell "
                  f"(seeds {', '.join(map(str, sorted(seeds)))}); p: the exact permutation test of the two columns' "
                  "per-seed figures. Rows and curves: `benchmarks/results/offpolicy_curves.csv`, with the "
                  "command of each run.")
@@ -171,13 +193,115 @@ def plot(table: Table, rows: list[dict]) -> str:
     return _save(fig, plt, str(ROOT / table.image))
 
 
+# -- learning results at the suites' budgets (benchmarks/results/learning.csv) ----------------------
+MUJOCO = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5")
+
+
+def _atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
+LEARNING_TABLES = {  # name -> (algorithms, which envs, with an algorithm column)
+    "readme": (("sac", "td3", "ppo"), lambda e: e in MUJOCO or e == "PongNoFrameskip-v4", True),
+    "sac": (("sac",), lambda e: True, False),
+    "td3": (("td3",), lambda e: True, False),
+    "ppo": (("ppo",), lambda e: True, False),
+    "ppo-mujoco": (("ppo",), lambda e: not _atari(e), False),
+    "ppo-atari": (("ppo",), _atari, False),
+}
+SUPERSCRIPTS = " ¹²³⁴⁵⁶⁷⁸⁹"
+LEARNING_BLOCK = re.compile(r"(<!-- learning-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /learning-table -->)",
+                            re.S)
+
+
+def _steps(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
+        f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n // 1000}k")
+
+
+def _figure(values: list[float]) -> str:
+    if not values:
+        return "-"
+    f = _fmt(values)
+    return f"{np.mean(values):{f}} ± {_std(values):{f}}" if len(values) > 1 else f"{values[0]:{f}}"
+
+
+def render_learning(name: str, rows: list[dict]) -> str:
+    """One learning table: per (algorithm, env, budget) the final, best and training return, mean ±
+    sample standard deviation over the seeds, beside the published figures (``heron.bench.PUBLISHED``)."""
+    if name not in LEARNING_TABLES:
+        raise SystemExit(f"unknown learning table {name!r}: one of {', '.join(LEARNING_TABLES)}")
+    from heron.bench import PUBLISHED
+
+    algos, envs, with_algo = LEARNING_TABLES[name]
+    groups: dict[tuple[str, str, int], list[dict]] = {}
+    for r in rows:
+        if r["algo"] in algos and envs(r["env_id"]):
+            groups.setdefault((r["algo"], r["env_id"], int(r["total_steps"])), []).append(r)
+    order = sorted(groups, key=lambda k: (algos.index(k[0]), k[1] not in MUJOCO,
+                                          MUJOCO.index(k[1]) if k[1] in MUJOCO else 0, k[1]))
+    head = (["Algorithm"] if with_algo else []) + ["Env", "Env steps", "Seeds", "Final", "Best",
+                                                   "Training (last 10%)", "Published"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (len(head) - 1) + "---|"]
+    notes = []
+    for key in order:
+        algo, env, steps = key
+        group = sorted(groups[key], key=lambda r: int(r["seed"]))
+
+        def vals(field: str) -> list[float]:
+            return [float(r[field]) for r in group if r[field] != ""]
+
+        def figure(field: str) -> str:  # a figure some seeds lack says over which seeds it is
+            got = [r for r in group if r[field] != ""]
+            text = _figure(vals(field))
+            if got and len(got) < len(group):
+                text += f" (seeds {', '.join(r['seed'] for r in got)})" if len(got) <= 3 else (
+                    f" (seeds {got[0]['seed']}-{got[-1]['seed']})")
+            return text
+
+        seeds = [int(r["seed"]) for r in group]
+        span = "1" if len(seeds) == 1 else (f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+                else f"{len(seeds)} ({', '.join(map(str, seeds))})")
+        published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
+        mark = ""
+        for note in sorted({r["note"] for r in group if r.get("note")}):
+            notes.append(note)
+            mark += SUPERSCRIPTS[len(notes)]
+        cells = ([{"sac": "SAC", "td3": "TD3", "ppo": "PPO"}.get(algo, algo)] if with_algo else []) + [
+            env, _steps(steps) + mark, span, figure("final_eval"), figure("best_eval"), figure("train_last10"),
+            published]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Final: the deterministic evaluation at the end of training; best: the highest periodic "
+                 "evaluation; training: the mean return of the training episodes that ended in the last 10% "
+                 "of the steps (CleanRL's figure). Mean ± sample standard deviation over the seeds. Runs: "
+                 "`benchmarks/results/learning.csv`, with the machine and the command of each.")
+    for i, note in enumerate(notes, 1):
+        lines.append(f"<br>{SUPERSCRIPTS[i]} {note}." if i > 1 else f"\n{SUPERSCRIPTS[i]} {note}.")
+    return "\n".join(lines) + "\n"
+
+
+def update_learning_docs(check: bool, paths: list[Path] | None = None) -> list[str]:
+    """Rewrite (or compare) every ``<!-- learning-table NAME -->`` block in the docs and the README."""
+    rows = read_rows(LEARNING)
+    stale = []
+    for path in paths if paths is not None else [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text()
+        new = LEARNING_BLOCK.sub(lambda m: m.group(1) + render_learning(m.group("name"), rows) + m.group(4), text)
+        if new != text:
+            stale.append(str(path.relative_to(ROOT)))
+            if not check:
+                path.write_text(new)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
     p.add_argument("--plot", action="store_true", help="also redraw each table's curves image")
     args = p.parse_args(argv)
     rows = read_rows()
-    stale = update_docs(rows, check=args.check)
+    stale = update_docs(rows, check=args.check) + update_learning_docs(check=args.check)
     if args.check:
         if stale:
             print("results tables out of date (python benchmarks/results_tables.py rewrites them): "

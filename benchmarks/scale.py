@@ -19,7 +19,7 @@ cuda``: rank r takes ``cuda:r`` (NCCL), and --threads only sets the CPU side.
     # --precision values side by side (one process each):
     python benchmarks/scale.py --procs 1 --precision bf16-mixed -- sac --env-id Hopper-v5 --total-steps 4000
     # world size 1 against an earlier commit of heron (the cost of being distribution-aware):
-    python benchmarks/scale.py --procs 1 --against cbb63ea -- sac --env-id Pendulum-v1 --total-steps 6000
+    python benchmarks/scale.py --procs 1 --against REV -- sac --env-id Pendulum-v1 --total-steps 6000
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ The configuration is sheeprl's, composed with Hydra from the package's configs e
 ``build_optimizer`` on a ``lightning.fabric.Fabric`` (``--accelerator`` cpu or cuda, 1 device, ``--precision``: 32-true by default). The batches come from sheeprl's own
 replay buffer (``build_buffer`` + ``sample_batches``: float32 tensors shaped [sequence, batch, ...]) filled with
 random uint8 64x64 RGB frames under key ``rgb`` and one-hot Discrete(6) actions (Pong's action space), or
-with ``--continuous`` 6-dimensional actions in [-1, 1] (walker's). ``--sizes dmc``: the seed's DMC block
-(``exp=dreamer_v2`` with RSSM 200/200).
+with ``--continuous`` 6-dimensional actions in [-1, 1] (walker's). ``--sizes dmc``: sheeprl's DreamerV2 setting
+for DMC (``exp=dreamer_v2`` with RSSM 200/200).
 
 Prints one JSON line: {"impl": "sheeprl", "sizes": ..., "sec_per_grad_step": <mean>, "steps": M, ...}.
 """
@@ -46,7 +46,7 @@ def peak_rss_mb() -> float:
 
 
 EXPS = {"tiny": "dreamer_v2_benchmarks", "atari": "dreamer_v2", "dmc": "dreamer_v2"}
-SIZE_OVERRIDES = {"dmc": ["algo.world_model.recurrent_model.recurrent_state_size=200",  # the seed's DMC block
+SIZE_OVERRIDES = {"dmc": ["algo.world_model.recurrent_model.recurrent_state_size=200",  # sheeprl's DMC setting
                           "algo.world_model.transition_model.hidden_size=200",
                           "algo.world_model.representation_model.hidden_size=200"]}
 

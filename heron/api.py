@@ -44,30 +44,46 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
 def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
           env: Callable[..., Any] | None = None, callback: Callable[[dict], None] | None = None,
           **hyperparameters: Any) -> dict:
-    """Train ``algo`` ("sac", "td3", "ppo", "dreamer_v2") and return a summary dict: run_dir, step,
-    env_id, mean_return, std_return, episodes (of the final deterministic evaluation), best_eval.
-
-    ``env``: instead of ``env_id``, a callable (an env class or a function) that returns a Gymnasium
-    env. The run records its import path (``module:name``); one that a new process cannot import
-    (a lambda, a closure, a function of ``__main__``) must be given again to ``resume`` and
-    ``evaluate``.
-
-    ``callback``: called with each deterministic evaluation as it is logged (``{"step",
-    "mean_return", "std_return", "episodes"}``, the final one included). An exception it raises
-    ends the run there and reaches the caller (``heron tune`` prunes trials so).
+    """Train an algorithm and return the summary of its final evaluation.
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
+
+    Args:
+        algo: "sac", "td3", "ppo" or "dreamer_v2".
+        presets: named overlays applied in order, as ``--preset`` (``heron list`` names them).
+        config_file: a YAML file of options read before the presets, as ``--config`` (a run's
+            ``config.yaml`` reproduces that run).
+        env: instead of ``env_id``, a callable (an env class or a function) that returns a
+            Gymnasium env. The run records its import path (``module:name``); one that a new
+            process cannot import (a lambda, a closure, a function of ``__main__``) must be given
+            again to ``resume`` and ``evaluate``.
+        callback: called with each deterministic evaluation as it is logged (``{"step",
+            "mean_return", "std_return", "episodes"}``, the final one included). An exception it
+            raises ends the run there and reaches the caller (``heron tune`` prunes trials so).
+        **hyperparameters: any training flag in snake case (``total_steps=100_000``,
+            ``policy_lr=1e-3``); the algorithm's page lists them.
+
+    Returns:
+        ``{"run_dir", "step", "env_id", "mean_return", "std_return", "episodes", "best_eval"}``:
+        mean, std and episode count of the final deterministic evaluation, and the best evaluation
+        of the run.
+
+    Raises:
+        HeronError: bad input (unknown algorithm, option or env, an impossible value).
+        Fault: the run ended by a fault after keeping its last good checkpoint (``Diverged``,
+            ``EnvCrashed``, ``WriteFailed``).
+        Interrupted: SIGINT/SIGTERM stopped the run after a checkpoint of the current step.
 
     What the run changes in this process it puts back when it returns or raises: torch's thread
     count, the deterministic-algorithms mode, cuDNN's and the TF32 flags, ``CUBLAS_WORKSPACE_CONFIG``,
     the SIGINT/SIGTERM handlers and the state of Python's, NumPy's and torch's global random
     generators (``heron.core.process``). It does not change glibc's allocator, as the ``heron``
-    command does for its own process (``heron.core.memory``: freed memory kept in the heap, about
-    1.2x faster for PPO from pixels on a CPU); a script that trains in a process of its own can call
+    command does for its own process (``heron.core.memory``: freed memory kept in the heap, faster
+    for PPO from pixels on a CPU); a script that trains in a process of its own can call
     ``heron.core.memory.keep_freed_memory()`` first.
 
     Under torchrun (several processes) every rank calls this with the same arguments: data-parallel
-    training, docs/usage.md "Several processes (torchrun)"."""
+    training (docs/guide/distributed.md)."""
     if env is not None:
         if "env_id" in hyperparameters:
             raise HeronError("give env or env_id, not both")
@@ -88,12 +104,21 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
 
 def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None,
            torch_threads: int | None = None, eval_async: str | None = None) -> dict:
-    """Continue an interrupted run from its latest checkpoint (optionally to a new step target).
-    ``env``: the callable the run was trained on, when it was given as one (``train``).
-    ``torch_threads``: a new intra-op thread count (0 = choose by the free cores), for another
-    machine or a neighbour; a count other than the run's own may change the order of floating-point
-    sums, so the continuation is then not bitwise that of an uninterrupted run. ``eval_async``: where
-    evaluations are played (auto, on, off), for another machine; the results are the same."""
+    """Continue an interrupted run from its latest checkpoint, exactly where it stopped.
+
+    Args:
+        run_dir: the run directory.
+        total_steps: a new step target (default: the run's own).
+        env: the callable the run was trained on, when it was given as one (``train``).
+        torch_threads: a new intra-op thread count (0 = choose by the free cores), for another
+            machine or a neighbour; a count other than the run's own may change the order of
+            floating-point sums, so the continuation is then not bitwise that of an uninterrupted
+            run.
+        eval_async: where evaluations are played ("auto", "on", "off"), for another machine; the
+            results are the same.
+
+    Returns:
+        The summary ``train`` returns."""
     algo, data = read_config(run_dir)
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml", saved=True)
@@ -169,8 +194,16 @@ def load_checkpoint(run_dir: str | Path, which: str = "latest", env: Callable[..
 
 
 def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Policy:
-    """The trained policy of a run: ``policy.predict(obs, deterministic=True)`` -> numpy actions,
-    for one observation or a batch. Normalization statistics come with it."""
+    """The trained policy of a run, with its normalization statistics.
+
+    Args:
+        run_dir: the run directory.
+        which: "latest", "best", or a checkpoint file.
+        device: "auto", "cpu" or "cuda[:N]".
+
+    Returns:
+        A ``Policy``: ``policy.predict(obs, deterministic=True)`` gives numpy actions for one
+        observation or a batch."""
     algo, cfg, state = load_checkpoint(run_dir, which)
     policy = registry.get(algo).load_policy(cfg, state, resolve_device(device))
     policy.step, policy.env_id, policy.algo = int(state["step"]), cfg.env_id, algo
@@ -180,11 +213,22 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
 def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest", seed: int | None = None,
              video: bool = False, device: str = "auto", env: Callable[..., Any] | None = None,
              envs: int | None = None) -> dict:
-    """Run a saved policy deterministically for ``episodes`` episodes (``heron eval``). Episode k
-    starts from ``reset(seed=seed + k)``, by default the run's own evaluation seeds. Returns
-    mean_return, std_return, episodes, returns, env_id, algo, steps (and video: its path).
-    ``env``: the callable the run was trained on, when it was given as one (``train``). ``envs``:
-    episodes played at once, one env instance each (default: the run's ``eval_envs``)."""
+    """Play a saved policy deterministically, as ``heron eval --json`` does.
+
+    Args:
+        run_dir: the run directory.
+        episodes: episodes to play.
+        checkpoint: "latest", "best", or a checkpoint file.
+        seed: episode k starts from ``reset(seed=seed + k)``; by default the run's own evaluation
+            seeds.
+        video: also write an mp4 of the first episode into ``run_dir/videos/``.
+        device: "auto", "cpu" or "cuda[:N]".
+        env: the callable the run was trained on, when it was given as one (``train``).
+        envs: episodes played at once, one env instance each (default: the run's ``eval_envs``).
+
+    Returns:
+        ``{"mean_return", "std_return", "episodes", "returns", "env_id", "algo", "steps"}``, and
+        ``"video"`` (its path) when one was written."""
     if episodes <= 0:
         raise HeronError(f"--episodes must be positive, got {episodes}")
     if envs is not None and envs <= 0:

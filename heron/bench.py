@@ -92,15 +92,15 @@ SUITES["smoke"] = [
 
 DI_ENGINE_ATARI = {"Pong": "20", "Qbert": "10000", "SpaceInvaders": "400"}  # DI-engine's on-policy PPO
 
-# What the seeds (and the papers behind them) report, per (algo, env): (source, figure). Shown
+# What the implementations heron follows (and their papers) report, per (algo, env): (source, figure). Shown
 # beside our numbers; the notes say how each was measured, which is not always as we measure.
 PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("sac", "HalfCheetah-v5"): [("CleanRL, v2, 1M, training return", "10310 ± 1873"), ("SAC paper", "~11250")],
     ("sac", "Walker2d-v5"): [("CleanRL, v2, 1M, training return", "4418 ± 593"), ("SAC paper", "~4800")],
     ("sac", "Hopper-v5"): [("CleanRL, v2, 1M, training return", "2686 ± 762"), ("SAC paper", "~3250")],
-    ("td3", "Hopper-v5"): [("TD3 paper, v1, 1M", "3564")],
-    ("td3", "HalfCheetah-v5"): [("TD3 paper, v1, 1M", "9637")],
-    ("td3", "Walker2d-v5"): [("TD3 paper, v1, 1M", "4683")],
+    ("td3", "Hopper-v5"): [("TD3 paper, v1, 1M, max average return", "3564 ± 115")],
+    ("td3", "HalfCheetah-v5"): [("TD3 paper, v1, 1M, max average return", "9637 ± 859")],
+    ("td3", "Walker2d-v5"): [("TD3 paper, v1, 1M, max average return", "4683 ± 540")],
     ("ppo", "Hopper-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "Walker2d-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "HalfCheetah-v5"): [("DI-engine, v3, best mean", "3500")],

@@ -3,7 +3,7 @@
 * ``HeronError``: bad input (an unknown env, flag or algorithm, an impossible value, an unsupported
   space, a corrupt checkpoint): one line, exit code 2, nothing already saved lost.
 * ``Fault``: a run ended by something other than bad input, after keeping what can be kept
-  (docs/usage.md, "Faults and what heron does"): ``Diverged`` exits 3, ``EnvCrashed`` and
+  (docs/guide/runs.md, "Faults and what heron does"): ``Diverged`` exits 3, ``EnvCrashed`` and
   ``WriteFailed`` 1. A stop request (SIGINT/SIGTERM) exits 130.
 
 This module imports nothing from heron, so that any module can raise these.

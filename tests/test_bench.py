@@ -67,7 +67,7 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     assert "2686 ± 762 (CleanRL, v2, 1M, training return); ~3250 (SAC paper)" in sac
     assert "| 2h00m |" in sac and "abc123" in sac
     td3 = (out / "mujoco-td3.md").read_text()
-    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 (TD3 paper, v1, 1M) | 20m00s |" in td3
+    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 ± 115 (TD3 paper, v1, 1M, max average return) | 20m00s |" in td3
     assert "def456" in td3 and "abc123" not in td3
     # a run without a results row (stopped, or training now) is listed apart with where it stands
     run = out / "mujoco-td3" / "td3__Walker2d-v5__s1"

@@ -109,9 +109,9 @@ def test_report_summarises_finished_runs_and_plots_both_libraries(curves, tmp_pa
             "--report-only", "--plot", str(png)]
     assert curves.main(argv) == 0
     out = capsys.readouterr().out
-    assert "| 20,000 | 150 ± 50 | 400 ± 0 | 100, 200 | 400, - |" in out
+    assert "| 20,000 | 150 ± 71 | 400 ± 0 | 100, 200 | 400, - |" in out  # sample std: 50 * sqrt(2)
     # the summary holds only finished runs (SB3 seed 2 is left out), and one SB3 seed gives no p
-    assert "| final evaluation | 150 ± 50 (2) | 400 ± 0 (1) |  |" in out
+    assert "| final evaluation | 150 ± 71 (2) | 400 ± 0 (1) |  |" in out
     assert png.stat().st_size > 10_000
 
 
@@ -209,7 +209,7 @@ def _run_script(tmp_path, script, *args, **env):
 
 
 def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
-    """The device's minutes are few: gpu_check.sh's timed runs must pass heron the flags their labels
+    """GPU time is costly: gpu_check.sh's timed runs must pass heron the flags their labels
     and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
     and read their rates from the window it states."""
     calls = _run_script(tmp_path, "gpu_check.sh", "sps", SPS_ALGOS="td3 ppo", SPS_GRAPHS="true",
@@ -319,7 +319,7 @@ def _play_pong_through_the_stand_in(envpool, gym, tmp_path):
 
 
 def test_ppo_phases_account_for_each_iteration(tmp_path):
-    """benchmarks/ppo_phases.py (for the device sessions: where PPO's time goes from Atari frames)
+    """benchmarks/ppo_phases.py (for GPU machines: where PPO's time goes from Atari frames)
     wraps heron's PPO loop from outside: its phases must cover each iteration, with the env's
     steps counted apart from the acting around them."""
     done = subprocess.run(

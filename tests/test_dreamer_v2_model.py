@@ -206,7 +206,7 @@ def test_action_repeat_rule_and_episode_caps_in_agent_steps():
 
 
 def test_dmc_preset_keeps_dm_controls_own_limit():
-    """--preset dmc says max_episode_steps 27000 (the seed's block): dm_control's own 1000 frames still end a
+    """--preset dmc says max_episode_steps 27000 (sheeprl's DMC setting): dm_control's own 1000 frames still end a
     walker episode, 500 agent steps at action repeat 2 (a cap in frames used to replace it: 13,500 steps)."""
     pytest.importorskip("dm_control")
     from heron.algos.dreamer_v2.train import eval_env

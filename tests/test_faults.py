@@ -1,4 +1,4 @@
-"""Faults a run survives (docs/usage.md, "Faults and what heron does"): each one injected for real
+"""Faults a run survives (docs/guide/runs.md, "Faults and what heron does"): each one injected for real
 (a diverging update, a second process, kill -9 inside a write, a full disk, a crashing env, a
 foreign checkpoint, Ctrl-C in a video write, SIGTERM in an evaluation, SIGKILL at a random moment)."""
 
@@ -94,7 +94,7 @@ def _metric_rows(run: Path) -> list[list[str]]:
 
 # -- 1. divergence ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("algo,flags", [
-    ("sac", ["--q-lr", "1e12", "--policy-lr", "1e12"]),  # the issue's report: diverges at the first updates
+    ("sac", ["--q-lr", "1e12", "--policy-lr", "1e12"]),  # absurd learning rates: diverge at the first updates
     ("sac", ["--env-id", "fault_envs:Faulty"]),  # an infinite reward from the env at step 700
     ("ppo", ["--env-id", "fault_envs:Faulty", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2"]),
 ])
@@ -285,7 +285,7 @@ def test_ctrl_c_during_eval_video_leaves_no_mp4_under_the_final_name(tmp_path, c
     assert not list((run / "videos").iterdir())  # neither a half-written mp4 nor its temporary file
 
 
-# -- issue 20: what a stop request or a SIGKILL leaves ----------------------------------------------
+# -- what a stop request or a SIGKILL leaves -------------------------------------------------------
 def test_sigterm_in_the_final_evaluation_exits_within_5_s_with_the_final_checkpoint(tmp_path):
     run, marker = tmp_path / "run", tmp_path / "evaluating"
     proc = _popen(["train", "sac", "--env-id", "Pendulum-v1", *TINY[:-2], "--total-steps", "300",

@@ -40,8 +40,9 @@ def test_dreamer_v2_two_goals(tmp_path):
     1,200 steps (about 30 s each here), with either --lambda-rewards (current: nine 1.0 and one
     0.9; next: ten 1.0), so the check asks for >= 0.8. The faster world-model rate
     and the larger entropy bonus keep the actor from settling on one direction before the model
-    knows both ends (at the seed's 3e-4 / 3e-3, 4 of 6 seeds learned). A short episode is 5 replay
-    entries, so sequences run across episodes (--buffer-type sequential)."""
+    knows both ends (at a world-model rate of 3e-4 and an entropy bonus of 3e-3, 4 of 6 seeds
+    learned). A short episode is 5 replay entries, so sequences run across episodes
+    (--buffer-type sequential)."""
     import toy_envs  # noqa: F401
 
     result = heron.train("dreamer_v2", env_id="heron-test/TwoGoals-v0", total_steps=1200, learning_starts=500,
@@ -60,10 +61,10 @@ def test_dreamer_v2_cartpole(tmp_path):
     dense 64 x 2, 16 x 16 latents, GRU 128, continue model) with shorter windows (8 x 32) and one
     gradient step per env step: 800 random steps, 100 pretraining steps, 1,500 steps in all (about
     90 s on one core). Deterministic evaluation over 10 episodes, seeds 0-4: 372, 353, 286, 425, 277.
-    The code before issue 13's alignment with the references scored 129, 209, 184, 336, 215 with the
-    same settings and its sequential buffer (its default episode buffer did far worse: CartPole's
-    first episodes are shorter than a window), so the check asks for >= 250 on seed 1 (353 against
-    209). It runs on heron's default replay (sequential)."""
+    Before heron's DreamerV2 was aligned with sheeprl's and the official one, it scored 129, 209,
+    184, 336, 215 with the same settings and its sequential buffer (its default episode buffer did
+    far worse: CartPole's first episodes are shorter than a window), so the check asks for >= 250
+    on seed 1 (353 against 209). It runs on heron's default replay (sequential)."""
     result = heron.train("dreamer_v2", env_id="CartPole-v1", total_steps=1500, learning_starts=800, pretrain_steps=100,
                          train_every=1, per_rank_batch_size=8, sequence_length=32, hidden_size=128,
                          recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16,

@@ -4,6 +4,8 @@ they must be what the results file gives, and the figures in them what the rows 
 import importlib.util
 from pathlib import Path
 
+import heron.bench  # noqa: F401  (the tables read its published figures; imported here, at collection)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,7 +37,42 @@ def test_a_table_gives_each_cell_mean_and_spread_over_its_seeds():
             row("Pendulum-v1", 15_000, "sb3", 1, -180, -600), row("Pendulum-v1", 15_000, "sb3", 2, -200, -620),
             row("Reacher-v5", 50_000, "sb3", 1, -4.25, -6.0)]
     text = tables.render(table, rows)
-    # heron: mean(-150, -250) = -200, population std 50; SB3: -190 +- 10; 2 + 2 seeds: p over the 6 splits
-    assert "| Pendulum-v1, 15k | -200 ± 50 | -190 ± 10 | 1.00 |" in text
-    assert "| Pendulum-v1, 15k | -600 ± 100 | -610 ± 10 | 1.00 |" in text
+    # heron: mean(-150, -250) = -200, sample std 50 * sqrt(2) = 70.7; SB3: -190 +- 14.1; 2 + 2 seeds: p over
+    # the 6 splits
+    assert "| Pendulum-v1, 15k | -200 ± 71 | -190 ± 14 | 1.00 |" in text
+    assert "| Pendulum-v1, 15k | -600 ± 141 | -610 ± 14 | 1.00 |" in text
     assert "| Reacher-v5, 50k | - | -4.2 ± 0.0 |  |" in text  # small returns keep a decimal; one seed: no p
+
+
+def test_a_column_of_defaults_leaves_out_runs_that_set_those_fields():
+    tables = _script()
+    table = tables.Table(algo="sac", preset="", tasks=(("Pendulum-v1", 15_000),),
+                         columns=(tables._col("defaults", "heron", unset=("policy_lr", "q_lr")),
+                                  tables._col("sb3", "sb3", "policy_lr=3e-4")),
+                         compare=(0, 1), docs=(), image="")
+
+    def row(lib, seed, final, overrides):
+        return dict(algo="sac", preset="", env_id="Pendulum-v1", total_steps="15000", lib=lib, seed=str(seed),
+                    overrides=overrides, final_eval=str(final), mean_eval=str(final))
+
+    rows = [row("heron", 1, -150, "learning_starts=1000"), row("heron", 2, -170, ""),
+            row("heron", 3, -900, "learning_starts=1000 q_lr=3e-4"),  # not the defaults
+            row("sb3", 1, -160, "learning_starts=1000 policy_lr=3e-4 q_lr=3e-4")]
+    assert [r["seed"] for r in tables.select(rows, table, "Pendulum-v1", 15_000, table.columns[0])] == ["1", "2"]
+    assert "| Pendulum-v1, 15k | -160 ± 14 | -160 ± 0 |  |" in tables.render(table, rows)
+
+
+def test_a_learning_table_gives_each_figure_over_the_seeds_that_have_it():
+    tables = _script()
+
+    def row(env, seed, final, best, train="", note=""):
+        return dict(algo="ppo", env_id=env, total_steps="1000000", preset="mujoco", seed=str(seed),
+                    final_eval=str(final), best_eval=str(best), train_last10=str(train), note=note)
+
+    rows = [row("Hopper-v5", 1, 3000, 3100), row("Hopper-v5", 2, 3200, 3300, 2900),
+            row("ALE/Pong-v5", 1, 5.8, "", note="stopped early")]
+    text = tables.render_learning("ppo", rows)
+    # final: mean 3100, sample std 141.4; training only from seed 2; a note becomes a footnote
+    assert "| Hopper-v5 | 1M | 2 (1, 2) | 3100 ± 141 | 3200 ± 141 | 2900 (seeds 2) |" in text
+    assert "| ALE/Pong-v5 | 1M¹ | 1 | 5.8 | - | - |" in text
+    assert "¹ stopped early." in text

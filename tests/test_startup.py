@@ -1,7 +1,7 @@
 """What a training process sets up, and what it leaves alone.
 
 A run that does not compile never imports torch's compiler stack: importing torch._dynamo and
-Inductor's config cost every run 1-3 s of startup on this project's CPU (heron.core.nets.Adam,
+Inductor's config cost every run 1-3 s of startup on a 2-core AMD EPYC VM (heron.core.nets.Adam,
 heron.core.setup._deterministic_algorithms). The ``heron`` command keeps freed memory in the heap
 (heron.core.memory: PPO from pixels page-faulted about 2,500 times per vector step without it);
 ``heron.train()`` leaves the caller's allocator as it was."""

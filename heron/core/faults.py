@@ -1,4 +1,4 @@
-"""Faults a run survives, and how they end it (docs/usage.md, "Faults and what heron does").
+"""Faults a run survives, and how they end it (docs/guide/runs.md, "Faults and what heron does").
 
 The exceptions themselves (``Fault``, ``Diverged``, ``EnvCrashed``, ``WriteFailed``, and
 ``HeronError`` for bad input) live in ``heron.errors``.

@@ -66,9 +66,24 @@ class Policy:
         return self._numpy[batch]
 
     def reset(self, batch: int = 1) -> None:
+        """Start new episodes: a recurrent policy forgets its state (``batch`` episodes at once)."""
         self.state = torch.zeros(batch, self.state_size, device=self.device)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Actions for observations.
+
+        Args:
+            obs: one observation (the observation space's shape) or a batch ``[B, *shape]``, raw as
+                the env returns it: the policy normalizes it with the statistics saved in training.
+            deterministic: the most likely action (a Gaussian's mean, squashed where the actor
+                squashes; a categorical's mode); ``False`` samples from the policy's distribution.
+                TD3's actor is deterministic either way (its exploration noise is training's).
+
+        Returns:
+            Numpy actions in the env's action space: one action, or ``[B, *action shape]``.
+
+        Raises:
+            ValueError: the observation has neither shape."""
         obs = np.asarray(obs)
         single = obs.shape == self.obs_shape
         if not single and obs.shape[1:] != self.obs_shape:

@@ -71,7 +71,7 @@ def cuda_graphs_note(cfg: Any, device: torch.device, world: dist.World) -> str |
         return None
     return ("--cuda-graphs true records each gradient step as one CUDA graph, with the same results: on an H200 "
             "graphed SAC and TD3 ran at least 2.3x their eager env steps/s, and DreamerV2's step 4.8x (tf32) "
-            "(docs/usage.md, 'On a GPU')")
+            "(docs/guide/performance.md, 'CUDA graphs')")
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

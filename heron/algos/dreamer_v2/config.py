@@ -130,8 +130,9 @@ PRESETS = {
                   eval_every=150, eval_episodes=1, checkpoint_every=150, log_every=50, max_episode_steps=200),
 }
 
-# heron tune's search space (docs/usage.md "heron tune"): learning rates and the terms the DreamerV2
-# paper reports as sensitive (KL balance and free nats, the actor's entropy, the horizon).
+# heron tune's search space (docs/guide/tuning-export.md, "What is searched"): learning rates and
+# the terms the DreamerV2 paper reports as sensitive (KL balance and free nats, the actor's entropy,
+# the horizon).
 SEARCH_SPACE = {
     "world_lr": {"log": [1e-4, 1e-3]},
     "actor_lr": {"log": [1e-5, 3e-4]},

@@ -107,7 +107,7 @@ PRESETS = {
                   checkpoint_every=500_000),
 }
 
-# heron tune's search space (docs/usage.md "heron tune"); the SB3 zoo's PPO ranges.
+# heron tune's search space (docs/guide/tuning-export.md, "What is searched"); the SB3 zoo's PPO ranges.
 SEARCH_SPACE = {
     "learning_rate": {"log": [1e-5, 1e-2]},
     "num_steps": {"choices": [32, 64, 128, 256, 512, 1024, 2048]},

@@ -54,7 +54,7 @@ PRESETS = {
                    eval_episodes=10, checkpoint_every=100_000),
 }
 
-# heron tune's search space (docs/usage.md "heron tune"): log = log-uniform, range = uniform, int,
+# heron tune's search space (docs/guide/tuning-export.md, "What is searched"): log = log-uniform, range = uniform, int,
 # choices. The SB3 zoo's SAC ranges, narrowed to what trains at all at these budgets.
 SEARCH_SPACE = {
     "policy_lr": {"log": [1e-5, 3e-3]},

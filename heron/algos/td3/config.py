@@ -43,7 +43,7 @@ PRESETS = {
     "original": dict(hidden_sizes=(400, 300), batch_size=100, policy_lr=1e-3, q_lr=1e-3, learning_starts=10_000),
 }
 
-# heron tune's search space (docs/usage.md "heron tune"); the SB3 zoo's TD3 ranges.
+# heron tune's search space (docs/guide/tuning-export.md, "What is searched"); the SB3 zoo's TD3 ranges.
 SEARCH_SPACE = {
     "policy_lr": {"log": [1e-5, 3e-3]},
     "q_lr": {"log": [1e-5, 3e-3]},

@@ -1,0 +1,127 @@
+#!/usr/bin/env python
+"""The docs' option tables, rendered from the config dataclasses.
+
+Every training flag is a field of a config dataclass with its default and a one-line help text
+(``heron/config.py``, ``heron/algos/<algo>/config.py``); the CLI's ``--help`` is built from the same
+fields. This script writes them into the pages between the markers
+
+    <!-- options-table NAME -->
+    ...
+    <!-- /options-table -->
+
+where NAME is ``common`` (the fields every algorithm has: environment, budget, device, cadences,
+logging) or an algorithm (its own fields, those of ``RunConfig`` left out). ``--check`` changes
+nothing and exits 1 when a page's table is not what the dataclasses give (the test suite runs it).
+
+    python tools/docs_tables.py            # rewrite the tables in docs/
+    python tools/docs_tables.py --check    # are the docs current?
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from heron import registry  # noqa: E402
+from heron.config import RunConfig, field_types, flag, type_name  # noqa: E402
+
+BLOCK = re.compile(r"(<!-- options-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /options-table -->)", re.S)
+
+
+def shown(value) -> str:
+    """A default as a user types it on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return " ".join(map(str, value)) if value else "(none)"
+    if isinstance(value, str):
+        return value if value else '""'
+    return repr(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _values(f: dataclasses.Field, kind) -> str:
+    choices = f.metadata.get("choices")
+    if choices:
+        return " | ".join(f"`{c}`" for c in choices)
+    return {"true/false": "`true` | `false`", "an integer": "integer", "a number": "number", "a string": "text",
+            "a list of integers": "integers", "a list of strings": "texts"}[type_name(kind)]
+
+
+def common_rows() -> list[tuple[str, str, str, str]]:
+    """(flag, values, default, meaning) of RunConfig's fields; where an algorithm's own default
+    differs from the shared one, the cell names each algorithm's."""
+    types = field_types(RunConfig)
+    algos = {name: registry.get(name) for name in registry.ALGOS}
+    rows = []
+    for f in dataclasses.fields(RunConfig):
+        defaults = {name: getattr(module.Config(), f.name) for name, module in algos.items()}
+        if len(set(map(shown, defaults.values()))) == 1:
+            default = f"`{shown(next(iter(defaults.values())))}`"
+        else:
+            default = "<br>".join(f"{name}: `{shown(v)}`" for name, v in defaults.items())
+        rows.append((f"`--{flag(f.name)}`", _values(f, types[f.name]), default, f.metadata.get("help", "")))
+    return rows
+
+
+def algo_rows(algo: str) -> list[tuple[str, str, str, str]]:
+    cls = registry.get(algo).Config
+    types = field_types(cls)
+    shared = {f.name for f in dataclasses.fields(RunConfig)}
+    cfg = cls()
+    return [(f"`--{flag(f.name)}`", _values(f, types[f.name]), f"`{shown(getattr(cfg, f.name))}`",
+             f.metadata.get("help", "")) for f in dataclasses.fields(cls) if f.name not in shared]
+
+
+def render(name: str) -> str:
+    if name == "common":
+        rows = common_rows()
+    elif name in registry.ALGOS:
+        rows = algo_rows(name)
+    else:
+        raise SystemExit(f"unknown options table {name!r}: common or one of {', '.join(registry.ALGOS)}")
+    lines = ["| flag | values | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| {a} | {_cell(b)} | {c} | {_cell(d)} |" for a, b, c, d in rows]
+    return "\n".join(lines) + "\n"
+
+
+def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
+    """Rewrite (or, with ``check``, compare) every options table under ``docs``; returns the pages
+    whose tables were out of date."""
+    stale = []
+    for page in sorted(docs.rglob("*.md")):
+        text = page.read_text()
+        new = BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
+        if new != text:
+            stale.append(str(page.relative_to(ROOT)))
+            if not check:
+                page.write_text(new)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    args = p.parse_args(argv)
+    stale = update_docs(args.check)
+    for page in stale:
+        print(f"{page}: options table {'out of date' if args.check else 'rewritten'}",
+              file=sys.stderr if args.check else sys.stdout)
+    if args.check and stale:
+        print("run: python tools/docs_tables.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
