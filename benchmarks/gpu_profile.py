@@ -1,7 +1,7 @@
 """Where one env step's time goes in a heron training: torch.profiler over a window of env steps.
 
 Made for short runs on a GPU machine, where the graphed SAC/TD3/PPO runs were measured below LeanRL's
-figures (docs/benchmarks.md). The run trains as the command line says. The
+figures (docs/benchmarks/speed.md). The run trains as the command line says. The
 profiler waits ``--wait`` env steps (past learning_starts, so updates run), warms up for 20 steps,
 and records ``--active`` steps. Then it prints four things:
 - the wall time per env step in that window;

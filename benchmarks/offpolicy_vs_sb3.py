@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "ratios reported are the medians over rounds (a shared VM's speed can drift by tens of percent "
                         "within minutes); the evaluation is the first round's")
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
-    p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks.md")
+    p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks/speed.md")
     # internal: one training in a fresh process (what main() runs for every training)
     p.add_argument("--one", nargs=4, metavar=("ALGO", "LIB", "ROUND", "RESULT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -295,13 +295,101 @@ def update_learning_docs(check: bool, paths: list[Path] | None = None) -> list[s
     return stale
 
 
+# -- speed beside the peers and between heron's own settings (benchmarks/results/speed.csv) -------------
+SPEED = ROOT / "benchmarks" / "results" / "speed.csv"
+SPEED_BLOCK = re.compile(r"(<!-- speed-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /speed-table -->)", re.S)
+
+
+def _values(row: dict, side: str) -> list[float]:
+    """A side's figure: its value, else the mean of its rounds."""
+    if row[f"{side}_value"].strip():
+        return [float(row[f"{side}_value"])]
+    return [float(v) for v in row[f"{side}_rounds"].split(";") if v.strip()]
+
+
+def _is_time(metric: str) -> bool:
+    return metric.startswith(("s ", "ms ", "wall s", "training s")) or metric in ("s", "ms")
+
+
+def speed_ratio(row: dict) -> str:
+    """heron over the peer, above 1 when heron is faster (a time: the peer's over heron's): the
+    stated ratio, or one per stated figure; empty where a side has no figure."""
+    if row["ratio"].strip():
+        return ", ".join(f"{float(r):.2f}x" for r in row["ratio"].split(";") if r.strip())
+    heron, peer = _values(row, "heron"), _values(row, "peer")
+    if not heron or len(peer) != 1 or not _is_rate_or_time(row["metric"]):
+        return ""
+    return ", ".join(f"{(peer[0] / h if _is_time(row['metric']) else h / peer[0]):.2f}x" for h in heron)
+
+
+def _is_rate_or_time(metric: str) -> bool:
+    return "/s" in metric or _is_time(metric)
+
+
+def _side(row: dict, side: str) -> str:
+    value = row[f"{side}_value"].strip()
+    rounds = [v.strip() for v in row[f"{side}_rounds"].split(";") if v.strip()]
+    if value and rounds:
+        return f"{value} ({', '.join(rounds)})"
+    return value or ", ".join(rounds) or "-"
+
+
+def render_speed(name: str, rows: list[dict]) -> str:
+    """The rows of one speed table (``table`` or ``group`` column equal to NAME; ``readme``: the
+    headline rows), then each row's conditions and command, numbered."""
+    picked = [r for r in rows if (r.get("headline", "").strip() == "yes" if name == "readme"
+                                  else name in (r.get("table", "").strip(), r["group"].strip()))]
+    if not picked:
+        raise SystemExit(f"speed table {name!r}: no row of {SPEED.relative_to(ROOT)} has that table or group")
+    if name == "readme":  # short: what each row compares, in its own words; the details on the speed page
+        lines = ["| Comparison | Machine | heron | other | heron / other |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['summary']} | {r['machine']} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r)} |"
+                  for r in picked]
+        return "\n".join(lines + ["", "Above 1: heron is faster. Each row's conditions, rounds and command: "
+                                   "`docs/benchmarks/speed.md`, from `benchmarks/results/speed.csv`."]) + "\n"
+    lines = ["| | Setting | Machine | Against | heron | other | heron / other | Rounds |",
+             "|---:|---|---|---|---:|---:|---:|---:|"]
+    details: dict[str, list[int]] = {}  # each row's conditions and command; rows that share them, once
+    for i, r in enumerate(picked, 1):
+        against = r["peer"] + (f" {r['peer_version']}" if r["peer_version"].strip() else "")
+        lines.append(f"| {i} | {r['setting']} | {r['machine']} | {against} | {_side(r, 'heron')} | {_side(r, 'peer')} "
+                     f"| {speed_ratio(r)} | {r['rounds'] or '-'} |")
+        text = r["metric"]
+        if r.get("torch", "").strip():
+            text += f"; torch {r['torch']}"
+        if r["note"].strip():
+            text += f"; {r['note'].strip().rstrip('.')}"
+        if r["command"].strip():
+            text += f": `{r['command'].strip()}`"
+        details.setdefault(text + ("" if text.endswith("`") else "."), []).append(i)
+    lines += ["", "heron / other above 1: heron is faster (for a time, the other's time over heron's). "
+              "Rows: `benchmarks/results/speed.csv`.", ""]
+    lines += [f"- **{', '.join(map(str, rows_))}**: {text}" for text, rows_ in details.items()]
+    return "\n".join(lines) + "\n"
+
+
+def update_speed_docs(check: bool, paths: list[Path] | None = None) -> list[str]:
+    """Rewrite (or compare) every ``<!-- speed-table NAME -->`` block in the docs and the README."""
+    rows = read_rows(SPEED)
+    stale = []
+    for path in paths if paths is not None else [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text()
+        new = SPEED_BLOCK.sub(lambda m: m.group(1) + render_speed(m.group("name"), rows) + m.group(4), text)
+        if new != text:
+            stale.append(str(path.relative_to(ROOT)))
+            if not check:
+                path.write_text(new)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
     p.add_argument("--plot", action="store_true", help="also redraw each table's curves image")
     args = p.parse_args(argv)
     rows = read_rows()
-    stale = update_docs(rows, check=args.check) + update_learning_docs(check=args.check)
+    stale = (update_docs(rows, check=args.check) + update_learning_docs(check=args.check)
+             + update_speed_docs(check=args.check))
     if args.check:
         if stale:
             print("results tables out of date (python benchmarks/results_tables.py rewrites them): "

@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from heron.errors import HeronError
+from heron.errors import HeronError, install_hint
 
 
 def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
@@ -87,7 +87,7 @@ class RunConfig:
             if self.precision == "16-mixed":  # the GradScaler reads its inf check on the host every step
                 raise HeronError("--cuda-graphs cannot capture 16-mixed's loss scaling: use --precision bf16-mixed")
         if self.track and importlib.util.find_spec("wandb") is None:
-            raise HeronError("--track needs wandb: pip install 'heron[wandb]'")
+            raise HeronError(f"--track needs wandb: {install_hint('wandb')}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

@@ -11,6 +11,8 @@ This module imports nothing from heron, so that any module can raise these.
 
 from __future__ import annotations
 
+import re
+
 
 class HeronError(Exception):
     """A user error: bad input, an impossible value, a missing file. The CLI prints it on one line
@@ -40,6 +42,22 @@ class WriteFailed(Fault):
 class Interrupted(Exception):
     """Training stopped by SIGINT/SIGTERM after a checkpoint of the current step was written (exit
     code 130)."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of heron's optional extras: from heron's checkout, or the packages it
+    names (read from the installed metadata, so that the two never disagree)."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("heron") or []
+    except metadata.PackageNotFoundError:  # running from a checkout that is not installed
+        requirements = []
+    marker = re.compile(r"extra\s*==\s*['\"]" + re.escape(extra) + r"['\"]")
+    packages = [r.split(";")[0].strip() for r in requirements if marker.search(r)]
+    hint = f"pip install -e '.[{extra}]' in heron's checkout"
+    return hint + (f", or: pip install {' '.join(repr(p) if any(c in p for c in '[<>=') else p for p in packages)}"
+                   if packages else "")
 
 
 def first_line(exc: BaseException) -> str:

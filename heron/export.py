@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from heron import __version__
-from heron.errors import HeronError
+from heron.errors import HeronError, install_hint
 
 OPSET = 17
 FORMATS = ("onnx", "torchscript")
@@ -187,7 +187,7 @@ def run_exported(path: str | Path, fmt: str, obs: np.ndarray | dict, state: np.n
     try:
         import onnxruntime as ort
     except ImportError:
-        raise HeronError("checking an ONNX export needs onnxruntime: pip install 'heron[export]' "
+        raise HeronError(f"checking an ONNX export needs onnxruntime: {install_hint('export')} "
                          "(or --verify 0 to skip the check)") from None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, feed)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from heron.core.logger import complete_rows
-from heron.errors import HeronError
+from heron.errors import HeronError, install_hint
 
 Curve = tuple[list[int], list[float]]  # steps, values
 EvalCurve = tuple[list[int], list[float], list[float]]  # steps, mean returns, std returns
@@ -77,7 +77,7 @@ def _figure():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise HeronError("heron plot needs matplotlib: pip install 'heron[plot]'") from None
+        raise HeronError(f"heron plot needs matplotlib: {install_hint('plot')}") from None
     return plt
 
 

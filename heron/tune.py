@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from heron import registry
-from heron.errors import Diverged, HeronError
+from heron.errors import Diverged, HeronError, install_hint
 
 TOP = 10  # trials in the printed table
 
@@ -118,7 +118,7 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise HeronError("heron tune needs optuna: pip install 'heron[tune]'") from None
+        raise HeronError(f"heron tune needs optuna: {install_hint('tune')}") from None
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a trial stopped by Ctrl-C: heron says so in one line
     return optuna
 
@@ -351,7 +351,7 @@ def _plots(study: Any, out: Path, echo: Any) -> None:
         import matplotlib.pyplot as plt
         from optuna.visualization import matplotlib as ovm
     except ImportError:
-        raise HeronError("--plot needs matplotlib: pip install 'heron[plot]'") from None
+        raise HeronError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna marks its matplotlib plots experimental
         for name, draw in (("optimization_history", ovm.plot_optimization_history),

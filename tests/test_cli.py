@@ -229,3 +229,11 @@ def test_a_removed_option_in_a_saved_config_is_left_out(capsys, tmp_path):
     assert heron.api.make_config("td3", config_file=str(run / "config.yaml")).tau == saved["tau"]
     assert main(["train", "--resume", str(run), "--total-steps", "700"]) == 0
     assert "act_on_host" not in yaml.safe_load((run / "config.yaml").read_text())
+
+
+def test_a_missing_extra_is_named_with_the_packages_it_installs():
+    from heron.errors import install_hint
+
+    hint = install_hint("tune")  # from a checkout, or the packages themselves (heron is not on PyPI)
+    assert hint.startswith("pip install -e '.[tune]' in heron's checkout, or: pip install ")
+    assert "optuna" in hint

@@ -80,3 +80,12 @@ def test_the_site_builds_strict(tmp_path):
     assert (tmp_path / "site" / "getting-started" / "index.html").exists()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert "predict" in api and "Diverged" in api
+
+
+def test_the_readmes_links_and_images_point_at_files_of_the_repository():
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) + re.findall(r'<img src="([^"]+)"', text)
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links no page of the docs"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, missing

@@ -1,7 +1,7 @@
 """Learning inside the suite: SAC and TD3 solve Pendulum-v1 within 10,000 steps, two thirds of
 ``--preset pendulum``'s 15,000 (mean deterministic evaluation >= -200 over 30 episodes with fixed
 start seeds; SB3 and CleanRL reach about -110 here; seeds 1-3 of each scored -135 to -145 at 10,000,
-docs/benchmarks.md). Ten episodes are too few: their start states happened to be hard ones, where
+docs/benchmarks/index.md). Ten episodes are too few: their start states happened to be hard ones, where
 even a near-optimal policy scores about -180."""
 
 import pytest
@@ -57,7 +57,7 @@ def test_dreamer_v2_two_goals(tmp_path):
 
 @pytest.mark.learning
 def test_dreamer_v2_cartpole(tmp_path):
-    """DreamerV2 from CartPole-v1's vectors, the model of the sheeprl comparison (docs/benchmarks.md:
+    """DreamerV2 from CartPole-v1's vectors, the model of the sheeprl comparison (docs/benchmarks/index.md:
     dense 64 x 2, 16 x 16 latents, GRU 128, continue model) with shorter windows (8 x 32) and one
     gradient step per env step: 800 random steps, 100 pretraining steps, 1,500 steps in all (about
     90 s on one core). Deterministic evaluation over 10 episodes, seeds 0-4: 372, 353, 286, 425, 277.

@@ -1,7 +1,7 @@
 """--precision: under bf16-mixed the layers compute in bfloat16 and everything after them (actions,
 log-probs, entropies, losses) is float32; 16-mixed is refused without CUDA. (Exact resume in
 bf16-mixed: test_determinism.py; 16-mixed with its GradScaler on a GPU: test_cuda.py. Learning in
-bf16-mixed was checked by hand, docs/benchmarks.md "Precision": the suite's time is spent.)"""
+bf16-mixed was checked by hand, docs/benchmarks/index.md, "Precision and learning": the suite's time is spent.)"""
 
 import copy
 import importlib

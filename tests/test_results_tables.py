@@ -76,3 +76,25 @@ def test_a_learning_table_gives_each_figure_over_the_seeds_that_have_it():
     assert "| Hopper-v5 | 1M | 2 (1, 2) | 3100 ± 141 | 3200 ± 141 | 2900 (seeds 2) |" in text
     assert "| ALE/Pong-v5 | 1M¹ | 1 | 5.8 | - | - |" in text
     assert "¹ stopped early." in text
+
+
+def test_a_speed_table_takes_ratios_as_stated_or_from_both_figures():
+    tables = _script()
+
+    def row(setting, metric, heron="", peer="", ratio="", heron_rounds="", table="t", headline="", summary=""):
+        return dict(group="g", setting=setting, machine="m", torch="", peer="SB3", peer_version="2.9.2",
+                    metric=metric, heron_value=heron, peer_value=peer, ratio=ratio, rounds="3",
+                    heron_rounds=heron_rounds, peer_rounds="", recorded="", command="python x.py", note="n",
+                    headline=headline, table=table, summary=summary)
+
+    rows = [row("rate", "env steps/s", heron_rounds="1200;1000", peer="800"),  # 1.50x, 1.25x
+            row("time", "wall s", heron="10", peer="25"),  # a time: the other's over heron's, 2.50x
+            row("stated", "updates/s", ratio="1.58", headline="yes", summary="SAC vs SB3"),
+            row("elsewhere", "updates/s", ratio="9", table="other")]
+    text = tables.render_speed("t", rows)
+    assert "| 1 | rate | m | SB3 2.9.2 | 1200, 1000 | 800 | 1.50x, 1.25x | 3 |" in text
+    assert "| 2 | time | m | SB3 2.9.2 | 10 | 25 | 2.50x | 3 |" in text
+    assert "| 3 | stated |" in text and "1.58x" in text and "elsewhere" not in text
+    assert "- **1**: env steps/s; n: `python x.py`" in text
+    assert "- **3, 4**: updates/s; n: `python x.py`" in tables.render_speed("g", rows)  # the same, once
+    assert "| SAC vs SB3 | m | - | - | 1.58x |" in tables.render_speed("readme", rows)

@@ -2,7 +2,7 @@
 the same weights, on the same batches and the same target-smoothing noise, both libraries must
 move every network (actor, twin critics, both targets) to the same values, step after step, with the
 policy delay and the Polyak updates at the same steps. A learning curve that differs from SB3's at
-equal env steps (docs/benchmarks.md, TD3 Walker2d-v5) is then not a difference in the update."""
+equal env steps (docs/benchmarks/index.md, "Off-policy curves beside Stable-Baselines3") is then not a difference in the update."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ class ReplayBuffer:
         be part of a recorded CUDA graph (``offpolicy.Learn``)."""
         names = self.data if fields is None else fields
         shape = tuple(rows.shape) if shape is None else tuple(shape)
-        if self._np is not None and rows.device.type == "cpu":  # numpy's take: about a third faster than index_select
+        if self._np is not None and rows.device.type == "cpu":  # numpy's take: faster than index_select on a CPU
             picked = rows.numpy()
             batch = {name: torch.from_numpy(self._np_rows[name].take(picked, axis=0)) for name in names}
         else:

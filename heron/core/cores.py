@@ -3,10 +3,10 @@ other processes keep busy, and a thread count that follows it during a run.
 
 torch's intra-op threads meet at a barrier after each operation. When one of them shares a core
 with another busy process, every barrier waits for the scheduler to run that thread again, a
-time slice of milliseconds, where a 256-wide layer takes tens of microseconds. A SAC or TD3 update
-on a 2-core machine with one other training on it went from 7 ms to 0.6 s that way (two threads);
-with one thread it stays at full speed on the free core. So the automatic count leaves out the cores
-others are using, when the run starts and, through ``ThreadGovernor``, while it runs.
+time slice far longer than a 256-wide layer takes. A SAC or TD3 update on a 2-core machine with
+one other training on it became many times slower that way (two threads); with one thread it stays
+at full speed on the free core. So the automatic count leaves out the cores others are using,
+when the run starts and, through ``ThreadGovernor``, while it runs.
 
 The load is read from Linux's /proc (elsewhere nothing is measured and the count is the cores').
 Busy time of the cores this process may run on, less this run's own (all threads of this process

@@ -15,7 +15,7 @@ Seeding: all of a task's randomness comes from one ``np.random.RandomState`` tha
 every reset from Gymnasium's ``np_random``; ``reset(seed=s)`` therefore always gives the same
 first observation, and an env's random state is entirely its ``np_random``.
 
-dm_control is imported lazily (``pip install 'heron[dmc]'``). It picks its OpenGL backend from
+dm_control is imported lazily (the ``dmc`` extra). It picks its OpenGL backend from
 ``MUJOCO_GL`` when first imported: EGL by default on machines without a display (as in
 ``heron.core.envs``); OSMesa (Debian's ``libosmesa6`` with ``MUJOCO_GL=osmesa``) where EGL is
 missing.
@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from heron.errors import HeronError
+from heron.errors import HeronError, install_hint
 
 PREFIX = "dmc_"
 DEFAULT_EPISODE_STEPS = 1000  # for tasks without a time limit (lqr)
@@ -56,13 +56,13 @@ def _suite():
     except (ImportError, ValueError):
         spec = None
     if spec is None:
-        raise HeronError("DeepMind Control Suite ids need dm_control: pip install 'heron[dmc]'")
+        raise HeronError(f"DeepMind Control Suite ids need dm_control: {install_hint('dmc')}")
     _triton_first()
     try:
         from dm_control import suite
     except ModuleNotFoundError as exc:
         raise HeronError(f"dm_control is installed but cannot be imported ({exc}): "
-                         "pip install 'heron[dmc]'") from exc
+                         f"{install_hint('dmc')}") from exc
     except Exception as exc:  # the OpenGL backend named by MUJOCO_GL failed to load
         raise HeronError(f"dm_control could not load its OpenGL backend "
                          f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
@@ -122,7 +122,7 @@ def _load(suite, domain: str, task: str, time_limit: float | None, random: Any =
         from importlib.metadata import version
         raise HeronError(f"dm_control {version('dm_control')} does not work with mujoco "
                          f"{version('mujoco')} ({_one_line(exc)}): install the mujoco version "
-                         f"dm_control was built for (pip install 'heron[dmc]')") from exc
+                         f"dm_control was built for ({install_hint('dmc')})") from exc
 
 
 def episode_steps(domain: str, task: str) -> int:

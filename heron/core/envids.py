@@ -22,7 +22,7 @@ import numpy as np
 
 from heron.core import atari
 from heron.core.pybullet import PYBULLET_IDS
-from heron.errors import HeronError, first_line
+from heron.errors import HeronError, first_line, install_hint
 
 # Environment families that live outside Gymnasium's default registry: id prefix -> module that
 # registers them on import, and the extra that installs it.
@@ -219,4 +219,4 @@ def _require(module: str, extra: str, env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        raise HeronError(f"{env_id} needs the optional extra: pip install 'heron[{extra}]'") from None
+        raise HeronError(f"{env_id} needs the optional extra {extra}: {install_hint(extra)}") from None

@@ -1,9 +1,10 @@
 """Evaluations in a worker process while training goes on (``--eval-async``).
 
 A periodic evaluation plays ``--eval-episodes`` whole episodes on the CPU. On a GPU that is where
-the time goes: PPO trains 10,000 HalfCheetah steps in about 2 s on an H200 and its evaluation of
-10 episodes takes about 1 s of CPU. With a spare core, a worker process plays them instead, from a
-snapshot of the policy's state at the evaluation's step, and the training loop goes on.
+the time goes: PPO's evaluation of 10 HalfCheetah episodes takes a large share of the time it
+spends training the 10,000 steps between two evaluations (docs/benchmarks/speed.md, "Evaluation
+cost"). With a spare core, a worker process plays them instead, from a snapshot of the policy's
+state at the evaluation's step, and the training loop goes on.
 
 What stays as it was in this process:
 

@@ -5,10 +5,10 @@ At batch 256 and width 256 a SAC update is 16 matrix products of 256 x 256 x 256
 hundred small operations. Through ``nn.Linear``/``torch.addmm`` layer by layer, autograd adds, per
 layer and member: a transposed view, an out-of-place ReLU and its mask, a zero-filled gradient
 for the member's slice of the ensemble weight and its accumulation, and the engine's bookkeeping;
-on this project's 2-core CPU that was about as much time again as the products themselves. Here
-one function runs a whole MLP (or all members of an ensemble): products into preallocated
-gradients, ReLU in place, the ReLU mask taken from the saved activation (tanh's derivative from its output), and no gradient for
-what does not need one (the critic's weights in the actor loss, the input of the first layer).
+on a CPU that was about as much time again as the products themselves. Here one function runs a
+whole MLP (or all members of an ensemble): products into preallocated gradients, ReLU in place,
+the ReLU mask taken from the saved activation (tanh's derivative from its output), and no gradient
+for what does not need one (the critic's weights in the actor loss, the input of the first layer).
 The arithmetic is the same operations in the same order as the layer-by-layer path: outputs and
 gradients are equal to it (``tests/test_fused.py``).
 

@@ -1,10 +1,10 @@
 """CUDA graphs for update steps.
 
-An update step is a pure tensor function ``batch -> metrics`` with fixed shapes and no host syncs
-(DESIGN rule 3). A CUDA graph records one call and replays it with a single launch. That pays
-where the GPU mostly waits on Python: DreamerV2's step is about 4,000 small kernels (a 50-step RSSM
-loop and a 15-step imagination, forward and backward), each a few microseconds of GPU work behind
-tens of microseconds of eager-mode dispatch.
+An update step is a pure tensor function ``batch -> metrics`` with fixed shapes and no host syncs.
+A CUDA graph records one call and replays it with a single launch. That pays where the GPU mostly
+waits on Python: DreamerV2's step is about 4,000 small kernels (a 50-step RSSM loop and a 15-step
+imagination, forward and backward), each a little GPU work behind a much longer eager-mode
+dispatch.
 
 ``GraphedStep(fn)`` is a drop-in replacement for ``fn``: every call is one real gradient step,
 and nothing changes in what is computed.
@@ -42,7 +42,7 @@ What ``fn`` must obey (PyTorch's whole-network capture rules):
   Polyak's lerp) and running normalizer statistics made between steps are seen by the next
   replay. Nothing inside may cache a tensor computed outside the graph (``RunningNorm`` computes
   its float32 statistics afresh while a capture runs).
-- No host syncs (DESIGN rule 3): no ``.item()``, no data-dependent Python branches.
+- No host syncs: no ``.item()``, no data-dependent Python branches.
 - Random numbers (Gumbel noise, reparameterized samples, target-policy noise) come from the CUDA
   generator, whose graph-safe Philox offsets advance at every replay, so each step draws fresh
   noise.

@@ -2,12 +2,12 @@
 
 glibc serves every allocation above 32 MiB with a fresh ``mmap`` and unmaps it on free, so a
 training step that builds and drops large activations (DreamerV2 decodes 800 64x64 images per
-step) page-faults its whole working set in again at every step: a quarter of the step time on
-a CPU. ``keep_freed_memory()`` makes glibc serve those from its heap and keep what is freed, so
+step) page-faults its whole working set in again at every step, a large part of the step time
+on a CPU. ``keep_freed_memory()`` makes glibc serve those from its heap and keep what is freed, so
 that after the first step the same pages are reused. The process's peak footprint is unchanged;
 it is just not handed back between steps. PPO on Atari frames, whose minibatch activations are tens
-of MB, page-faulted about 2,500 times per vector step on a CPU without it, and a vector step took
-about 1.2x longer.
+of MB, page-faulted thousands of times per vector step on a CPU without it, and its vector steps
+were measurably longer.
 
 The ``heron`` command sets it for its own process (``heron.cli.entry``). ``heron.train()`` does not:
 glibc cannot report these settings, so a library call could not put the caller's back. A script

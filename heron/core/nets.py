@@ -48,9 +48,9 @@ class EnsembleMLP(nn.Module):
     """``members`` ReLU MLPs with identical shapes and independent weights (twin critics).
 
     The weights of each layer live in one tensor (one module, one optimizer group, one fused Polyak
-    update); each member runs its own ``addmm`` (on CPU faster than one batched ``baddbmm`` over
-    the members: 2.9 vs 3.9 ms per forward-backward of two 256-256 critics at batch 256, one
-    thread), and all members go through one autograd node (``heron.core.fused``)."""
+    update); each member runs its own ``addmm`` (on a CPU faster than one batched ``baddbmm`` over
+    the members, measured on the forward-backward of two 256-256 critics at batch 256, one thread),
+    and all members go through one autograd node (``heron.core.fused``)."""
 
     amp_dtype: torch.dtype | None = None  # --precision (heron.core.precision)
 
@@ -112,17 +112,16 @@ class Adam(torch.optim.Adam):
     """torch's fused Adam (one kernel for all parameters, on CPU and CUDA) with a lean path for
     the step every algorithm takes: ``lean_step`` makes the same kernel call as ``step`` with the
     lists of parameters and state built once, not regrouped by device and type and run through
-    the optimizer's hook machinery at every call (about 0.2 ms a call on this project's CPU, three
-    calls per SAC update). State, ``state_dict`` and results are those of ``torch.optim.Adam``;
-    anything unusual (a missing gradient, the first step, a tensor learning rate, amsgrad, a
-    GradScaler) goes through ``step``.
+    the optimizer's hook machinery at every call (three calls per SAC update). State,
+    ``state_dict`` and results are those of ``torch.optim.Adam``; anything unusual (a missing
+    gradient, the first step, a tensor learning rate, amsgrad, a GradScaler) goes through ``step``.
 
     torch wraps ``add_param_group``, ``state_dict``, ``load_state_dict`` and ``zero_grad`` in
     ``torch._disable_dynamo`` and ``step`` in a graph break, and each imports ``torch._dynamo`` on
-    its first call: 1-2 s of every run's startup on this project's CPU, for a compiler heron's
-    optimizer step never meets. This class calls the wrapped functions themselves and creates the
-    state of its first lean step with Adam's own initializer, so a run that does not compile never
-    imports it."""
+    its first call: a noticeable delay in every run's startup, for a compiler heron's optimizer
+    step never meets. This class calls the wrapped functions themselves and creates the state of
+    its first lean step with Adam's own initializer, so a run that does not compile never imports
+    it."""
 
     def __init__(self, *args, **kwargs):
         self._lean: list | None = None
@@ -141,7 +140,7 @@ class Adam(torch.optim.Adam):
             steps = [s["step"] for s in states]
             # one step counter for the group when its parameters agree (always, unless a state was
             # edited by hand): one increment per step instead of one per parameter (torch's
-            # _foreach_add_ on CPU scalars runs them one by one: 50 us for PPO's 12 tensors);
+            # _foreach_add_ on CPU scalars runs them one by one, even for PPO's 12 tensors);
             # written back to every parameter's state before anything reads it (``_sync_steps``)
             counter = steps[0].clone() if bool(torch.stack(steps).eq(steps[0]).all()) else None
             lists.append((group, params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
@@ -230,7 +229,7 @@ def requires_grad(params: list[torch.Tensor], flag: bool) -> None:
 class Polyak:
     """Polyak averaging of (target, source) module pairs: target <- tau * source + (1 - tau) *
     target, in place, fused over all parameters. The parameter lists are walked once, not at every
-    call (the module walks were half of the call's time for TD3's actor and critics)."""
+    call (the module walks were a large part of the call's time for TD3's actor and critics)."""
 
     def __init__(self, *pairs: tuple[nn.Module, nn.Module]):
         self.pairs = [(list(target.parameters()), list(source.parameters())) for target, source in pairs]
@@ -282,7 +281,7 @@ class RunningNorm(nn.Module):
     def _float32(self) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 mean and sqrt(var + eps), computed again only when the statistics changed (their
         tensors' version counters move with every in-place update, load_state_dict included): the
-        acting loop normalizes every env step, and four conversions a call were a third of it.
+        acting loop normalizes every env step, and four conversions a call were a large part of it.
         Inside a compiled or recorded (``--cuda-graphs``) step they are computed afresh: a cached
         tensor would be frozen into the graph while the statistics move between replays."""
         if torch.compiler.is_compiling() or recording(self.mean):

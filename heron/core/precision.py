@@ -2,8 +2,9 @@
 
 * ``32``: float32 throughout (the default). On CUDA the matrix products are full float32, and
   cuDNN's convolutions may use TF32 tensor cores, as PyTorch's own default has it: full-float32
-  convolutions made DreamerV2's graphed step at the DMC sizes 3.6x slower than ``tf32`` on an
-  H200, with 3.4x the peak memory (15.4 against 4.6 GB; docs/benchmarks.md).
+  convolutions made DreamerV2's graphed step at the DMC sizes several times slower than ``tf32``
+  on a GPU, with several times the peak memory (each mode's current figures:
+  docs/benchmarks/speed.md, "Precision on the GPU").
 * ``tf32``: float32 storage, TF32 matrix products and cuDNN autotuning on CUDA (sheeprl's GPU
   numerics); on a CPU the same as ``32``.
 * ``bf16-mixed``: the matrix products and convolutions of every network run in bfloat16 under
@@ -20,8 +21,8 @@ decoder and its MLPs, the Nature CNN's convolutions) hands it over in the comput
 layer would round its input to that type anyway, and torch evaluates an activation on a bfloat16
 input in float32 and rounds once, so the values forward and backward are those of the per-layer
 cast (``tests/test_precision.py``), while the activations kept for the backward take half the
-memory and no float32 copy is made (a DreamerV2 step at the Atari sizes: 2.4 -> 1.95 GB at its
-peak, 6% faster). heron's fused MLPs (``EnsembleMLP``, ``ReluMLP``, ``TanhMLP``) get the type
+memory and no float32 copy is made (a DreamerV2 step at the Atari sizes: a lower peak memory and
+a slightly faster step). heron's fused MLPs (``EnsembleMLP``, ``ReluMLP``, ``TanhMLP``) get the type
 instead and cast inside (``heron.core.fused``), with the same result for their hidden layers; their
 last layer, when linear (Q values, the actors' outputs), runs in float32 (``heron.core.fused``), and
 so do the output heads marked with ``heron.core.nets.float32_out`` (PPO's value head; DreamerV2's
@@ -118,7 +119,7 @@ def _mark_chains(module: nn.Module) -> None:
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``nn.utils.clip_grad_norm_`` (2-norm), the same operations without its per-call grouping of
     the gradients by device and type when they share one (PPO clips every minibatch step, and on
-    its small networks that grouping cost about a tenth of the step)."""
+    its small networks that grouping was a noticeable part of the step)."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or len({(g.device, g.dtype) for g in grads}) > 1 or any(g.is_sparse for g in grads):
         return nn.utils.clip_grad_norm_(params, max_norm)

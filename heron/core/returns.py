@@ -35,14 +35,14 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
     """
     assert rewards.shape == values.shape == next_values.shape == terminated.shape == truncated.shape
     deltas = rewards + gamma * next_values.masked_fill(terminated, 0.0) - values  # [T, N]
-    if deltas.device.type == "cpu":  # a step per t in numpy: about 1 us an operation, and the loop's numbers
+    if deltas.device.type == "cpu":  # a step per t in numpy: cheaper per operation than torch, the loop's numbers
         return sequential_sums(deltas, terminated | truncated, gamma * lam)
     return discounted_sums(deltas, terminated | truncated, gamma * lam)
 
 
 def sequential_sums(x: torch.Tensor, done: torch.Tensor, c: float) -> torch.Tensor:
     """``discounted_sums`` as the recursion reads, one step at a time from the last, in numpy (on the
-    CPU, where a numpy operation on a few envs costs about a microsecond against torch's ten): the
+    CPU, where a numpy operation on a few envs costs a fraction of a torch operation's overhead): the
     same operations in the same order as a torch loop, so the same bits, which seeded runs keep."""
     xs = x.detach().numpy()
     decay = np.asarray(c, xs.dtype) * (1 - done.numpy()).astype(xs.dtype)
@@ -169,8 +169,8 @@ class RewardScaler:
     ``R_t = gamma R_{t-1} + r_t`` (per env, reset at episode ends), clip to +-clip. Its statistics
     are part of the checkpoint (``state_dict``), so resume continues with the same scale.
 
-    It runs once per env step on a handful of numbers, so it works in numpy float64 (a tenth of
-    the cost of the same arithmetic on tiny torch tensors)."""
+    It runs once per env step on a handful of numbers, so it works in numpy float64 (far cheaper
+    than the same arithmetic on tiny torch tensors)."""
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8,
                  moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None):

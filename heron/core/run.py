@@ -33,7 +33,7 @@ from heron.core.process import ProcessSettings
 from heron.core.rundir import (EVAL_HEADER, RunLock, attempt, best_logged_eval, default_run_dir, drop_eval_rows,
                                read_latest, read_shard, write_config)
 from heron.core.setup import cuda_graphs_note, join, seed_everything, start_threads
-from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line
+from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line, install_hint
 
 FIRST_TIMED_CHECKPOINT = 60.0  # seconds; timed checkpoints then come at 2, 4, 8 min up to --checkpoint-minutes
 CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of the wall time
@@ -211,7 +211,7 @@ class Run(Evaluations):
             try:
                 import wandb
             except ImportError:
-                raise HeronError("--track needs wandb: pip install 'heron[wandb]'") from None
+                raise HeronError(f"--track needs wandb: {install_hint('wandb')}") from None
             wandb_run = wandb.init(project=cfg.wandb_project, config={"algo": algo, **to_dict(cfg)},
                                    name=run_dir.name, dir=str(run_dir), sync_tensorboard=False,
                                    resume="allow", id=run_dir.name.replace("/", "_"))

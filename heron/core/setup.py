@@ -89,8 +89,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 def _deterministic_algorithms(mode: bool) -> None:
     """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing Inductor: that
-    function sets ``torch._inductor.config.deterministic`` too, and the import costs every run 1.2-3 s
-    of startup. Inductor's flag is set here when it is loaded already, else by ``update.compile_step``."""
+    function sets ``torch._inductor.config.deterministic`` too, and the import slows every run's
+    startup. Inductor's flag is set here when it is loaded already, else by ``update.compile_step``."""
     private.set_deterministic_algorithms(mode, warn_only=True)
     if (inductor := private.loaded_inductor_config()) is not None:
         inductor.deterministic = mode

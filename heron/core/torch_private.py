@@ -8,15 +8,15 @@ deep in a training run.
 * the fused Adam kernel and its state initializer (``heron.core.nets.Adam``'s lean step: the same
   kernel call as ``torch.optim.Adam(fused=True).step``, without regrouping the lists each call);
 * the undecorated optimizer methods inside torch's ``_disable_dynamo`` wrappers (calling the
-  wrapper imports ``torch._dynamo``: 1-2 s of every run's startup);
+  wrapper imports ``torch._dynamo``, a noticeable delay in every run's startup);
 * the ``_foreach`` kernels (one launch for a list of tensors: target averaging, gradient clipping,
   Adam's step counters);
 * the activations' backward kernels (``heron.core.fused``, the hand-written steps);
 * tensors' version counters (``heron.core.lean.LayerViews`` and ``RunningNorm``'s caches: an
   in-place write moves them);
 * setting the deterministic-algorithms mode without importing Inductor
-  (``torch.use_deterministic_algorithms`` imports it: 1.2-3 s of startup), and Inductor's own
-  ``deterministic`` flag where it is loaded.
+  (``torch.use_deterministic_algorithms`` imports it, which slows every run's startup), and
+  Inductor's own ``deterministic`` flag where it is loaded.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def set_deterministic_algorithms(mode: bool, warn_only: bool) -> None:
 
 
 def loaded_inductor_config() -> Any:
-    """Inductor's config module where something has imported it, else None (importing it costs seconds)."""
+    """Inductor's config module where something has imported it, else None (importing it is slow)."""
     return sys.modules.get("torch._inductor.config")
 
 

@@ -64,7 +64,7 @@ def st_sample(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torc
     takes them as an input)."""
     probs = logits.softmax(-1)
     # inverse-CDF sampling: one uniform per categorical variable, not one Gumbel per class (the
-    # Gumbel noise's exponential draws were a fifth of a small model's gradient step on CPU). Class j
+    # Gumbel noise's exponential draws were a large part of a small model's gradient step on CPU). Class j
     # is drawn when cdf[j-1] <= v < cdf[j]: a class of probability 0 never is; v is scaled to the
     # computed total, so rounding in the cumulative sum cannot push it past the last class
     cdf = probs.detach().cumsum(-1)
@@ -107,7 +107,7 @@ class Encoder(nn.Module):
             for i, mult in enumerate((1, 2, 4, 8)):
                 convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU(inplace=True)]
             # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
-            # (a convolution's backward reads its input): 150-270 MB less peak memory at the Atari sizes
+            # (a convolution's backward reads its input): a lower peak memory at the Atari sizes
             self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)
             self.out_dim += 32 * depth  # 8 * depth channels at 2x2
         if mlp_keys:
@@ -129,8 +129,9 @@ class Encoder(nn.Module):
 class PointDeconv(nn.ConvTranspose2d):
     """A transposed convolution of a 1x1 input ([N, in] or [N, in, 1, 1] -> [N, out, k, k], channels
     last): a matrix product with the weight seen as [in, out * k * k], one GEMM instead of oneDNN's
-    slow 1x1 deconvolution (the same parameters and result; 1.5 s of a 9 s DreamerV2 step at the
-    Atari sizes). A module, so that ``--precision`` puts autocast around it as around any layer."""
+    slow 1x1 deconvolution (the same parameters and result; the deconvolution was a sizeable part of
+    a DreamerV2 step on a CPU at the Atari sizes). A module, so that ``--precision`` puts autocast
+    around it as around any layer."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.kernel_size

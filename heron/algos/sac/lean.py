@@ -3,8 +3,8 @@ actor and twin critics on vector observations, in float32 or bf16-mixed (``--fus
 default where it applies; ``supported`` says where).
 
 At batch 256 and 256-wide layers a SAC step is 16 matrix products and, through autograd, about 250
-small operations, the engine's graph and a fresh gradient tensor per parameter around them: on this
-project's CPU about half of a step's time besides the products. Here:
+small operations, the engine's graph and a fresh gradient tensor per parameter around them: on a
+CPU about as much time again as the products take. Here:
 
 * the actor runs once on ``[next_obs; obs]`` (the target's actions and the actor loss's use the
   same actor weights: the actor moves after the critics) and the tanh-Gaussian sample and its

@@ -29,7 +29,7 @@ def supported(prec: Precision, compiled: bool) -> str | None:
     if prec.scaler is not None:
         return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
     if prec.device.type == "cuda":  # SAC's pays there; TD3's, with half the products per step, did not
-        return "on CUDA it measured no faster than the autograd step (docs/benchmarks.md)"
+        return "on CUDA it measured no faster than the autograd step (docs/benchmarks/speed.md)"
     return None
 
 
