@@ -4,7 +4,7 @@ wall time, agent steps per second and the training-episode returns at equal env 
 
     python benchmarks/dreamer_runs_vs_sheeprl.py --task pong --steps 16384
     python benchmarks/dreamer_runs_vs_sheeprl.py --task walker --steps 16384
-    python benchmarks/dreamer_runs_vs_sheeprl.py --task walker --schedule seed --sizes dmc --device cuda \
+    python benchmarks/dreamer_runs_vs_sheeprl.py --task walker --schedule preset --sizes dmc --device cuda \
         --steps 100000 --concurrent --time-limit 540 --heron-flags="--cuda-graphs"
 
 ``--schedule benchmark`` (the default) is sheeprl's own CPU benchmark (its ``exp=dreamer_v2_benchmarks``): one env, 1,024
@@ -63,7 +63,7 @@ SHEEPRL_SIZE_KEYS = {  # heron flag -> sheeprl key
 
 # sheeprl's DreamerV2 settings for Atari and DMC (heron's presets) in sheeprl's keys; `train_every` k is
 # sheeprl's replay ratio 1/k
-SEED_BLOCKS = {
+PRESET_BLOCKS = {
     "dmc": dict(preset="dmc", train_every=5, sheeprl=[
         "algo.learning_starts=2000", "algo.per_rank_pretrain_steps=200", "algo.gamma=0.99",
         "algo.world_model.kl_regularizer=1.0", "algo.world_model.kl_free_nats=1.0", "algo.actor.ent_coef=1e-4",
@@ -76,7 +76,7 @@ SEED_BLOCKS = {
         "algo.critic.optimizer.lr=1e-4", "algo.world_model.optimizer.lr=2e-4", "algo.world_model.use_continues=True",
         "env.clip_rewards=True"]),
 }
-SEED_COMMON_SHEEPRL = ["algo.per_rank_batch_size=50", "algo.per_rank_sequence_length=50", "buffer.type=episode",
+PRESET_COMMON_SHEEPRL = ["algo.per_rank_batch_size=50", "algo.per_rank_sequence_length=50", "buffer.type=episode",
                        "buffer.prioritize_ends=True", "buffer.memmap=True"]
 
 
@@ -87,8 +87,8 @@ def heron_argv(args, out: Path) -> list[str]:
               "--seed", str(args.seed), "--run-dir", str(out / "heron")]
     if args.device == "cpu":
         common += ["--torch-threads", "1"]
-    if args.schedule == "seed":
-        block = SEED_BLOCKS["atari" if args.task == "pong" else "dmc"]
+    if args.schedule == "preset":
+        block = PRESET_BLOCKS["atari" if args.task == "pong" else "dmc"]
         return [sys.executable, "-m", "heron", "train", "dreamer_v2", "--preset", block["preset"], *common,
                 "--capture-video", "false", "--buffer-size", str(args.steps), "--log-every", "1000",
                 *shlex.split(args.heron_flags)]
@@ -107,10 +107,10 @@ def sheeprl_argv(args, out: Path) -> list[str]:
               "fabric.devices=1", f"seed={args.seed}", "algo.run_test=False", "env.capture_video=False",
               "env.num_envs=1", "checkpoint.every=100000000", "checkpoint.save_last=False", "buffer.checkpoint=False",
               "model_manager.disabled=True", "metric.log_level=1", f"root_dir={out / 'sheeprl'}"]
-    if args.schedule == "seed":
-        block = SEED_BLOCKS["atari" if args.task == "pong" else "dmc"]
+    if args.schedule == "preset":
+        block = PRESET_BLOCKS["atari" if args.task == "pong" else "dmc"]
         return [args.sheeprl_python, "-m", "sheeprl", "exp=dreamer_v2", *common, *block["sheeprl"],
-                *SEED_COMMON_SHEEPRL, f"algo.replay_ratio={1 / block['train_every']}", f"buffer.size={args.steps}"]
+                *PRESET_COMMON_SHEEPRL, f"algo.replay_ratio={1 / block['train_every']}", f"buffer.size={args.steps}"]
     return [args.sheeprl_python, "-m", "sheeprl", "exp=dreamer_v2_benchmarks", *common,
             f"algo.replay_ratio={args.replay_ratio}"]
 
@@ -213,8 +213,8 @@ def main() -> None:
     p.add_argument("--replay-ratio", type=float, default=1 / 16,
                    help="gradient steps per agent step, 1/k (heron: --train-every k; sheeprl: algo.replay_ratio)")
     p.add_argument("--last", type=int, default=5, help="average the last N training episodes")
-    p.add_argument("--schedule", choices=["benchmark", "seed"], default="benchmark",
-                   help="benchmark: sheeprl's CPU benchmark schedule; seed: sheeprl's DreamerV2 setting for the task "
+    p.add_argument("--schedule", choices=["benchmark", "preset"], default="benchmark",
+                   help="benchmark: sheeprl's CPU benchmark schedule; preset: sheeprl's DreamerV2 setting for the task "
                         "(heron's --preset atari or dmc)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     p.add_argument("--heron-flags", default="", help="extra heron flags, e.g. --heron-flags=\"--cuda-graphs\"")

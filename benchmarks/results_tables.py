@@ -1,13 +1,17 @@
 #!/usr/bin/env python
-"""The docs' results tables, rendered from the benchmark results files.
+"""The docs' results tables, rendered from the benchmark results files in ``benchmarks/results/``:
 
-``offpolicy_curves_vs_sb3.py --results benchmarks/results/offpolicy_curves.csv`` records every
-finished run there (its settings, per-seed figures, evaluation curve and the command that made it).
-This script turns those rows into the tables the docs show, between the markers
+* ``offpolicy_curves.csv``: curves beside Stable-Baselines3, recorded by
+  ``offpolicy_curves_vs_sb3.py --results`` (each run's settings, per-seed figures, evaluation curve
+  and command), shown as ``<!-- results-table NAME -->`` blocks (``TABLES``);
+* ``learning.csv``: heron's runs at the suites' budgets (``--add-bench`` records a ``heron bench``
+  results.csv), beside ``heron.bench.PUBLISHED``, as ``<!-- learning-table NAME -->`` blocks
+  (``LEARNING_TABLES``);
+* ``speed.csv``: one row per measured speed comparison, as ``<!-- speed-table NAME -->`` blocks
+  (NAME: a row's ``table`` or ``group``; ``readme``: the headline rows).
 
-    <!-- results-table NAME -->
-    ...
-    <!-- /results-table -->
+A block is the text between its marker and ``<!-- /results-table -->`` (``/learning-table``,
+``/speed-table``), in docs/ and the README, rewritten by this script:
 
 so that a table is never typed by hand and never disagrees with the file. ``--check`` changes nothing
 and exits 1 when a docs table is not what the results file gives (the test suite runs it);
@@ -17,6 +21,7 @@ deviation over the seeds).
     python benchmarks/results_tables.py            # rewrite the tables in docs/
     python benchmarks/results_tables.py --check    # are the docs current?
     python benchmarks/results_tables.py --plot     # and redraw the images
+    python benchmarks/results_tables.py --add-bench bench/results.csv --machine "2-core AMD EPYC VM, CPU"
 """
 
 from __future__ import annotations
@@ -382,11 +387,59 @@ def update_speed_docs(check: bool, paths: list[Path] | None = None) -> list[str]
     return stale
 
 
+LEARNING_FIELDS = ("algo", "env_id", "total_steps", "preset", "seed", "final_eval", "best_eval", "train_last10",
+                   "eval_episodes", "machine", "heron_version", "recorded", "command", "note")
+
+
+def add_bench_results(results: Path, machine: str, note: str = "") -> int:
+    """Record the finished runs of a ``heron bench`` results.csv in learning.csv: a row of the same
+    (algorithm, env, budget, seed) is replaced. Returns the number of rows written."""
+    import datetime
+
+    from heron import registry
+    from heron.bench import SUITES, read_results
+    from heron.config import apply_overrides
+
+    rows = read_rows(LEARNING)
+    new = []
+    for r in read_results(results):
+        entry = next((e for e in SUITES.get(r["suite"], []) if e.env_id == r["env_id"] and e.algo == r["algo"]), None)
+        if entry is None:
+            raise SystemExit(f"{results}: suite {r['suite']} has no {r['algo']} on {r['env_id']}")
+        cfg = registry.get(entry.algo).Config()
+        for preset in entry.presets:
+            cfg = apply_overrides(cfg, registry.get(entry.algo).PRESETS[preset], f"preset {preset}")
+        short = entry.env_id.split("/")[-1].split("-v")[0].replace("NoFrameskip", "")
+        new.append(dict(algo=r["algo"], env_id=r["env_id"], total_steps=r["steps"], preset=" ".join(entry.presets),
+                        seed=r["seed"], final_eval=f"{r['final_return']:.1f}", best_eval=f"{r['best_return']:.1f}",
+                        train_last10="" if r["train_return"] is None else f"{r['train_return']:.1f}",
+                        eval_episodes=cfg.eval_episodes, machine=machine,
+                        heron_version=r["git_commit"] or r["heron_version"], recorded=datetime.date.today().isoformat(),
+                        command=f"heron bench {r['suite']} --only {short} --seeds {r['seed']} --out bench",
+                        note=note))
+    key = ("algo", "env_id", "total_steps", "seed")
+    keys = {tuple(str(n[k]) for k in key) for n in new}
+    rows = [r for r in rows if tuple(r[k] for k in key) not in keys] + new
+    with open(LEARNING, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=LEARNING_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(new)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
     p.add_argument("--plot", action="store_true", help="also redraw each table's curves image")
+    p.add_argument("--add-bench", metavar="RESULTS_CSV", help="first record the finished runs of a heron bench "
+                   "results.csv in benchmarks/results/learning.csv (the same algorithm, env, budget and seed replaced)")
+    p.add_argument("--machine", default="", help="with --add-bench: the machine the runs ran on, in words")
+    p.add_argument("--note", default="", help="with --add-bench: a condition a reader must know, if any")
     args = p.parse_args(argv)
+    if args.add_bench:
+        if not args.machine:
+            raise SystemExit("--add-bench needs --machine (e.g. '2-core AMD EPYC VM, CPU')")
+        print(f"recorded {add_bench_results(Path(args.add_bench), args.machine, args.note)} run(s) in {LEARNING}")
     rows = read_rows()
     stale = (update_docs(rows, check=args.check) + update_learning_docs(check=args.check)
              + update_speed_docs(check=args.check))

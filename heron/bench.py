@@ -622,6 +622,20 @@ def _plots(out: Path, suite: str, rows: list[dict]) -> list[Path]:
     for env, groups in by_env.items():
         path = out / "plots" / suite / f"{safe_name(env)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        plot_bands(groups, str(path), title=f"{env} ({suite})")
+        plot_bands(groups, str(path), title=f"{env} ({suite})",
+                   references=[ref for algo in groups for ref in published_lines(algo, env)])
         written.append(path)
     return written
+
+
+def published_lines(algo: str, env_id: str) -> list[tuple[str, float]]:
+    """The published figures of (algo, env) as (label, return) for a plot's reference lines: the
+    figure's mean ("~11250", "3564 ± 115" and "20" give 11250, 3564 and 20)."""
+    lines = []
+    for source, figure in PUBLISHED.get((algo, env_id), []):
+        try:
+            value = float(figure.split("±")[0].strip().lstrip("~").replace(",", ""))
+        except ValueError:
+            continue
+        lines.append((f"{source}: {figure}", value))
+    return lines

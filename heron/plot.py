@@ -107,17 +107,19 @@ def band_of(curves: list[tuple[list[float], list[float]]]) -> tuple[list[float],
     return grid.tolist(), mean.tolist(), std.tolist(), len(curves)
 
 
-def plot_bands(groups: dict[str, list[str]], out: str, title: str = "deterministic evaluation") -> str:
+def plot_bands(groups: dict[str, list[str]], out: str, title: str = "deterministic evaluation",
+               references: list[tuple[str, float]] = ()) -> str:
     """One line per group of runs (``label -> run directories``, e.g. the seeds of one algorithm):
-    the mean evaluation return with a band of one standard deviation over the runs."""
+    the mean evaluation return with a band of one standard deviation over the runs; each of
+    ``references`` (label, return), a published figure, as a dashed horizontal line."""
     curves = {label: [read_eval(d)[:2] for d in dirs] for label, dirs in groups.items()}
     if not any(steps for pairs in curves.values() for steps, _ in pairs):
         raise HeronError(f"nothing to plot: no evaluations in {', '.join(d for ds in groups.values() for d in ds)}")
-    return plot_curve_bands(curves, out, title)
+    return plot_curve_bands(curves, out, title, references)
 
 
 def plot_curve_bands(groups: dict[str, list[tuple[list[float], list[float]]]], out: str,
-                     title: str = "deterministic evaluation") -> str:
+                     title: str = "deterministic evaluation", references: list[tuple[str, float]] = ()) -> str:
     """``plot_bands`` for curves given as (steps, returns) pairs, ``label -> one pair per seed``."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -133,6 +135,8 @@ def plot_curve_bands(groups: dict[str, list[tuple[list[float], list[float]]]], o
     if not drawn:
         plt.close(fig)
         raise HeronError("nothing to plot: no evaluations")
+    for (label, value), style in zip(references, ("--", ":", "-.", (0, (5, 5)))):
+        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2, label=label)
     ax.set(title=title, xlabel="env steps", ylabel="mean evaluation return")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -284,3 +284,11 @@ def test_a_precision_runs_under_its_own_label(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert "16-mixed needs CUDA" in cli_error(capsys, ["bench", "smoke", "--precision", "16-mixed", "--device",
                                                              "cpu", "--dry-run"])
+
+
+def test_the_curves_draw_each_published_figure_as_a_line_at_its_mean():
+    from heron.bench import published_lines
+
+    assert published_lines("td3", "Hopper-v5") == [("TD3 paper, v1, 1M, max average return: 3564 ± 115", 3564.0)]
+    assert [v for _, v in published_lines("sac", "HalfCheetah-v5")] == [10310.0, 11250.0]  # "~11250" too
+    assert published_lines("sac", "CartPole-v1") == []

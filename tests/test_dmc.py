@@ -101,7 +101,7 @@ def test_unknown_id_suggests(env_id, suggestion):
 
 def test_missing_dm_control_says_how_to_install(monkeypatch):
     monkeypatch.setattr(dmc.importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(HeronError, match=r"pip install 'heron\[dmc\]'"):
+    with pytest.raises(HeronError, match=r"need dm_control: pip install -e '\.\[dmc\]' in heron's checkout"):
         dmc.register("dmc_walker_walk_never_registered")
 
 

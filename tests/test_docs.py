@@ -31,9 +31,20 @@ def test_the_docs_option_tables_are_the_config_dataclasses(capsys):
 
 
 def test_every_page_of_the_site_that_shows_options_has_its_table():
+    tables = _tables()
     pages = {m.group("name"): page for page in (ROOT / "docs").rglob("*.md")
-             for m in _tables().BLOCK.finditer(page.read_text())}
+             for m in tables.BLOCK.finditer(page.read_text())}
     assert set(pages) == {"common", *registry.ALGOS}, pages
+    presets = {m.group("name") for page in (ROOT / "docs").rglob("*.md")
+               for m in tables.PRESETS_BLOCK.finditer(page.read_text())}
+    assert presets == set(registry.ALGOS)
+
+
+def test_a_presets_table_gives_every_value_a_preset_sets_as_a_flag_takes_it():
+    text = _tables().render_presets("td3")
+    assert "| `mujoco` | `--total-steps 1000000`, `--learning-starts 25000`," in text
+    assert "`--policy-lr 3e-4`, `--q-lr 3e-4` |" in text
+    assert "| `original` | `--hidden-sizes 400 300`, `--batch-size 100`," in text
 
 
 def _help_defaults(algo: str) -> dict[str, str]:

@@ -98,3 +98,26 @@ def test_a_speed_table_takes_ratios_as_stated_or_from_both_figures():
     assert "- **1**: env steps/s; n: `python x.py`" in text
     assert "- **3, 4**: updates/s; n: `python x.py`" in tables.render_speed("g", rows)  # the same, once
     assert "| SAC vs SB3 | m | - | - | 1.58x |" in tables.render_speed("readme", rows)
+
+
+def test_a_bench_results_file_is_recorded_in_the_learning_file(tmp_path, monkeypatch):
+    from heron.bench import RESULTS_HEADER
+
+    tables = _script()
+    learning = tmp_path / "learning.csv"
+    learning.write_text("algo,env_id,total_steps,preset,seed,final_eval,best_eval,train_last10,eval_episodes,machine,"
+                        "heron_version,recorded,command,note\n"
+                        "sac,Hopper-v5,1000000,mujoco,1,1.0,2.0,3.0,10,old,,,old,\n"
+                        "sac,Hopper-v5,1000000,mujoco,2,5.0,6.0,7.0,10,old,,,old,\n")
+    monkeypatch.setattr(tables, "LEARNING", learning)
+    values = dict(suite="mujoco-sac", algo="sac", env_id="Hopper-v5", seed="1", steps="1000000",
+                  final_return="3100.04", final_std="40", best_return="3500", wall_s="3600", heron_version="0.1.0",
+                  git_commit="abc1234", train_return="3000")
+    results = tmp_path / "results.csv"
+    results.write_text(",".join(RESULTS_HEADER) + "\n" + ",".join(values[k] for k in RESULTS_HEADER) + "\n")
+    assert tables.add_bench_results(results, "a machine") == 1
+    rows = tables.read_rows(learning)
+    assert [(r["seed"], r["final_eval"], r["machine"]) for r in rows] == [("2", "5.0", "old"),
+                                                                          ("1", "3100.0", "a machine")]
+    assert rows[1]["command"] == "heron bench mujoco-sac --only Hopper --seeds 1 --out bench"
+    assert rows[1]["eval_episodes"] == "10" and rows[1]["train_last10"] == "3000.0"

@@ -10,8 +10,15 @@ fields. This script writes them into the pages between the markers
     <!-- /options-table -->
 
 where NAME is ``common`` (the fields every algorithm has: environment, budget, device, cadences,
-logging) or an algorithm (its own fields, those of ``RunConfig`` left out). ``--check`` changes
-nothing and exits 1 when a page's table is not what the dataclasses give (the test suite runs it).
+logging) or an algorithm (its own fields, those of ``RunConfig`` left out), and an algorithm's
+presets (``heron/algos/<algo>/config.py``, ``PRESETS``) between
+
+    <!-- presets-table ALGO -->
+    ...
+    <!-- /presets-table -->
+
+``--check`` changes nothing and exits 1 when a page's table is not what the code gives (the test
+suite runs it).
 
     python tools/docs_tables.py            # rewrite the tables in docs/
     python tools/docs_tables.py --check    # are the docs current?
@@ -33,6 +40,7 @@ from heron import registry  # noqa: E402
 from heron.config import RunConfig, field_types, flag, type_name  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- options-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /options-table -->)", re.S)
+PRESETS_BLOCK = re.compile(r"(<!-- presets-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /presets-table -->)", re.S)
 
 
 def shown(value) -> str:
@@ -43,6 +51,9 @@ def shown(value) -> str:
         return " ".join(map(str, value)) if value else "(none)"
     if isinstance(value, str):
         return value if value else '""'
+    if isinstance(value, float) and value != 0 and abs(value) < 1e-2:  # 3e-4, not 0.0003
+        mantissa, exponent = f"{value:.6e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     return repr(value)
 
 
@@ -95,6 +106,17 @@ def render(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_presets(algo: str) -> str:
+    """An algorithm's presets: every field each one sets, with its value as a flag takes it."""
+    if algo not in registry.ALGOS:
+        raise SystemExit(f"unknown presets table {algo!r}: one of {', '.join(registry.ALGOS)}")
+    lines = ["| preset | sets |", "|---|---|"]
+    for name, values in registry.get(algo).PRESETS.items():
+        sets = ", ".join(f"`--{flag(k)} {shown(v)}`" for k, v in values.items())
+        lines.append(f"| `{name}` | {sets} |")
+    return "\n".join(lines) + "\n"
+
+
 def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
     """Rewrite (or, with ``check``, compare) every options table under ``docs``; returns the pages
     whose tables were out of date."""
@@ -102,6 +124,7 @@ def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
     for page in sorted(docs.rglob("*.md")):
         text = page.read_text()
         new = BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
+        new = PRESETS_BLOCK.sub(lambda m: m.group(1) + render_presets(m.group("name")) + m.group(4), new)
         if new != text:
             stale.append(str(page.relative_to(ROOT)))
             if not check:
@@ -115,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stale = update_docs(args.check)
     for page in stale:
-        print(f"{page}: options table {'out of date' if args.check else 'rewritten'}",
+        print(f"{page}: a generated table {'is out of date' if args.check else 'rewritten'}",
               file=sys.stderr if args.check else sys.stdout)
     if args.check and stale:
         print("run: python tools/docs_tables.py", file=sys.stderr)
