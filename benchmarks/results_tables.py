@@ -134,17 +134,18 @@ def render(table: Table, rows: list[dict]) -> str:
     heads = [c.label for c in table.columns]
     lines = []
     seeds: set[int] = set()
+    tasks = [(e, s) for e, s in table.tasks if any(select(rows, table, e, s, c) for c in table.columns)]
     for figure, title in (("final_eval", "Final evaluation"), ("mean_eval", "Mean of the evaluations")):
         lines += [f"| {title} | " + " | ".join(heads) + f" | p ({heads[a]} vs {heads[b]}) |",
                   "|---|" + "---:|" * (len(heads) + 1)]
-        for env_id, steps in table.tasks:
+        for env_id, steps in tasks:
             cells = [[float(r[figure]) for r in select(rows, table, env_id, steps, c)] for c in table.columns]
             seeds |= {int(r["seed"]) for c in table.columns for r in select(rows, table, env_id, steps, c)}
             f = _fmt([v for vals in cells for v in vals] or [0.0])
             p = f"{permutation_p(cells[a], cells[b]):.2f}" if len(cells[a]) >= 2 and len(cells[b]) >= 2 else ""
             lines.append(f"| {env_id}, {steps // 1000}k | " + " | ".join(_cell(v, f) for v in cells) + f" | {p} |")
         lines.append("")
-    counts = sorted({len(select(rows, table, e, s, c)) for e, s in table.tasks for c in table.columns})
+    counts = sorted({len(select(rows, table, e, s, c)) for e, s in tasks for c in table.columns})
     lines.append(f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seeds per cell "
                  f"(seeds {', '.join(map(str, sorted(seeds)))}); p: the exact permutation test of the two columns' "
                  "per-seed figures. Rows and curves: `benchmarks/results/offpolicy_curves.csv`, with the "
@@ -178,8 +179,9 @@ def plot(table: Table, rows: list[dict]) -> str:
     from heron.plot import _figure, _save, band_of
 
     plt = _figure()
-    fig, axes = plt.subplots(1, len(table.tasks), figsize=(4 * len(table.tasks), 3.4))
-    for ax, (env_id, steps) in zip(np.atleast_1d(axes), table.tasks):
+    tasks = [(e, s) for e, s in table.tasks if any(select(rows, table, e, s, c) for c in table.columns)]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.4), squeeze=False)
+    for ax, (env_id, steps) in zip(axes[0], tasks):
         for column in table.columns:
             curves = []
             for r in select(rows, table, env_id, steps, column):
@@ -192,8 +194,8 @@ def plot(table: Table, rows: list[dict]) -> str:
             ax.fill_between(x, np.subtract(mean, std), np.add(mean, std), color=line.get_color(), alpha=0.2)
         ax.set(title=f"{env_id}", xlabel="env steps")
         ax.grid(alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("mean evaluation return")
-    np.atleast_1d(axes)[0].legend(fontsize=7)
+    axes[0][0].set_ylabel("mean evaluation return")
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, plt, str(ROOT / table.image))
 

@@ -43,8 +43,7 @@ def test_every_page_of_the_site_that_shows_options_has_its_table():
 def test_a_presets_table_gives_every_value_a_preset_sets_as_a_flag_takes_it():
     text = _tables().render_presets("td3")
     assert "| `mujoco` | `--total-steps 1000000`, `--learning-starts 25000`," in text
-    assert "`--policy-lr 3e-4`, `--q-lr 3e-4` |" in text
-    assert "| `original` | `--hidden-sizes 400 300`, `--batch-size 100`," in text
+    assert "| `original` | `--hidden-sizes 400 300`, `--batch-size 100`, `--policy-lr 1e-3`, `--q-lr 1e-3`," in text
 
 
 def _help_defaults(algo: str) -> dict[str, str]:
