@@ -211,6 +211,9 @@ class OffPolicyConfig(RunConfig):
     q_lr: float = opt(1e-3, "critic learning rate")
     policy_frequency: int = opt(2, "actor update every N gradient steps")
     gradient_steps: int = opt(1, "gradient steps per vector env step")
+    n_step: int = opt(1, "n-step returns: each critic target sums the discounted rewards of up to N steps and "
+                      "bootstraps with gamma^k after the k steps it summed; a termination, a truncation or the "
+                      "newest stored step ends the sum early (1 = one-step targets)")
     hidden_sizes: tuple[int, ...] = opt((256, 256), "hidden layer sizes of actor and critics")
     max_grad_norm: float = opt(0.0, "clip actor and critic gradient norms to this (0 = off)")
     obs_norm: bool = opt(False, "normalize observations with running statistics (saved with the model)")
@@ -220,7 +223,7 @@ class OffPolicyConfig(RunConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("policy_lr", "q_lr", "batch_size", "buffer_size", "gradient_steps", "policy_frequency"):
+        for name in ("policy_lr", "q_lr", "batch_size", "buffer_size", "gradient_steps", "policy_frequency", "n_step"):
             if getattr(self, name) <= 0:
                 raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
         for name in ("learning_starts", "max_grad_norm"):

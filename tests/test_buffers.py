@@ -158,3 +158,35 @@ def test_sequence_windows_are_the_same_rows_through_numpy_and_index_select():
         assert v.shape[:2] == (6, 4) and v.dtype == want[k].dtype and torch.equal(v, want[k]), k
     steps = got["actions"][..., 0]  # [B, L]: consecutive steps of one env, never across the write position (row 4)
     assert torch.equal(steps[:, 1:] - steps[:, :-1], torch.ones(6, 3)) and bool((steps >= 4).all())
+
+
+def test_n_step_windows_stop_at_a_truncation_a_termination_and_the_newest_step():
+    rb = ReplayBuffer(20, 2, (1,), np.float32, (1,))  # 10 steps x 2 envs
+    ended = {(1, 0): "truncated", (4, 0): "terminated"}
+    for t in range(6):
+        rb.add(obs=np.array([[t], [t]], np.float32), next_obs=np.array([[100 * t], [100 * t + 1]], np.float32),
+               actions=np.zeros((2, 1), np.float32), rewards=np.array([t + 1, 10 * (t + 1)], np.float32),
+               terminated=np.array([ended.get((t, e)) == "terminated" for e in range(2)]),
+               truncated=np.array([ended.get((t, e)) == "truncated" for e in range(2)]))
+    starts = torch.tensor([0 * 2 + 0, 2 * 2 + 0, 4 * 2 + 0, 4 * 2 + 1, 5 * 2 + 1, 0 * 2 + 1])  # t * N + env
+    batch = rb.gather_nstep(*rb.nstep_rows(starts, 3), gamma=0.5)
+    # env 0 from t=0: r 1, then 2 at the truncated step: 1 + 0.5 * 2; bootstraps from t=1's final obs
+    # env 0 from t=2: 3 + 0.5 * 4 + 0.25 * 5, terminated at t=4; from t=4: 5 alone, terminated
+    # env 1 from t=4: 50 + 0.5 * 60, and the window ends at the newest step (t=5); from t=5: 60
+    # env 1 from t=0: the whole window, 10 + 0.5 * 20 + 0.25 * 30
+    torch.testing.assert_close(batch["rewards"], torch.tensor([2.0, 6.25, 5.0, 80.0, 60.0, 27.5]))
+    torch.testing.assert_close(batch["discount"], torch.tensor([0.25, 0.125, 0.5, 0.25, 0.5, 0.125]))
+    assert batch["terminated"].tolist() == [False, True, True, False, False, False]
+    assert batch["next_obs"][:, 0].tolist() == [100, 400, 400, 501, 501, 201]
+    assert batch["obs"][:, 0].tolist() == [0, 2, 4, 4, 5, 0]  # the window's first step
+
+
+def test_n_step_windows_follow_the_ring_past_its_end():
+    rb = ReplayBuffer(4, 1, (1,), np.float32, (1,))  # 4 steps: after 6 writes, rows hold steps 4, 5, 2, 3
+    for t in range(6):
+        rb.add(obs=np.array([[t]], np.float32), next_obs=np.array([[t + 1]], np.float32),
+               actions=np.zeros((1, 1), np.float32), rewards=np.array([t], np.float32),
+               terminated=np.array([False]), truncated=np.array([False]))
+    batch = rb.gather_nstep(*rb.nstep_rows(torch.tensor([3, 1, 2]), 3), gamma=0.5)
+    torch.testing.assert_close(batch["rewards"], torch.tensor([3 + 0.5 * 4 + 0.25 * 5, 5.0, 2 + 0.5 * 3 + 0.25 * 4]))
+    assert batch["next_obs"][:, 0].tolist() == [6, 6, 5]  # row 1 (step 5) is the newest: its window is 1 step

@@ -33,7 +33,7 @@ def _heron(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("algo,extra", [("sac", []), ("td3", ["--precision", "bf16-mixed"]),
+@pytest.mark.parametrize("algo,extra", [("sac", []), ("td3", ["--precision", "bf16-mixed"]), ("td3", ["--n-step", "3"]),
                                         ("sac", ["--recurrent", "gru", "--sequence-length", "4", "--rnn-hidden-size", "16"])])
 def test_resume_after_kill_equals_uninterrupted(algo, extra, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"

@@ -237,3 +237,28 @@ def test_bf16_layer_views_follow_a_parameter_replaced_twice_between_steps():
         w.data = torch.randn(8, 4)
         layers, _ = views(None)
         assert torch.equal(layers[0][0], w.detach().t().to(torch.bfloat16))
+
+
+def _with_discounts(batch: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """An n-step batch: each transition bootstraps with its own gamma ** k (k in 1..3)."""
+    k = torch.randint(1, 4, batch["rewards"].shape, generator=torch.Generator().manual_seed(seed))
+    return {**batch, "discount": 0.99 ** k.float()}
+
+
+def test_with_n_step_discounts_the_lean_steps_equal_the_autograd_steps():
+    cfg = Config(hidden_sizes=(32, 32), n_step=3)
+    ref, mine = make_nets(cfg), make_nets(cfg)
+    reference, written = make_update(cfg, ref, Precision("32", CPU)), lean.LeanUpdate(cfg, mine)
+    batches = [_with_discounts(make_batch(step), step) for step in range(3)]
+    assert_same_steps(reference, written, ref, mine, batches, [True, False, True])
+    td3_cfg = TD3Config(hidden_sizes=(32, 32), n_step=3)
+    ref3, mine3 = make_td3_nets(td3_cfg), make_td3_nets(td3_cfg)
+    batches3 = [_with_discounts(b, i) for i, b in enumerate(td3_batches(3))]
+    assert_same_steps(td3_make_update(td3_cfg, ref3, Precision("32", CPU)), td3_lean.LeanUpdate(td3_cfg, mine3),
+                      ref3, mine3, batches3, [False, True, True])
+    # and the discount is used: the same batch with gamma instead gives another critic loss
+    torch.manual_seed(0)
+    one = make_update(cfg, make_nets(cfg), Precision("32", CPU))(make_batch(0), False)
+    torch.manual_seed(0)
+    other = make_update(cfg, make_nets(cfg), Precision("32", CPU))(batches[0], False)
+    assert not torch.allclose(one["losses/qf_loss"], other["losses/qf_loss"])

@@ -132,6 +132,53 @@ class ReplayBuffer:
             batch = {name: v.view(*shape, *v.shape[1:]) for name, v in batch.items()}
         return self._out(batch)
 
+    # -- n-step returns ---------------------------------------------------------------------------
+    def nstep_rows(self, rows: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows of ``n`` consecutive steps of one env that start at ``rows`` (from
+        ``indices``): their rows [M, n] in the [T * N] view, and which of them hold data written
+        after the start ([M, n] bool: a window never reaches past the newest step). Computed on the
+        host, where the write position is: a recorded CUDA graph gets both as inputs."""
+        newest = (self.pos - 1) % self.rows
+        t, e = rows // self.num_envs, rows % self.num_envs
+        ahead = (newest - t) % self.rows  # steps of this env stored after the start
+        j = torch.arange(n)
+        window = ((t[:, None] + j) % self.rows) * self.num_envs + e[:, None]
+        return window, j[None, :] <= ahead[:, None]
+
+    def gather_nstep(self, window: torch.Tensor, stored: torch.Tensor, gamma: float,
+                     fields: tuple[str, ...] | None = None, shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+        """n-step transitions for the windows of ``nstep_rows``: obs and actions of each window's
+        first step; ``rewards`` the discounted sum of the rewards up to the window's end, its first
+        termination or truncation, or the newest stored step, whichever comes first (k steps);
+        ``next_obs`` and ``terminated`` those of that last step; ``discount`` gamma ** k, the
+        factor of the bootstrapped value. A truncation inside the window ends the sum there and
+        bootstraps from its stored final observation, so an episode's cut is never read as its end."""
+        names = tuple(self.data) if fields is None else tuple(fields)
+        window, stored = window.to(self.device, non_blocking=True), stored.to(self.device, non_blocking=True)
+        m, n = window.shape
+        flat = {name: self.data[name].flatten(0, 1) for name in ("rewards", "terminated", "truncated")}
+        rewards = flat["rewards"][window]  # [M, n]
+        ended = flat["terminated"][window] | flat["truncated"][window]
+        before = torch.cumsum(ended.to(torch.int32), 1) - ended.to(torch.int32)  # ends before step j
+        used = stored & (before == 0)  # [M, n]; the first step always
+        k = used.sum(1)  # [M], 1..n
+        powers = gamma ** torch.arange(n, device=self.device, dtype=torch.float32)
+        last = window.gather(1, (k - 1)[:, None])[:, 0]  # the row of each window's last step
+        first = window[:, 0]
+        batch = {}
+        for name in names:
+            if name == "rewards":
+                batch[name] = (rewards * used * powers).sum(1)
+            elif name in ("next_obs", "terminated", "truncated"):
+                batch[name] = self.data[name].flatten(0, 1).index_select(0, last)
+            else:
+                batch[name] = self.data[name].flatten(0, 1).index_select(0, first)
+        batch["discount"] = gamma ** k.to(torch.float32)
+        shape = (m,) if shape is None else tuple(shape)
+        if shape != (m,):
+            batch = {name: v.view(*shape, *v.shape[1:]) for name, v in batch.items()}
+        return self._out(batch)
+
     def _out(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.out_device == self.device:
             return batch

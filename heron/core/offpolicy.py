@@ -24,6 +24,12 @@ from heron.errors import HeronError
 STEP_FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")
 
 
+def discount(batch: dict[str, torch.Tensor], gamma: float) -> torch.Tensor | float:
+    """The factor of a target's bootstrapped value: gamma, or with n-step returns each
+    transition's own gamma ** k (``ReplayBuffer.gather_nstep``)."""
+    return batch["discount"] if "discount" in batch else gamma
+
+
 def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its networks without making an env."""
     return {"obs_shape": list(obs_space.shape),
@@ -72,24 +78,33 @@ class Learn:
             return metrics
 
         graphs = cfg.cuda_graphs
+        self.n_step, self.gamma = getattr(cfg, "n_step", 1), cfg.gamma
         self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
         if self.rows_in:
-            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows["rows"]), variant), device=rb.device,
+            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows), variant), device=rb.device,
                                      optimizers=optimizers)
         else:
             self.step = GraphedSteps(step, optimizers=optimizers) if graphs else step
 
-    def rows(self) -> torch.Tensor:
+    def rows(self) -> dict[str, torch.Tensor]:
+        """The batch's rows, drawn on the host: ``{"rows"}``, or with n-step returns the windows
+        and which of their steps are stored (``ReplayBuffer.nstep_rows``)."""
         if self.sequences:
-            return self.rb.sequence_indices(*self.shape)
-        return self.rb.indices(math.prod(self.shape))
+            return {"rows": self.rb.sequence_indices(*self.shape)}
+        rows = self.rb.indices(math.prod(self.shape))
+        if self.n_step > 1:
+            window, stored = self.rb.nstep_rows(rows, self.n_step)
+            return {"rows": window, "stored": stored}
+        return {"rows": rows}
 
-    def read(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.rb.gather(rows, self.fields, self.shape)
+    def read(self, rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.n_step > 1:
+            return self.rb.gather_nstep(rows["rows"], rows["stored"], self.gamma, self.fields, self.shape)
+        return self.rb.gather(rows["rows"], self.fields, self.shape)
 
     def __call__(self, update_actor: bool, average: bool) -> dict[str, torch.Tensor]:
         if self.rows_in:
-            return self.step({"rows": self.rows()}, (update_actor, average))
+            return self.step(self.rows(), (update_actor, average))
         return self.step(self.read(self.rows()), (update_actor, average))
 
 

@@ -38,6 +38,8 @@ class Config(OffPolicyConfig):
             if self.burn_in:
                 raise HeronError("--burn-in applies to sequences: it needs --recurrent lstm|gru")
             return
+        if self.n_step > 1:
+            raise HeronError("--n-step applies to feed-forward SAC; with --recurrent the targets are one-step")
         if not 0 <= self.burn_in < self.sequence_length:
             raise HeronError("--burn-in must be >= 0 and smaller than --sequence-length")
         if self.learning_starts < self.sequence_length * self.num_envs:

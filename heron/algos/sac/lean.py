@@ -32,7 +32,7 @@ from torch import nn
 from heron.algos.sac import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
-from heron.core.offpolicy import STEP_FIELDS
+from heron.core.offpolicy import STEP_FIELDS, discount
 from heron.core.nets import Adam, squash_log_std, squash_log_std_grad, tanh_normal, tanh_normal_grad
 from heron.core.precision import Precision
 
@@ -101,8 +101,9 @@ class LeanUpdate:
 
         # -- critics: y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s'))
         next_q, _ = self.critics.forward(torch.cat([next_obs, actions[:B]], -1), target=True)
+        gamma = discount(batch, cfg.gamma)  # with n-step returns, each transition's own
         target = losses.soft_q_target(batch["rewards"][:, 0], batch["terminated"][:, 0], next_q, log_prob[:B], alpha,
-                                      cfg.gamma)
+                                      gamma if isinstance(gamma, float) else gamma[:, 0])
         q, qf_losses = self.critics.step(torch.cat([obs, batch["actions"][:, 0]], -1),
                                          lambda q: (losses.critic_losses(q, target), losses.critic_losses_grad(q, target)),
                                          cfg.max_grad_norm)

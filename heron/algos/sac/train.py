@@ -65,6 +65,10 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
     return Policy(actor, tuple(state["spaces"]["obs_shape"]), actor.encoder.state_size, device)
 
 
+def _flat(x: torch.Tensor | float) -> torch.Tensor | float:
+    return x.flatten() if isinstance(x, torch.Tensor) else x
+
+
 def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
     """The autograd gradient step: ``update(batch, update_actor) -> metrics`` (``lean.LeanUpdate`` is
     the same step written out, for the feed-forward float32 case)."""
@@ -93,7 +97,8 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             tq_feats, _ = critic_target.encode_step(next_obs.flatten(0, 1), tq_states.flatten(0, 1))
             next_q = critic_target.values(tq_feats, next_actions)  # [E, B*L]
             target = losses.soft_q_target(batch["rewards"].flatten(), batch["terminated"].flatten(),
-                                          next_q, next_log_prob, current_alpha(), cfg.gamma).view(B, L)
+                                          next_q, next_log_prob, current_alpha(),
+                                          _flat(offpolicy.discount(batch, cfg.gamma))).view(B, L)
 
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]

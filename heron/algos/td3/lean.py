@@ -17,7 +17,7 @@ from torch import nn
 from heron.algos.td3 import losses
 from heron.core.fused import _forward, backprop
 from heron.core.lean import FlatGrads, LayerViews, LeanCritics
-from heron.core.offpolicy import STEP_FIELDS
+from heron.core.offpolicy import STEP_FIELDS, discount
 from heron.core.nets import squash, squash_grad
 from heron.core.precision import Precision
 
@@ -74,7 +74,7 @@ class LeanUpdate:
         t_next = squash(self._actor(self.t_views, next_obs)[0], actor.scale, actor.bias)[0]
         next_actions = losses.smoothed_target_actions(t_next, noise, cfg.noise_clip, actor.scale, actor.low, actor.high)
         next_q, _ = critics.forward(torch.cat([next_obs, next_actions], -1), target=True)
-        target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)
+        target = losses.td_target(batch["rewards"], batch["terminated"], next_q, discount(batch, cfg.gamma))
 
         # steps 10-12: both critics on their mean squared errors
         q, qf_losses = critics.step(torch.cat([obs, batch["actions"]], -1),

@@ -75,7 +75,8 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             next_actions = losses.smoothed_target_actions(actor_target(next_obs), noise, cfg.noise_clip,
                                                           scale, low, high)  # steps 5-6
             next_q = critic_target(next_obs, next_actions)  # step 7: [2, B]
-            target = losses.td_target(batch["rewards"], batch["terminated"], next_q, cfg.gamma)  # steps 8-9
+            target = losses.td_target(batch["rewards"], batch["terminated"], next_q,
+                                      offpolicy.discount(batch, cfg.gamma))  # steps 8-9
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)  # step 12
