@@ -115,8 +115,8 @@ def sb3_settings(cfg) -> dict:
     unmatched = []
     if cfg.policy_lr != cfg.q_lr:
         unmatched.append(f"policy_lr {cfg.policy_lr} != q_lr {cfg.q_lr} (SB3 has one learning rate)")
-    if cfg.num_envs != 1 or cfg.obs_norm or cfg.max_grad_norm or cfg.precision != "32":
-        unmatched.append("num_envs 1, no obs_norm, no max_grad_norm and precision 32 only")
+    if cfg.num_envs != 1 or cfg.obs_norm or cfg.max_grad_norm or cfg.precision != "32" or cfg.n_step != 1:
+        unmatched.append("num_envs 1, no obs_norm, no max_grad_norm, n_step 1 and precision 32 only")
     if hasattr(cfg, "autotune"):  # SAC
         if cfg.policy_frequency != 1 or cfg.lr_schedule != "constant" or cfg.recurrent != "none":
             unmatched.append("SAC needs policy_frequency=1 (SB3 updates the actor every step), a constant "

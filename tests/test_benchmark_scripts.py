@@ -37,7 +37,7 @@ def _args(curves, tmp_path, *extra):
 def test_sb3_settings_follow_heron_td3_preset(curves, tmp_path):
     args = _args(curves, tmp_path, "--set", "gamma=0.98", "hidden_sizes=400,300")
     settings = curves.sb3_settings(curves.heron_config(args, 1, tmp_path))
-    assert settings == dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=25_000, batch_size=256,
+    assert settings == dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=25_000, batch_size=256,
                             tau=0.005, gamma=0.98, train_freq=1, gradient_steps=1,
                             policy_kwargs=dict(net_arch=[400, 300]), policy_delay=2, target_policy_noise=0.2,
                             target_noise_clip=0.5, exploration_noise=0.1)

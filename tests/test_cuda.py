@@ -250,7 +250,7 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
     for _ in range(30):
         add()
     fields, polyak = getattr(update, "fields", None), Polyak(*targets)
-    cfg = SimpleNamespace(tau=0.05, cuda_graphs=graphed)
+    cfg = SimpleNamespace(tau=0.05, cuda_graphs=graphed, n_step=1, gamma=0.99)
     learn = offpolicy.Learn(cfg, update, rb, (B, 1) if sac else (B,), polyak, opts if graphed else ())
     torch.manual_seed(1)
     history = []

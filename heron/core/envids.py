@@ -62,10 +62,11 @@ POMDP_IDS = {
 for _id, (_base, _keep, _steps) in POMDP_IDS.items():
     if _id not in gym.registry:
         gym.register(_id, entry_point=_masked(_base, _keep), max_episode_steps=_steps)
-# heron's tensor Pendulum (heron.vector.pendulum): gymnasium.make_vec(..., vectorization_mode="vector_entry_point")
+# heron's tensor Pendulum (heron.vector.pendulum) for gymnasium.make_vec(..., vectorization_mode=
+# "vector_entry_point"); one env of it (evaluation, gym.make) is Gymnasium's Pendulum, the same dynamics
 if "heron/TorchPendulum-v1" not in gym.registry:
-    gym.register("heron/TorchPendulum-v1", vector_entry_point="heron.vector.pendulum:TorchPendulum",
-                 max_episode_steps=200)
+    gym.register("heron/TorchPendulum-v1", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+                 vector_entry_point="heron.vector.pendulum:TorchPendulum", max_episode_steps=200)
 
 
 # -- users' own environments --------------------------------------------------------------------

@@ -47,7 +47,7 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
 
 class Learn:
     """One gradient step as SAC's and TD3's loops take it: ``learn(update_actor, average)`` draws a
-    batch from the replay buffer, runs ``update(batch, update_actor)`` and then, when ``average``,
+    batch from the replay buffer (with ``cfg.n_step`` > 1, n-step transitions), runs ``update(batch, update_actor)`` and then, when ``average``,
     the targets' Polyak step (``cfg.tau``); it returns the update's metrics.
 
     ``shape``: the batch's leading shape, [B] (TD3), [B, 1] (SAC) or [B, L] with ``sequences``
@@ -78,7 +78,7 @@ class Learn:
             return metrics
 
         graphs = cfg.cuda_graphs
-        self.n_step, self.gamma = getattr(cfg, "n_step", 1), cfg.gamma
+        self.n_step, self.gamma = cfg.n_step, cfg.gamma
         self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
         if self.rows_in:
             self.step = GraphedSteps(lambda rows, variant: step(self.read(rows), variant), device=rb.device,

@@ -16,3 +16,6 @@ class Step:
     terminated: np.ndarray  # [N] bool: the MDP ended; no bootstrap
     truncated: np.ndarray  # [N] bool: cut by a time limit; bootstrap from next_obs
     episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env, return, length) ended
+    # [N] bool, or None when every row is one: False where the row is no transition (the step after an
+    # episode's end in a next-step autoreset vector env, which only reset that env: heron.core.native)
+    valid: np.ndarray | None = None

@@ -58,6 +58,9 @@ class Config(RunConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.vector_mode == "native":
+            raise HeronError("--vector-mode native applies to SAC and TD3; PPO steps heron's own vector envs "
+                             "(--vector-mode sync or async)")
         for name in ("num_steps", "update_epochs", "num_minibatches", "learning_rate", "rnn_hidden_size",
                      "replay_rollouts", "nstep"):
             if getattr(self, name) <= 0:

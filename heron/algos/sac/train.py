@@ -16,19 +16,22 @@ from typing import Callable
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
 from heron.core.acting import Acting
-from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
+from heron.core.native import vector_env
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run
 from heron.core.schedules import lr_lambda, set_lr
 from heron.core.update import build_step
+from heron.errors import HeronError
 
 
 def check(cfg: Config) -> dict:
@@ -133,7 +136,10 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
+    envs = run.own(vector_env(cfg, N, run.env_seed(N)))
+    if cfg.recurrent != "none" and getattr(envs, "mode", None) == AutoresetMode.NEXT_STEP:
+        raise HeronError(f"{cfg.env_id}'s vector env resets in next-step mode, whose reset rows would sit inside "
+                         "the recurrent variant's sequences: use --vector-mode sync")
     act_space = envs.single_action_space
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = act_space.shape[0]
@@ -223,7 +229,7 @@ def train(cfg: Config, run: Run) -> dict:
             actions = draw(acting.act(obs), torch.randn(N, A).numpy(), scale_np, bias_np)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
-        dist.update_norm(norm, torch.as_tensor(step.next_obs))
+        dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
         row = dict(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
                    terminated=step.terminated, truncated=step.truncated)
         if S:
@@ -231,7 +237,7 @@ def train(cfg: Config, run: Run) -> dict:
             fresh = torch.as_tensor(step.terminated | step.truncated, device=device)
             a_state = next_a_state.masked_fill(fresh[:, None], 0.0)
             c_state = next_c_state.masked_fill(fresh[:, None, None], 0.0)
-        rb.add(**row)
+        rb.add(step.valid, **row)
         obs = step.obs
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)

@@ -21,7 +21,8 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
 from heron.core.acting import Acting
-from heron.core.envs import VecEnv, probe_spaces, require_box_actions, require_vector_obs
+from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
+from heron.core.native import vector_env
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -99,7 +100,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode))
+    envs = run.own(vector_env(cfg, N, run.env_seed(N)))
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = len(spaces["action_low"])
 
@@ -156,8 +157,8 @@ def train(cfg: Config, run: Run) -> dict:
             actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
-        dist.update_norm(norm, torch.as_tensor(step.next_obs))
-        rb.add(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
+        dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
+        rb.add(step.valid, obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
                terminated=step.terminated, truncated=step.truncated)
         obs = step.obs
         for _, ret, length in step.episodes:

@@ -1,0 +1,144 @@
+"""--vector-mode native (heron.core.native): a vector env that steps its sub-envs itself gives the
+loops the same transitions as heron's own vector path, in each of Gymnasium's autoreset modes; the
+rows that are no transition are never stored or sampled; bad input is one line and exit code 2."""
+
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from heron.core.buffers import ReplayBuffer
+from heron.core.envs import VecEnv
+from heron.core.native import NativeVecEnv, autoreset_mode
+from heron.errors import HeronError
+from heron.vector.pendulum import TorchPendulum
+
+N, LIMIT = 3, 5  # short episodes: every env ends several of them
+
+
+def _action(env: int, k: int) -> np.ndarray:
+    """The k-th action sub-env ``env`` takes, whichever path steps it."""
+    return np.array([2.0 * np.sin(7 * env + 1.3 * k)], np.float32)
+
+
+def _transitions(envs, steps: int) -> list[list[tuple]]:
+    """Per sub-env, its transitions as a loop stores them: (obs, action, reward, next_obs,
+    terminated, truncated), rows that are no transition left out."""
+    obs, taken, out = envs.reset(), np.zeros(N, int), [[] for _ in range(N)]
+    for _ in range(steps):
+        actions = np.stack([_action(i, taken[i]) for i in range(N)])
+        step = envs.step(actions)
+        valid = np.ones(N, bool) if step.valid is None else step.valid
+        for i in np.flatnonzero(valid):
+            out[i].append((obs[i].tolist(), actions[i].tolist(), float(step.rewards[i]), step.next_obs[i].tolist(),
+                           bool(step.terminated[i]), bool(step.truncated[i])))
+        taken += valid
+        obs = step.obs
+    return out
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_a_native_vector_env_gives_heron_s_transitions_in_each_autoreset_mode(mode):
+    own = VecEnv("Pendulum-v1", N, seed=4, max_episode_steps=LIMIT)
+    native = NativeVecEnv("Pendulum-v1", N, 4, envs=SyncVectorEnv(
+        [lambda: gym.make("Pendulum-v1", max_episode_steps=LIMIT)] * N, autoreset_mode=mode))
+    try:
+        assert native.mode == mode
+        expected, got = _transitions(own, 4 * LIMIT), _transitions(native, 4 * LIMIT + 3)
+        for i in range(N):
+            n = len(expected[i])
+            assert got[i][:n] == expected[i]  # the native path needs a step more per episode in next-step mode
+            assert sum(t[5] for t in expected[i]) == 4  # truncations at the limit, bootstrapped from...
+            final = [t[3] for t in expected[i] if t[5]]
+            starts = [expected[i][k + 1][0] for k, t in enumerate(expected[i][:-1]) if t[5]]
+            assert all(f != s for f, s in zip(final, starts))  # ...the episode's final obs, not the next start
+    finally:
+        own.close()
+        native.close()
+
+
+def test_next_step_mode_marks_the_reset_rows_and_counts_whole_episodes():
+    envs = NativeVecEnv("CartPole-v1", 4, 0)  # Gymnasium's own vector CartPole: next-step autoreset, numpy
+    assert envs.mode == AutoresetMode.NEXT_STEP
+    envs.reset()
+    rng = np.random.default_rng(0)
+    ended, lengths = np.zeros(4, bool), []
+    for _ in range(300):
+        step = envs.step(rng.integers(0, 2, 4))
+        if ended.any():  # the step after an episode's end is no transition for that env, and only for it
+            assert step.valid is not None and (step.valid == ~ended).all()
+            assert (step.rewards[ended] == 0).all() and not (step.terminated | step.truncated)[ended].any()
+        else:
+            assert step.valid is None
+        ended = step.terminated | step.truncated
+        lengths += [length for _, _, length in step.episodes]
+    assert len(lengths) > 10 and all(9 <= n <= 500 for n in lengths)  # whole episodes, reset rows not counted
+    envs.close()
+
+
+def test_a_tensor_vector_env_on_the_cpu_reaches_the_loop_as_numpy():
+    envs = NativeVecEnv("heron/TorchPendulum-v1", 8, 0)
+    obs = envs.reset()
+    step = envs.step(np.zeros((8, 1), np.float32))
+    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and obs.shape == (8, 3)
+    assert isinstance(step.rewards, np.ndarray) and step.rewards.dtype == np.float32
+    assert isinstance(envs.envs, TorchPendulum)
+
+
+def test_rows_that_are_no_transition_are_never_sampled_and_survive_a_checkpoint():
+    rb = ReplayBuffer(40, 4, (1,), np.float32, (1,), seed=0)
+    for t in range(10):
+        valid = np.ones(4, bool)
+        valid[t % 4] = t % 3 != 0  # a few rows that are no transition
+        rb.add(valid, obs=np.full((4, 1), t, np.float32), next_obs=np.zeros((4, 1), np.float32),
+               actions=np.zeros((4, 1), np.float32), rewards=np.zeros(4, np.float32),
+               terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+    invalid = {(t, t % 4) for t in range(10) if t % 3 == 0}
+    rows = rb.indices(4000)
+    drawn = {(int(r) // 4, int(r) % 4) for r in rows}
+    assert not drawn & invalid and len(drawn) == 40 - len(invalid)
+    other = ReplayBuffer(40, 4, (1,), np.float32, (1,), seed=5)
+    other.load_state_dict(rb.state_dict())
+    assert torch.equal(other.indices(64), rb.indices(64))  # the same rows: the same flags and generator
+
+
+def test_bad_native_vector_envs_are_refused_in_one_line():
+    with pytest.raises(HeronError, match="has no vector entry point"):
+        NativeVecEnv("Hopper-v5" if "Hopper-v5" in gym.registry else "MountainCarContinuous-v0", 2, 0)
+
+    class Unreadable:  # a vector env whose metadata names no mode Gymnasium defines
+        metadata = {"autoreset_mode": "whenever"}
+
+    with pytest.raises(HeronError, match="declares no autoreset mode heron can read"):
+        autoreset_mode(Unreadable())
+    with pytest.raises(HeronError, match="has 2 envs, the run asks for 3"):
+        NativeVecEnv("heron/TorchPendulum-v1", 3, 0, envs=TorchPendulum(2))
+    dict_envs = SyncVectorEnv([lambda: gym.wrappers.TransformObservation(
+        gym.make("Pendulum-v1"), lambda o: {"x": o}, gym.spaces.Dict({"x": gym.make("Pendulum-v1").observation_space}))])
+    with pytest.raises(HeronError, match="takes Box observations"):
+        NativeVecEnv("Pendulum-v1", 1, 0, envs=dict_envs)
+    dict_envs.close()
+    done = subprocess.run([sys.executable, "-m", "heron", "train", "ppo", "--vector-mode", "native"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "heron: error: --vector-mode native applies to SAC and TD3; PPO steps heron's own vector envs "
+        "(--vector-mode sync or async)"]
+
+
+def test_a_run_on_a_native_vector_env_resumes_with_its_episodes_started_anew(tmp_path):
+    args = ["train", "td3", "--env-id", "heron/TorchPendulum-v1", "--vector-mode", "native", "--num-envs", "4",
+            "--preset", "debug", "--n-step", "2", "--run-dir", str(tmp_path / "run")]
+    crashed = subprocess.run([sys.executable, "-m", "heron", *args], capture_output=True, text=True,
+                             env={**os.environ, "HERON_CRASH_AFTER_CHECKPOINT": "752"})
+    assert crashed.returncode == 17, crashed.stderr
+    resumed = subprocess.run([sys.executable, "-m", "heron", "train", "--resume", str(tmp_path / "run")],
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("cannot save its state: every env starts a new episode on resume") == 1
+    state = torch.load(tmp_path / "run" / "checkpoints" / "step_000001500.pt", weights_only=False)
+    assert state["step"] == 1500 and state["envs"]["restarts"] == 1
