@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=16, help="heron-native: pendulums stepped at once")
     p.add_argument("--gradient-steps", type=int, default=4, help="heron-native: updates per vector step")
     p.add_argument("--batch-size", type=int, default=256, help="heron-native")
-    p.add_argument("--n-step", type=int, default=1, help="heron-native")
+    p.add_argument("--n-step", type=int, default=3, help="heron-native")
     p.add_argument("--out", default="/tmp/heron_time_to_solve", help="heron's run directories")
     p.add_argument("--json", metavar="FILE", help="also write the per-seed figures as JSON")
     args = p.parse_args(argv)
