@@ -96,6 +96,9 @@ def check(env_id: str, steps: int = 500, seed: int = 0) -> Report:
             report.findings += _action_findings(env.action_space)
             for algo in registry.ALGOS:
                 report.algos[algo] = _algo_reason(algo, env_id)
+            vector = _vector_finding(env_id, steps, seed)
+            if vector is not None:
+                report.findings.append(vector)
     finally:
         env.close()
     if all(report.algos.values()):
@@ -224,6 +227,43 @@ def _rollout(env: gym.Env, steps: int, seed: int, report: Report) -> list[Findin
     else:
         out.append(Finding(True, "episodes end"))
     return out
+
+
+def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Finding | None:
+    """For an id with a vector entry point: what ``--vector-mode native`` will read of it (its
+    autoreset mode and outputs), from ``steps`` random steps of ``num_envs`` envs; None otherwise."""
+    from heron.core.envids import gym_env_id
+    from heron.core.native import NativeVecEnv
+
+    if gym.spec(gym_env_id(env_id)).vector_entry_point is None:
+        return None
+    what = "vector env (--vector-mode native)"
+    try:
+        envs = NativeVecEnv(env_id, num_envs, seed)
+    except HeronError as exc:
+        return Finding(False, what, str(exc))
+    except Exception as exc:
+        return Finding(False, what, f"cannot build it: {first_line(exc)}")
+    try:
+        kind = type(envs.envs.reset(seed=seed)[0])
+        envs.reset()
+        space = envs.single_action_space
+        space.seed(seed)
+        episodes = reset_rows = 0
+        for _ in range(max(1, steps // num_envs)):
+            step = envs.step(np.stack([space.sample() for _ in range(num_envs)]))
+            episodes += len(step.episodes)
+            reset_rows += 0 if step.valid is None else int((~step.valid).sum())
+    except HeronError as exc:
+        return Finding(False, what, str(exc))
+    except Exception as exc:
+        return Finding(False, what, f"a step failed: {first_line(exc)}")
+    finally:
+        envs.close()
+    outputs = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    return Finding(True, what, f"{envs.mode.value} autoreset, {outputs} observations; {episodes} episode(s) ended "
+                   f"in {max(1, steps // num_envs)} steps of {num_envs} envs"
+                   + (f", {reset_rows} reset row(s) left out" if reset_rows else ""))
 
 
 def _action_findings(space: gym.Space) -> list[Finding]:

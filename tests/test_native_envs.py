@@ -142,3 +142,13 @@ def test_a_run_on_a_native_vector_env_resumes_with_its_episodes_started_anew(tmp
     assert resumed.stderr.count("cannot save its state: every env starts a new episode on resume") == 1
     state = torch.load(tmp_path / "run" / "checkpoints" / "step_000001500.pt", weights_only=False)
     assert state["step"] == 1500 and state["envs"]["restarts"] == 1
+
+
+def test_check_env_says_what_native_mode_reads_of_a_vector_env():
+    from heron.checkenv import check
+
+    report = check("heron/TorchPendulum-v1", steps=900)
+    vector = [f for f in report.findings if f.what == "vector env (--vector-mode native)"]
+    assert len(vector) == 1 and vector[0].ok
+    assert vector[0].detail.startswith("NextStep autoreset, torch.Tensor observations; 4 episode(s) ended")
+    assert not [f for f in check("Pendulum-v1", steps=50).findings if f.what.startswith("vector env")]
