@@ -204,6 +204,20 @@ def _norm(v):
     return list(v) if isinstance(v, (tuple, list)) else v
 
 
+class SB3Policy:
+    """An SB3 model behind the interface heron's evaluation loop plays (``heron.core.episodes``):
+    its deterministic actions, from the same start states as heron's."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def predict(self, obs, deterministic=True):
+        return self.model.predict(obs, deterministic=True)[0]
+
+    def reset(self):
+        pass
+
+
 def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
     import torch
     from stable_baselines3 import SAC, TD3
@@ -232,13 +246,6 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
         model = SAC("MlpPolicy", env, target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
                     seed=seed, device="cpu", verbose=0, **settings)
 
-    class Deterministic:
-        def predict(self, obs, deterministic=True):
-            return model.predict(obs, deterministic=True)[0]
-
-        def reset(self):
-            pass
-
     class Record(BaseCallback):
         def __init__(self):
             super().__init__()
@@ -253,7 +260,7 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
                 if "episode" in info:
                     csv.writer(self.train).writerow([step, info["episode"]["r"], info["episode"]["l"]])
             if step % args.eval_every == 0:
-                returns = evaluate(Deterministic(), args.env_id, args.eval_episodes, seed + EVAL_SEED_OFFSET)
+                returns = evaluate(SB3Policy(model), args.env_id, args.eval_episodes, seed + EVAL_SEED_OFFSET)
                 csv.writer(self.evals).writerow([step, returns.mean(), returns.std(), len(returns)])
                 self.evals.flush()
                 self.train.flush()

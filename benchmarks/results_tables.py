@@ -32,7 +32,7 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -288,13 +288,13 @@ def render_learning(name: str, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_learning_docs(check: bool, paths: list[Path] | None = None) -> list[str]:
-    """Rewrite (or compare) every ``<!-- learning-table NAME -->`` block in the docs and the README."""
-    rows = read_rows(LEARNING)
+def rewrite_blocks(block: re.Pattern, render: Callable[[str], str], check: bool) -> list[str]:
+    """Rewrite (or, with ``check``, compare) every block ``block`` matches in the README and the
+    docs, its body rendered from the block's name; returns the files that were out of date."""
     stale = []
-    for path in paths if paths is not None else [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text()
-        new = LEARNING_BLOCK.sub(lambda m: m.group(1) + render_learning(m.group("name"), rows) + m.group(4), text)
+        new = block.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
         if new != text:
             stale.append(str(path.relative_to(ROOT)))
             if not check:
@@ -375,20 +375,6 @@ def render_speed(name: str, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_speed_docs(check: bool, paths: list[Path] | None = None) -> list[str]:
-    """Rewrite (or compare) every ``<!-- speed-table NAME -->`` block in the docs and the README."""
-    rows = read_rows(SPEED)
-    stale = []
-    for path in paths if paths is not None else [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        text = path.read_text()
-        new = SPEED_BLOCK.sub(lambda m: m.group(1) + render_speed(m.group("name"), rows) + m.group(4), text)
-        if new != text:
-            stale.append(str(path.relative_to(ROOT)))
-            if not check:
-                path.write_text(new)
-    return stale
-
-
 LEARNING_FIELDS = ("algo", "env_id", "total_steps", "preset", "seed", "final_eval", "best_eval", "train_last10",
                    "eval_episodes", "machine", "heron_version", "recorded", "command", "note")
 
@@ -443,8 +429,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--add-bench needs --machine (e.g. '2-core AMD EPYC VM, CPU')")
         print(f"recorded {add_bench_results(Path(args.add_bench), args.machine, args.note)} run(s) in {LEARNING}")
     rows = read_rows()
-    stale = (update_docs(rows, check=args.check) + update_learning_docs(check=args.check)
-             + update_speed_docs(check=args.check))
+    learning, speed = read_rows(LEARNING), read_rows(SPEED)
+    stale = (update_docs(rows, check=args.check)
+             + rewrite_blocks(LEARNING_BLOCK, lambda name: render_learning(name, learning), args.check)
+             + rewrite_blocks(SPEED_BLOCK, lambda name: render_speed(name, speed), args.check))
     if args.check:
         if stale:
             print("results tables out of date (python benchmarks/results_tables.py rewrites them): "

@@ -72,6 +72,7 @@ def sb3_side(args: argparse.Namespace, seed: int) -> tuple[float | None, int | N
 
     from heron.core.envs import make_env
     from heron.core.episodes import EVAL_SEED_OFFSET, evaluate
+    from offpolicy_curves_vs_sb3 import SB3Policy  # (benchmarks/, this script's folder)
 
     torch.set_num_threads(args.threads)
     start, hit = time.perf_counter(), {}
@@ -80,19 +81,12 @@ def sb3_side(args: argparse.Namespace, seed: int) -> tuple[float | None, int | N
                 policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu", verbose=0)
     model.set_logger(Logger(folder=None, output_formats=[]))
 
-    class Deterministic:
-        def predict(self, obs, deterministic=True):
-            return model.predict(obs, deterministic=True)[0]
-
-        def reset(self):
-            pass
-
     class Check(BaseCallback):
         def _on_step(self) -> bool:
             step = self.model.num_timesteps
             if step % args.eval_every:
                 return True
-            if evaluate(Deterministic(), "Pendulum-v1", 10, seed + EVAL_SEED_OFFSET).mean() >= THRESHOLD:
+            if evaluate(SB3Policy(model), "Pendulum-v1", 10, seed + EVAL_SEED_OFFSET).mean() >= THRESHOLD:
                 hit.update(seconds=time.perf_counter() - start, step=step)
                 return False
             return True

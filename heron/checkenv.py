@@ -232,10 +232,11 @@ def _rollout(env: gym.Env, steps: int, seed: int, report: Report) -> list[Findin
 def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Finding | None:
     """For an id with a vector entry point: what ``--vector-mode native`` will read of it (its
     autoreset mode and outputs), from ``steps`` random steps of ``num_envs`` envs; None otherwise."""
-    from heron.core.envids import gym_env_id
-    from heron.core.native import NativeVecEnv
+    from heron.core.native import NativeVecEnv, require_vector_entry_point
 
-    if gym.spec(gym_env_id(env_id)).vector_entry_point is None:
+    try:
+        require_vector_entry_point(env_id)
+    except HeronError:
         return None
     what = "vector env (--vector-mode native)"
     try:

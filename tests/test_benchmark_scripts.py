@@ -2,7 +2,6 @@
 peer's settings built from heron's resolved config (a silent mismatch would compare unlike runs),
 and the reuse of a heron run made elsewhere only when it learns as the script's config would."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,15 +13,13 @@ import pytest
 import yaml
 
 from heron.config import to_dict
+from cli_helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ default for default what ``heron train ALGO --help`` prints."""
 
 import argparse
 import dataclasses
-import importlib.util
 import re
 import subprocess
 import sys
@@ -15,15 +14,13 @@ import pytest
 from heron import registry
 from heron.cli import config_parser
 from heron.config import RunConfig, flag
+from cli_helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "tools" / "docs_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/docs_tables.py")
 
 
 def test_the_docs_option_tables_are_the_config_dataclasses(capsys):

@@ -1,19 +1,12 @@
 """The docs' results tables are generated from benchmarks/results/ (benchmarks/results_tables.py):
 they must be what the results file gives, and the figures in them what the rows hold."""
 
-import importlib.util
-from pathlib import Path
-
 import heron.bench  # noqa: F401  (the tables read its published figures; imported here, at collection)
-
-ROOT = Path(__file__).resolve().parent.parent
+from cli_helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "benchmarks" / "results_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/results_tables.py")
 
 
 def test_the_docs_tables_are_the_results_files(capsys):

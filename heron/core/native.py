@@ -47,6 +47,13 @@ def autoreset_mode(envs: Any) -> AutoresetMode:
     return mode
 
 
+def require_vector_entry_point(env_id: str) -> None:
+    """What --vector-mode native needs of an id, checked before a run directory exists."""
+    if gym.spec(gym_env_id(env_id)).vector_entry_point is None:
+        raise HeronError(f"{env_id} has no vector entry point: --vector-mode native needs an env registered with "
+                         "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async")
+
+
 def _numpy(x: Any, what: str) -> np.ndarray:
     if type(x).__module__.startswith("torch"):
         if x.device.type != "cpu":
@@ -63,12 +70,8 @@ class NativeVecEnv:
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         if envs is None:
-            gym_id = gym_env_id(env_id)
-            if gym.spec(gym_id).vector_entry_point is None:
-                raise HeronError(f"{env_id} has no vector entry point: --vector-mode native needs an env registered "
-                                 "with one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync "
-                                 "or async")
-            envs = env_call(env_id, "make_vec", gym.make_vec, gym_id, num_envs=num_envs,
+            require_vector_entry_point(env_id)
+            envs = env_call(env_id, "make_vec", gym.make_vec, gym_env_id(env_id), num_envs=num_envs,
                             vectorization_mode="vector_entry_point")
         if envs.num_envs != num_envs:
             raise HeronError(f"the vector env has {envs.num_envs} envs, the run asks for {num_envs}")

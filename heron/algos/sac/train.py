@@ -24,7 +24,7 @@ from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
 from heron.core.acting import Acting
 from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
-from heron.core.native import vector_env
+from heron.core.native import require_vector_entry_point, vector_env
 from heron.core.nets import Polyak, adam, requires_grad
 from heron.core.policy import Policy
 from heron.core.precision import Precision
@@ -40,6 +40,8 @@ def check(cfg: Config) -> dict:
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
+    if cfg.vector_mode == "native":
+        require_vector_entry_point(cfg.env_id)
     return offpolicy.spaces_of(obs_space, act_space)
 
 
