@@ -47,8 +47,9 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
 
 class Learn:
     """One gradient step as SAC's and TD3's loops take it: ``learn(update_actor, average)`` draws a
-    batch from the replay buffer (with ``cfg.n_step`` > 1, n-step transitions), runs ``update(batch, update_actor)`` and then, when ``average``,
-    the targets' Polyak step (``cfg.tau``); it returns the update's metrics.
+    batch from the replay buffer (with ``cfg.n_step`` > 1, n-step transitions), runs
+    ``update(batch, update_actor)`` and then, when ``average``, the targets' Polyak step
+    (``cfg.tau``); it returns the update's metrics.
 
     ``shape``: the batch's leading shape, [B] (TD3), [B, 1] (SAC) or [B, L] with ``sequences``
     (recurrent SAC: windows of L steps). The batch holds the fields the update names in its
