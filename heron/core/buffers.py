@@ -160,7 +160,8 @@ class ReplayBuffer:
         return window, j[None, :] <= ahead[:, None]
 
     def gather_nstep(self, window: torch.Tensor, stored: torch.Tensor, gamma: float,
-                     fields: tuple[str, ...] | None = None, shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+                     fields: tuple[str, ...] | None = None,
+                     shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
         """n-step transitions for the windows of ``nstep_rows``: obs and actions of each window's
         first step; ``rewards`` the discounted sum of the rewards up to the window's end, its first
         termination or truncation, or the newest stored step, whichever comes first (k steps);
