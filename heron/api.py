@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import gymnasium as gym
+
 from heron import registry
 from heron.config import apply_overrides
 from heron.core import checkpoint as ckpt
 from heron.core import dist, evalworker
-from heron.core.envids import callable_env_id, check_env_id, is_callable_id, use_callable
+from heron.core.envids import (callable_env_id, check_env_id, instance_env_id, is_callable_id, takes_num_envs,
+                                use_callable)
 from heron.core.episodes import EVAL_SEED_OFFSET
 from heron.core.episodes import evaluate as run_episodes
 from heron.core.policy import Policy
@@ -42,8 +45,8 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
 
 
 def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
-          env: Callable[..., Any] | None = None, callback: Callable[[dict], None] | None = None,
-          **hyperparameters: Any) -> dict:
+          env: Any = None, callback: Callable[[dict], None] | None = None,
+          eval_env: Callable[..., Any] | None = None, **hyperparameters: Any) -> dict:
     """Train an algorithm and return the summary of its final evaluation.
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
@@ -53,13 +56,24 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
         presets: named overlays applied in order, as ``--preset`` (``heron list`` names them).
         config_file: a YAML file of options read before the presets, as ``--config`` (a run's
             ``config.yaml`` reproduces that run).
-        env: instead of ``env_id``, a callable (an env class or a function) that returns a
-            Gymnasium env. The run records its import path (``module:name``); one that a new
-            process cannot import (a lambda, a closure, a function of ``__main__``) must be given
-            again to ``resume`` and ``evaluate``.
+        env: instead of ``env_id``, one of
+
+            * a callable (an env class or a function) that returns a Gymnasium env;
+            * a vector env factory: a callable with a ``num_envs`` parameter that returns a
+              ``gymnasium.vector.VectorEnv``; the run steps it natively (``vector_mode="native"``)
+              and evaluates on one-env vector envs of it;
+            * a ``gymnasium.vector.VectorEnv`` instance: the run steps it (``num_envs`` is its
+              own) and leaves closing it to the caller; evaluation plays single envs of the id
+              it was made from (``gymnasium.make_vec``), or of ``eval_env``.
+
+            The run records a callable's import path (``module:name``); one that a new process
+            cannot import (a lambda, a closure, a function of ``__main__``, an instance) must be
+            given again to ``resume`` and ``evaluate``.
         callback: called with each deterministic evaluation as it is logged (``{"step",
             "mean_return", "std_return", "episodes"}``, the final one included). An exception it
             raises ends the run there and reaches the caller (``heron tune`` prunes trials so).
+        eval_env: with a vector env instance as ``env``, a callable that returns one env of it,
+            for evaluation.
         **hyperparameters: any training flag in snake case (``total_steps=100_000``,
             ``policy_lr=1e-3``); the algorithm's page lists them.
 
@@ -87,7 +101,20 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     if env is not None:
         if "env_id" in hyperparameters:
             raise HeronError("give env or env_id, not both")
-        hyperparameters["env_id"] = callable_env_id(env)
+        if isinstance(env, gym.vector.VectorEnv):
+            hyperparameters["env_id"] = instance_env_id(env)
+            use_callable(hyperparameters["env_id"], env, eval_env)
+            if hyperparameters.setdefault("num_envs", env.num_envs) != env.num_envs:
+                raise HeronError(f"num_envs={hyperparameters['num_envs']}, but the vector env given has "
+                                 f"{env.num_envs} envs")
+        else:
+            hyperparameters["env_id"] = callable_env_id(env)
+        if isinstance(env, gym.vector.VectorEnv) or takes_num_envs(env):
+            mode = hyperparameters.setdefault("vector_mode", "native")
+            if mode != "native":
+                raise HeronError(f"a vector env trains with vector_mode='native', not {mode!r}")
+    elif eval_env is not None:
+        raise HeronError("eval_env goes with env= a vector env instance")
         if is_callable_id(hyperparameters["env_id"]):
             print(f"heron: note: env {hyperparameters['env_id']} cannot be imported by another process: "
                   "`heron eval` and `heron train --resume` of this run will ask for it; in Python pass it again "
@@ -102,20 +129,23 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     return _run(module, run)
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..., Any] | None = None,
-           torch_threads: int | None = None, eval_async: str | None = None) -> dict:
+def resume(run_dir: str | Path, total_steps: int | None = None, env: Any = None,
+           torch_threads: int | None = None, eval_async: str | None = None,
+           eval_env: Callable[..., Any] | None = None) -> dict:
     """Continue an interrupted run from its latest checkpoint, exactly where it stopped.
 
     Args:
         run_dir: the run directory.
         total_steps: a new step target (default: the run's own).
-        env: the callable the run was trained on, when it was given as one (``train``).
+        env: the callable or vector env the run was trained on, when it was given as one
+            (``train``).
         torch_threads: a new intra-op thread count (0 = choose by the free cores), for another
             machine or a neighbour; a count other than the run's own may change the order of
             floating-point sums, so the continuation is then not bitwise that of an uninterrupted
             run.
         eval_async: where evaluations are played ("auto", "on", "off"), for another machine; the
             results are the same.
+        eval_env: with a vector env instance as ``env``, a callable that returns one env of it.
 
     Returns:
         The summary ``train`` returns."""
@@ -123,7 +153,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None, env: Callable[..
     module = registry.get(algo)
     cfg = apply_overrides(module.Config(), data, f"{run_dir}/config.yaml", saved=True)
     if env is not None:
-        use_callable(cfg.env_id, env)
+        use_callable(cfg.env_id, env, eval_env)
     check_env_id(cfg.env_id)  # before the run reopens: a missing module or callable changes nothing there
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if total_steps is not None:
@@ -223,7 +253,8 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
             seeds.
         video: also write an mp4 of the first episode into ``run_dir/videos/``.
         device: "auto", "cpu" or "cuda[:N]".
-        env: the callable the run was trained on, when it was given as one (``train``).
+        env: the callable or vector env the run was trained on, when it was given as one
+            (``train``).
         envs: episodes played at once, one env instance each (default: the run's ``eval_envs``).
 
     Returns:

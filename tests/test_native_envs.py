@@ -123,10 +123,10 @@ def test_bad_native_vector_envs_are_refused_in_one_line():
     with pytest.raises(HeronError, match="takes Box observations"):
         NativeVecEnv("Pendulum-v1", 1, 0, envs=dict_envs)
     dict_envs.close()
-    done = subprocess.run([sys.executable, "-m", "heron", "train", "ppo", "--vector-mode", "native"],
+    done = subprocess.run([sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "heron: error: --vector-mode native applies to SAC and TD3; PPO steps heron's own vector envs "
+        "heron: error: --vector-mode native applies to SAC, TD3 and PPO; DreamerV2 steps heron's own vector envs "
         "(--vector-mode sync or async)"]
 
 
@@ -152,3 +152,85 @@ def test_check_env_says_what_native_mode_reads_of_a_vector_env():
     assert len(vector) == 1 and vector[0].ok
     assert vector[0].detail.startswith("NextStep autoreset, torch.Tensor observations; 4 episode(s) ended")
     assert not [f for f in check("Pendulum-v1", steps=50).findings if f.what.startswith("vector env")]
+
+
+class Counter(gym.vector.VectorEnv):
+    """Sub-env i counts its steps; its episodes last 3 + i steps (odd envs terminate, even ones are
+    truncated) and it resets the step after (next-step autoreset). Observation: (steps so far, i)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 3, **kwargs):
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(0.0, 10.0, (2,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.t, self.pending = np.zeros(num_envs), np.zeros(num_envs, bool)
+
+    def _obs(self):
+        return np.stack([self.t, np.arange(self.num_envs)], 1).astype(np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t[:], self.pending[:] = 0, False
+        return self._obs(), {}
+
+    def step(self, actions):
+        reset = self.pending
+        self.t = np.where(reset, 0, self.t + 1)
+        ended = ~reset & (self.t == 3 + np.arange(self.num_envs))
+        odd = np.arange(self.num_envs) % 2 == 1
+        self.pending = ended
+        return self._obs(), (~reset).astype(np.float32), ended & odd, ended & ~odd, {}
+
+
+class OneCounter(gym.Env):
+    """One env of Counter (evaluation)."""
+
+    observation_space = gym.spaces.Box(0.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.array([0, 0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t, 0], np.float32), 1.0, False, self.t == 3, {}
+
+
+@pytest.fixture
+def counter_id():
+    gym.register("heron-test/NextStepCounter-v0", entry_point=OneCounter, vector_entry_point=Counter)
+    yield "heron-test/NextStepCounter-v0"
+    gym.registry.pop("heron-test/NextStepCounter-v0")
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_ppo_learns_from_transitions_only_on_a_next_step_vector_env(counter_id, monkeypatch, fused, tmp_path):
+    import importlib
+
+    import heron
+
+    ppo_train = importlib.import_module("heron.algos.ppo.train")
+    drawn, build_step = [], ppo_train.build_step
+
+    def watched(*args, **kwargs):
+        update = build_step(*args, **kwargs)
+
+        def step(mb):
+            drawn.append(mb["obs"].reshape(-1, 2).clone())
+            return update(mb)
+        return step
+
+    monkeypatch.setattr(ppo_train, "build_step", watched)
+    heron.train("ppo", env_id=counter_id, vector_mode="native", num_envs=3, num_steps=20, num_minibatches=4,
+                update_epochs=2, total_steps=120, eval_every=0, eval_episodes=1, fused_update=fused,
+                run_dir=str(tmp_path / "run"))
+    obs = torch.cat(drawn)
+    steps, env = obs[:, 0], obs[:, 1]
+    # 2 rollouts x 2 epochs; each rollout has 60 rows, of which 60 // (4 + i) per env i are reset rows
+    reset_rows = sum(20 // (4 + i) for i in range(3))
+    assert len(drawn) == 2 * 2 * 4 and len(obs) == 2 * 2 * 4 * ((60 - reset_rows) // 4)
+    assert (steps < 3 + env).all()  # never the row that acts on an episode's final observation
+    assert len({tuple(o.tolist()) for o in obs}) == 3 + 4 + 5  # every transition's observation is drawn

@@ -75,6 +75,10 @@ if "heron/TorchPendulum-v1" not in gym.registry:
 # which heron registers as "heron-user/module.name". heron.train(env=fn) with a callable that a new
 # process cannot import (a lambda, a closure, something defined in __main__) gets an id of the
 # form "<callable module.qualname>", known to this process only: resume and evaluate take it again.
+# A factory with a ``num_envs`` parameter makes vector envs: heron registers it as the id's vector
+# entry point (``--vector-mode native``) and plays single envs on one-env vector envs of it
+# (``heron.core.native.OneOfVector``). A vector env instance (heron.train(env=envs)) is lent to the
+# run: its vector entry point returns it, its single envs come from ``eval_env`` or its own id.
 _CALLABLES: dict[str, Callable[..., Any]] = {}  # env id -> the callable given for it in this process
 
 
@@ -103,10 +107,32 @@ def callable_env_id(fn: Any) -> str:
     return env_id
 
 
-def use_callable(env_id: str, fn: Any) -> None:
-    """Make ``env_id`` (a run's recorded id) mean ``fn`` in this process."""
+def instance_env_id(envs: gym.vector.VectorEnv) -> str:
+    """The id heron records for ``heron.train(algo, env=envs)``, a vector env instance."""
+    return f"<callable {type(envs).__module__}.{type(envs).__qualname__} instance>"
+
+
+def takes_num_envs(fn: Any) -> bool:
+    """Whether ``fn`` is a vector env factory: it has a ``num_envs`` parameter."""
+    try:
+        return "num_envs" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def use_callable(env_id: str, fn: Any, eval_env: Callable[..., Any] | None = None) -> None:
+    """Make ``env_id`` (a run's recorded id) mean ``fn`` in this process: an env callable, a vector
+    env factory, or a vector env instance (whose single envs come from ``eval_env``)."""
+    if isinstance(fn, gym.vector.VectorEnv):
+        from heron.core.native import lend
+
+        vector, one = lend(fn, eval_env)
+        _CALLABLES[env_id] = fn
+        _register(_gym_id(env_id), one, env_id, replace=True, vector=vector)
+        return
     if not callable(fn):
-        raise HeronError(f"env must be a callable that returns a gymnasium.Env, got {type(fn).__name__}")
+        raise HeronError(f"env must be a callable that returns a gymnasium.Env or a vector env, or a vector env; "
+                         f"got {type(fn).__name__}")
     _CALLABLES[env_id] = fn
     _register(_gym_id(env_id), fn, env_id, replace=True)
 
@@ -121,24 +147,44 @@ def _gym_id(env_id: str) -> str:
     return "heron-user/" + re.sub(r"[^\w.-]+", "_", env_id.strip("<>").removeprefix("callable ").replace(":", "."))
 
 
-def _register(gym_id: str, fn: Callable[..., Any], label: str, replace: bool = False) -> None:
+def _accepted(fn: Callable[..., Any], kwargs: dict) -> dict:
+    """The keyword arguments ``fn`` takes, of those Gymnasium passes."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): give it nothing
+        return {}
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return {k: v for k, v in kwargs.items() if takes_all or k in {p.name for p in params}}
+
+
+def _register(gym_id: str, fn: Callable[..., Any], label: str, replace: bool = False,
+              vector: Callable[..., Any] | None = None) -> None:
+    """Register ``fn`` (an env callable, or a vector env factory) under ``gym_id``; ``vector``, or
+    ``fn`` itself when it takes ``num_envs``, becomes the id's vector entry point."""
     if gym_id in gym.registry and not replace:
         return
     gym.registry.pop(gym_id, None)
+    if vector is None and takes_num_envs(fn):
+        vector = fn
 
     def make(**kwargs: Any) -> gym.Env:
-        try:
-            params = inspect.signature(fn).parameters.values()
-            takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-            kwargs = {k: v for k, v in kwargs.items() if takes_all or k in {p.name for p in params}}
-        except (TypeError, ValueError):  # no signature to read (a builtin): give it nothing
-            kwargs = {}
-        env = fn(**kwargs)
+        from heron.core.native import OneOfVector
+
+        env = fn(**_accepted(fn, {**kwargs, "num_envs": 1} if takes_num_envs(fn) else kwargs))
+        if isinstance(env, gym.vector.VectorEnv):
+            return OneOfVector(env, label)
         if not isinstance(env, gym.Env):
-            raise HeronError(f"{label} returned {type(env).__name__}, not a gymnasium.Env")
+            raise HeronError(f"{label} returned {type(env).__name__}, not a gymnasium.Env or a vector env")
         return env
 
-    gym.register(gym_id, entry_point=make)
+    def make_vec(num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
+        envs = vector(**_accepted(vector, {**kwargs, "num_envs": num_envs}))
+        if not isinstance(envs, gym.vector.VectorEnv):
+            raise HeronError(f"{label} returned {type(envs).__name__} for num_envs={num_envs}, not a "
+                             "gymnasium.vector.VectorEnv")
+        return envs
+
+    gym.register(gym_id, entry_point=make, vector_entry_point=make_vec if vector is not None else None)
 
 
 def _import_user_module(module: str, env_id: str) -> Any:

@@ -85,8 +85,8 @@ class Config(RunConfig):
             raise HeronError("dreamer_v2: --cuda-graphs and --compile are alternatives: choose one")
         super().validate()
         if self.vector_mode == "native":
-            raise HeronError("--vector-mode native applies to SAC and TD3; DreamerV2 steps heron's own vector envs "
-                             "(--vector-mode sync or async)")
+            raise HeronError("--vector-mode native applies to SAC, TD3 and PPO; DreamerV2 steps heron's own "
+                             "vector envs (--vector-mode sync or async)")
         for name in ("action_repeat", "train_every", "gradient_steps", "per_rank_batch_size", "sequence_length",
                      "buffer_size", "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
                      "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr",

@@ -58,9 +58,12 @@ class Config(RunConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.vector_mode == "native":
-            raise HeronError("--vector-mode native applies to SAC and TD3; PPO steps heron's own vector envs "
-                             "(--vector-mode sync or async)")
+        if self.vector_mode == "native" and self.recurrent != "none":
+            raise HeronError("--vector-mode native trains feed-forward policies; --recurrent needs heron's own vector "
+                             "envs (--vector-mode sync or async)")
+        if self.vector_mode == "native" and self.cuda_graphs:
+            raise HeronError("--vector-mode native gives minibatches of varying size (its reset steps are left out); "
+                             "--cuda-graphs records one size: turn one of them off")
         for name in ("num_steps", "update_epochs", "num_minibatches", "learning_rate", "rnn_hidden_size",
                      "replay_rollouts", "nstep"):
             if getattr(self, name) <= 0:

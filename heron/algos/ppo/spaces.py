@@ -11,6 +11,7 @@ import torch
 from heron.algos.ppo.config import Config
 from heron.core import atari
 from heron.core.envs import VecEnv, probe_spaces
+from heron.core.native import NativeVecEnv, require_vector_entry_point
 from heron.core.run import Run
 from heron.errors import HeronError
 
@@ -59,13 +60,18 @@ def check(cfg: Config) -> dict:
     vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
     if not (image or vector):
         raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
-    atari.choose_backend(cfg.env_id, cfg.env_backend)
+    if cfg.vector_mode == "native":
+        require_vector_entry_point(cfg.env_id)
+    else:
+        atari.choose_backend(cfg.env_id, cfg.env_backend)
     return spaces_of(cfg, obs_space, act_space)
 
 
 def make_envs(cfg: Config, run: Run):
     """This process's envs (all of them without torchrun), seeded where its share begins."""
     n = run.local(cfg.num_envs)
+    if cfg.vector_mode == "native":
+        return NativeVecEnv(cfg.env_id, n, run.env_seed(n))
     backend = atari.choose_backend(cfg.env_id, cfg.env_backend,
                                    run.resume_state["envs"] if run.resume_state is not None else None)
     if backend == "envpool":

@@ -143,6 +143,9 @@ def train(cfg: Config, run: Run) -> dict:
     opt = adam(model.parameters(), cfg.learning_rate, eps=1e-5)  # eps 1e-5: the PPO baselines value
     T, N, S = cfg.num_steps, run.local(cfg.num_envs), model.state_size  # N: this process's envs
     off_policy, recurrent = cfg.mode == "off-policy", cfg.recurrent != "none"
+    # a native vector env in next-step autoreset mode spends one step per finished episode on its
+    # reset: that row holds no transition (``Step.valid``) and no minibatch draws it
+    masked = cfg.vector_mode == "native"
     iterations = -(-cfg.total_steps // (T * cfg.num_envs))
     act_shape = {"discrete": (), "multidiscrete": (len(spaces["action"].get("nvec", ())),),
                  "box": (len(spaces["action"].get("low", ())),)}[head.kind]
@@ -153,6 +156,7 @@ def train(cfg: Config, run: Run) -> dict:
         "actions": (act_shape, f32 if head.kind == "box" else torch.int64),
         "logp": ((), f32), "values": ((), f32), "rewards": ((), f32),
         "terminated": ((), torch.bool), "truncated": ((), torch.bool), "starts": ((), torch.bool),
+        **({"valid": ((), torch.bool)} if masked else {}),
     }, {"state0": ((S,), f32)}, device)
     scaler = RewardScaler(N, cfg.gamma, moments=dist.global_moments if run.world.distributed else None) \
         if cfg.reward_scale else None
@@ -219,7 +223,7 @@ def train(cfg: Config, run: Run) -> dict:
         # each step's tensors and arrays are kept in lists and written to the buffer once per rollout
         # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
         seen = {name: [] for name in ("obs", "actions", "logp", "values")}
-        got = {name: [] for name in ("rewards", "starts", "terminated", "truncated")}
+        got = {name: [] for name in ("rewards", "starts", "terminated", "truncated") + (("valid",) if masked else ())}
         finals = []  # (step, envs, their final obs) where episodes ended: the only next_obs not the next obs
         acting.rollout(head.noise((T, N), device))  # the rollout's sampling noise, one draw
         for t in range(T):
@@ -229,15 +233,16 @@ def train(cfg: Config, run: Run) -> dict:
             step = envs.step(to_env)
             global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated
+            valid = np.ones(N, bool) if step.valid is None else step.valid
             for name, value in zip(seen, (obs_t, actions, logp, v)):
                 seen[name].append(value)
             for name, value in zip(got, (scaler(step.rewards, done) if scaler else step.rewards, starts,
-                                         step.terminated, step.truncated)):
+                                         step.terminated, step.truncated, valid)):
                 got[name].append(value)
             if done.any():
                 ended = np.flatnonzero(done)
                 finals.append((np.full(len(ended), t), ended, step.next_obs[ended]))
-            obs, starts = step.obs, done
+            obs, starts = step.obs, done | ~valid  # after a reset row, the reset observation
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
         for name, values in seen.items():  # [T, N, ...]
@@ -258,6 +263,7 @@ def train(cfg: Config, run: Run) -> dict:
 
         # -- learn ----------------------------------------------------------------------------------
         seq = as_sequences(buf.stored())
+        real = seq["valid"] if masked else None  # [k*N, T]: the rows that are transitions
         sums: dict[str, torch.Tensor] = {}
         n_mb = 0
         for epoch in range(cfg.update_epochs):
@@ -266,11 +272,18 @@ def train(cfg: Config, run: Run) -> dict:
                 adv, returns = targets(seq, values, next_values, cfg.gamma, cfg.gae_lambda,
                                        cfg.nstep if off_policy else 0)
                 if epoch == 0:
-                    dist.update_norm(model.value_norm, returns)  # (identity when --value-norm is off)
-                    explained = losses.explained_variance(seq["values"], returns)
+                    seen_returns, seen_values = (returns, seq["values"]) if real is None else \
+                        (returns[real], seq["values"][real])
+                    dist.update_norm(model.value_norm, seen_returns)  # (identity when --value-norm is off)
+                    explained = losses.explained_variance(seen_values, seen_returns)
                 units = as_units({**seq, "adv": adv, "returns_n": model.value_norm(returns),
                                   "values_n": model.value_norm(seq["values"])})
-            order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
+            if real is None:
+                order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
+            else:  # the transitions only, in minibatches of an equal share of them
+                rows = units["valid"].flatten().nonzero().squeeze(1)
+                mb_units = len(rows) // cfg.num_minibatches
+                order = rows[torch.randperm(len(rows), device=device)[:mb_units * cfg.num_minibatches]]
             # one gather per field and epoch; minibatch j is then the slice [j * mb_units, (j + 1) * mb_units)
             shuffled = {k: units[k][order] for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n",
                                                       "values_n")}

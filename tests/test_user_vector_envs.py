@@ -1,0 +1,112 @@
+"""A user's own vector env, handed over in Python (``heron.train(algo, env=...)``) as an instance or
+as a factory with ``num_envs``, or named on the command line as ``module:factory``: the run steps
+it natively, evaluates on single envs of it, leaves an instance open for its owner and resumes."""
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import yaml
+from gymnasium.vector import AutoresetMode
+
+import heron
+from heron.core.envids import forget_callable, instance_env_id
+from heron.core.native import OneOfVector
+from heron.errors import HeronError
+from heron.vector.pendulum import TorchPendulum
+
+DEBUG = dict(presets=["debug"], total_steps=600, learning_starts=200, eval_every=300, checkpoint_every=300)
+
+
+def _config(run_dir) -> dict:
+    return yaml.safe_load((run_dir / "config.yaml").read_text())
+
+
+@pytest.fixture
+def forget():
+    ids = []
+    yield ids.append
+    for env_id in ids:
+        forget_callable(env_id)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_one_env_of_a_vector_env_plays_whole_episodes_to_their_final_observation(mode):
+    pendulum = TorchPendulum(1, dtype=torch.float64, autoreset_mode=mode)
+    single, envs = gym.make("Pendulum-v1"), OneOfVector(pendulum, "TorchPendulum")
+    single.reset(seed=3)
+    envs.reset(seed=3)
+    pendulum.theta, pendulum.theta_dot = (torch.tensor(single.unwrapped.state[i:i + 1]) for i in (0, 1))
+    actions = np.sin(np.arange(200, dtype=np.float32))[:, None] * 2
+    for k, action in enumerate(actions):
+        expected, r1, _, trunc1, _ = single.step(action)
+        obs, r2, term, trunc2, info = envs.step(action)
+        assert isinstance(obs, np.ndarray) and isinstance(r2, float) and info == {}
+        assert (term, trunc2) == (False, trunc1) == (False, k == 199)
+        np.testing.assert_allclose(obs, expected, atol=1e-4)  # at the end too: the final observation
+        assert r2 == pytest.approx(r1, abs=1e-4)
+    single.close()
+    envs.close()
+
+
+def test_a_vector_env_instance_trains_natively_and_stays_open_for_its_owner(tmp_path, forget):
+    envs = gym.make_vec("heron/TorchPendulum-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    forget(instance_env_id(envs))
+    out = heron.train("sac", env=envs, run_dir=str(tmp_path / "run"), **DEBUG)
+    cfg = _config(tmp_path / "run")
+    assert (cfg["env_id"], cfg["vector_mode"], cfg["num_envs"]) == (instance_env_id(envs), "native", 4)
+    assert out["step"] == 600 and out["episodes"] == 2  # evaluated on single envs of the id it was made from
+    obs, *_ = envs.step(np.zeros((4, 1), np.float32))  # not closed
+    assert obs.shape == (4, 3)
+    envs.close()
+
+
+def test_a_vector_env_factory_trains_natively_and_evaluates_on_one_env_of_it(tmp_path, forget):
+    def make(num_envs: int):
+        return TorchPendulum(num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+    out = heron.train("td3", env=make, num_envs=3, run_dir=str(tmp_path / "run"), **DEBUG)
+    cfg = _config(tmp_path / "run")
+    forget(cfg["env_id"])
+    assert cfg["vector_mode"] == "native" and cfg["num_envs"] == 3 and cfg["env_id"].startswith("<callable ")
+    assert out["step"] == 600 and -2000 < out["mean_return"] < 0
+
+
+def test_a_run_on_an_instance_resumes_with_the_instance_given_again(tmp_path, forget, capsys):
+    envs = TorchPendulum(2)
+    forget(instance_env_id(envs))
+
+    one = dict(eval_env=lambda: gym.make("Pendulum-v1"))
+    heron.train("sac", env=envs, run_dir=str(tmp_path / "run"), **one, **{**DEBUG, "total_steps": 300})
+    out = heron.resume(tmp_path / "run", total_steps=600, env=envs, **one)
+    assert out["step"] == 600
+    assert capsys.readouterr().err.count("every env starts a new episode on resume") == 1
+
+
+def test_bad_vector_envs_are_refused_in_one_line(forget):
+    envs = TorchPendulum(2)
+    forget(instance_env_id(envs))
+    with pytest.raises(HeronError, match="cannot make one of the TorchPendulum given"):
+        heron.train("sac", env=envs, presets=["debug"])
+    with pytest.raises(HeronError, match="num_envs=3, but the vector env given has 2 envs"):
+        heron.train("sac", env=envs, eval_env=lambda: gym.make("Pendulum-v1"), num_envs=3, presets=["debug"])
+    with pytest.raises(HeronError, match="a vector env trains with vector_mode='native', not 'async'"):
+        heron.train("sac", env=envs, eval_env=lambda: gym.make("Pendulum-v1"), vector_mode="async")
+    with pytest.raises(HeronError, match="eval_env goes with env= a vector env instance"):
+        heron.train("sac", env_id="Pendulum-v1", eval_env=lambda: gym.make("Pendulum-v1"))
+    with pytest.raises(HeronError, match="made 2 envs where one was asked for"):
+        OneOfVector(envs, "TorchPendulum")
+
+
+def test_a_module_factory_of_vector_envs_on_the_command_line(tmp_path):
+    (tmp_path / "mysim.py").write_text(
+        "from heron.vector.pendulum import TorchPendulum\n\n\ndef make(num_envs):\n    return TorchPendulum(num_envs)\n")
+    done = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--env-id", "mysim:make", "--vector-mode",
+                           "native", "--num-envs", "2", "--preset", "debug", "--total-steps", "400",
+                           "--learning-starts", "200", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "final evaluation" in done.stdout
