@@ -14,7 +14,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from heron.core.buffers import ReplayBuffer
 from heron.core.envs import VecEnv
-from heron.core.native import NativeVecEnv, autoreset_mode
+from heron.core.native import NativeVecEnv
+from heron.core.vecwrap import autoreset_mode
 from heron.errors import HeronError
 from heron.vector.pendulum import TorchPendulum
 

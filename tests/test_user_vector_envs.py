@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 import heron
 from heron.core.envids import forget_callable, instance_env_id
-from heron.core.native import OneOfVector
+from heron.core.vecwrap import OneOfVector
 from heron.errors import HeronError
 from heron.vector.pendulum import TorchPendulum
 

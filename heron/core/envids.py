@@ -22,6 +22,7 @@ import numpy as np
 
 from heron.core import atari
 from heron.core.pybullet import PYBULLET_IDS
+from heron.core.vecwrap import OneOfVector, lend
 from heron.errors import HeronError, first_line, install_hint
 
 # Environment families that live outside Gymnasium's default registry: id prefix -> module that
@@ -124,8 +125,6 @@ def use_callable(env_id: str, fn: Any, eval_env: Callable[..., Any] | None = Non
     """Make ``env_id`` (a run's recorded id) mean ``fn`` in this process: an env callable, a vector
     env factory, or a vector env instance (whose single envs come from ``eval_env``)."""
     if isinstance(fn, gym.vector.VectorEnv):
-        from heron.core.native import lend
-
         vector, one = lend(fn, eval_env)
         _CALLABLES[env_id] = fn
         _register(_gym_id(env_id), one, env_id, replace=True, vector=vector)
@@ -168,8 +167,6 @@ def _register(gym_id: str, fn: Callable[..., Any], label: str, replace: bool = F
         vector = fn
 
     def make(**kwargs: Any) -> gym.Env:
-        from heron.core.native import OneOfVector
-
         env = fn(**_accepted(fn, {**kwargs, "num_envs": 1} if takes_num_envs(fn) else kwargs))
         if isinstance(env, gym.vector.VectorEnv):
             return OneOfVector(env, label)

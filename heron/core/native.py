@@ -30,37 +30,14 @@ from heron.core.envids import check_env_id, gym_env_id
 from heron.core.envs import obs_converter, obs_dtype, observation_space
 from heron.core.faults import env_call
 from heron.core.transitions import Step
+from heron.core.vecwrap import autoreset_mode, numpy_of
 from heron.errors import EnvCrashed, HeronError
-
-MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
-
-
-def autoreset_mode(envs: Any) -> AutoresetMode:
-    """The autoreset mode a vector env declares in ``metadata["autoreset_mode"]``."""
-    mode = (getattr(envs, "metadata", None) or {}).get("autoreset_mode")
-    try:
-        mode = AutoresetMode(mode)
-    except ValueError:
-        raise HeronError(f"vector env {type(envs).__name__} declares no autoreset mode heron can read "
-                         f"(metadata['autoreset_mode'] = {mode!r}; expected one of "
-                         f"{', '.join(m.value for m in MODES)})") from None
-    return mode
-
 
 def require_vector_entry_point(env_id: str) -> None:
     """What --vector-mode native needs of an id, checked before a run directory exists."""
     if gym.spec(gym_env_id(env_id)).vector_entry_point is None:
         raise HeronError(f"{env_id} has no vector entry point: --vector-mode native needs an env registered with "
                          "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async")
-
-
-def _numpy(x: Any, what: str) -> np.ndarray:
-    if type(x).__module__.startswith("torch"):
-        if x.device.type != "cpu":
-            raise HeronError(f"the vector env returns {what} on {x.device}: --vector-mode native reads tensors on "
-                             "the CPU only")
-        return x.numpy()
-    return np.asarray(x)
 
 
 class NativeVecEnv:
@@ -94,7 +71,7 @@ class NativeVecEnv:
         self.crashed = False
 
     def _obs(self, x: Any) -> Any:
-        return self._convert(_numpy(x, "observations"))
+        return self._convert(numpy_of(x, "observations"))
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -115,9 +92,9 @@ class NativeVecEnv:
     def step(self, actions: np.ndarray) -> Step:
         out, rewards, terminated, truncated, infos = self._call("step", self.envs.step, actions)
         out = np.array(self._obs(out))  # a copy: an env may write its next observations into the same buffer
-        rewards = _numpy(rewards, "rewards").astype(np.float32)
-        terminated = _numpy(terminated, "flags").astype(bool)
-        truncated = _numpy(truncated, "flags").astype(bool)
+        rewards = numpy_of(rewards, "rewards").astype(np.float32)
+        terminated = numpy_of(terminated, "flags").astype(bool)
+        truncated = numpy_of(truncated, "flags").astype(bool)
         valid = None
         if self.pending.any():  # NEXT_STEP's reset rows: no transition
             valid = ~self.pending
@@ -140,7 +117,7 @@ class NativeVecEnv:
                                      "where an episode ended")
                 next_obs = out.copy()
                 for i in idx:  # an array of per-env observations (Gymnasium's) or a batched array or tensor
-                    next_obs[i] = self._obs(_numpy(final[i], "observations"))
+                    next_obs[i] = self._obs(numpy_of(final[i], "observations"))
             elif self.mode == AutoresetMode.DISABLED:
                 reset = self._obs(self._call("reset", self.envs.reset, options={"reset_mask": done})[0])
                 obs = out.copy()
@@ -174,94 +151,6 @@ class NativeVecEnv:
             if not self.crashed:
                 raise
 
-
-
-class OneOfVector(gym.Env):
-    """A vector env of one env, seen as a ``gymnasium.Env``: how heron probes the spaces of, checks
-    and evaluates on an env that only comes vectorised (a factory with ``num_envs``). The step that
-    ends an episode returns its final observation, in each autoreset mode; the next ``reset``
-    starts the next episode."""
-
-    def __init__(self, envs: gym.vector.VectorEnv, label: str):
-        if envs.num_envs != 1:
-            raise HeronError(f"{label} made {envs.num_envs} envs where one was asked for (num_envs=1)")
-        self.envs, self.mode = envs, autoreset_mode(envs)
-        self.observation_space = envs.single_observation_space
-        self.action_space = envs.single_action_space
-        self.metadata = {k: v for k, v in envs.metadata.items() if k != "autoreset_mode"}
-        self.render_mode = getattr(envs, "render_mode", None)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        obs, _ = self.envs.reset(seed=seed, options=options)
-        return _numpy(obs, "observations")[0], {}
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        obs, reward, terminated, truncated, infos = self.envs.step(np.asarray(action)[None])
-        terminated, truncated = bool(_numpy(terminated, "flags")[0]), bool(_numpy(truncated, "flags")[0])
-        obs = _numpy(obs, "observations")[0]
-        if (terminated or truncated) and self.mode == AutoresetMode.SAME_STEP:
-            obs = _numpy(infos["final_obs"][0], "observations")
-        return obs, float(_numpy(reward, "rewards")[0]), terminated, truncated, {}
-
-    def render(self) -> Any:
-        frames = self.envs.render()
-        return None if frames is None else frames[0]
-
-    def close(self) -> None:
-        self.envs.close()
-
-
-class Borrowed(gym.vector.VectorEnv):
-    """A user's vector env instance as a run sees it: everything is the env's, but ``close``, which
-    stays with its owner."""
-
-    def __init__(self, envs: gym.vector.VectorEnv):
-        self._envs = envs
-        self.num_envs, self.metadata = envs.num_envs, envs.metadata
-        self.observation_space, self.action_space = envs.observation_space, envs.action_space
-        self.single_observation_space = envs.single_observation_space
-        self.single_action_space = envs.single_action_space
-        self.render_mode = getattr(envs, "render_mode", None)
-
-    def reset(self, **kwargs: Any) -> Any:
-        return self._envs.reset(**kwargs)
-
-    def step(self, actions: Any) -> Any:
-        return self._envs.step(actions)
-
-    def render(self) -> Any:
-        return self._envs.render()
-
-    def __getattr__(self, name: str) -> Any:  # what else the env offers (a device, a state to save)
-        return getattr(self._envs, name)
-
-    def close(self, **kwargs: Any) -> None:
-        pass
-
-
-def lend(envs: gym.vector.VectorEnv, eval_env: Any) -> tuple[Any, Any]:
-    """(vector factory, single-env factory) for a user's vector env instance: the first returns the
-    instance itself (heron does not close it), the second ``eval_env`` or one env of the id the
-    instance was made from (``gymnasium.make_vec``)."""
-    def vector(num_envs: int) -> Borrowed:
-        if num_envs != envs.num_envs:
-            raise HeronError(f"the vector env has {envs.num_envs} envs, the run asks for {num_envs}")
-        return Borrowed(envs)
-
-    if eval_env is not None:
-        if not callable(eval_env):
-            raise HeronError(f"eval_env must be a callable that returns a gymnasium.Env, got {type(eval_env).__name__}")
-        return vector, eval_env
-    spec_id = getattr(getattr(envs, "spec", None), "id", None)
-    if spec_id is None or spec_id not in gym.registry:
-        raise HeronError(f"heron evaluates on single envs and cannot make one of the {type(envs).__name__} given "
-                         "(it was not made from a registered id): pass eval_env= (a callable that returns one env "
-                         "of it), or env= a factory with a num_envs parameter")
-
-    def one(**kwargs: Any) -> gym.Env:
-        return gym.make(spec_id)
-
-    return vector, one
 
 
 def vector_env(cfg: Any, num_envs: int, seed: int) -> Any:
