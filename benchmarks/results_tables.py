@@ -8,7 +8,10 @@
   results.csv), beside ``heron.bench.PUBLISHED``, as ``<!-- learning-table NAME -->`` blocks
   (``LEARNING_TABLES``);
 * ``speed.csv``: one row per measured speed comparison, as ``<!-- speed-table NAME -->`` blocks
-  (NAME: a row's ``table`` or ``group``; ``readme``: the headline rows).
+  (NAME: a row's ``table`` or ``group``; ``readme``: the headline rows);
+* ``summaries.csv``: figures kept as their summary (mean ± spread over seeds) where the per-seed
+  data is not kept, one cell per line (table, row, column, value, seeds, machine, date, command),
+  as ``<!-- summary-table NAME -->`` blocks (``SUMMARY_TABLES`` names each table's row labels).
 
 A block is the text between its marker and ``<!-- /results-table -->`` (``/learning-table``,
 ``/speed-table``), in docs/ and the README, rewritten by this script:
@@ -415,6 +418,47 @@ def add_bench_results(results: Path, machine: str, note: str = "") -> int:
     return len(new)
 
 
+# -- figures kept as summaries (benchmarks/results/summaries.csv) ------------------------------------
+SUMMARIES = ROOT / "benchmarks" / "results" / "summaries.csv"
+SUMMARY_BLOCK = re.compile(r"(<!-- summary-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /summary-table -->)",
+                           re.S)
+SUMMARY_TABLES = {  # table -> the headers of its row labels (a row's labels are its "row", split at " | ")
+    "dreamer-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
+    "td3-walker2d-300k-vs-sb3": ("Figure",),
+    "sac-halfcheetah-100k-vs-sb3": ("Figure",),
+    "learning-check": ("Algorithm",),
+    "recurrent-sac": ("Variant",),
+    "recurrent-ppo": ("Policy", "Command"),
+    "precision-learning": ("Algorithm", "Seeds"),
+}
+
+
+def render_summary(name: str, rows: list[dict]) -> str:
+    """One summary table: a line per ``row`` (labels in its first columns, a label equal to the line
+    above's left blank), a column per ``column``, both in the file's order."""
+    picked = [r for r in rows if r["table"] == name]
+    if name not in SUMMARY_TABLES or not picked:
+        raise SystemExit(f"summary table {name!r}: not in SUMMARY_TABLES or no row of "
+                         f"{SUMMARIES.relative_to(ROOT)} has that table")
+    labels = SUMMARY_TABLES[name]
+    lines_, columns = list(dict.fromkeys(r["row"] for r in picked)), list(dict.fromkeys(r["column"] for r in picked))
+    cells = {(r["row"], r["column"]): r["value"] for r in picked}
+    out = ["| " + " | ".join([*labels, *columns]) + " |", "|" + "---|" * len(labels) + "---:|" * len(columns)]
+    above: list[str] = []
+    for line in lines_:
+        parts = [p.strip() for p in line.split(" | ")]
+        if len(parts) != len(labels):
+            raise SystemExit(f"summary table {name!r}: row {line!r} has {len(parts)} labels, the table {len(labels)}")
+        keep = 0  # leading labels equal to the line above's are left blank
+        while keep < len(parts) - 1 and keep < len(above) and parts[keep] == above[keep]:
+            keep += 1
+        shown = [""] * keep + parts[keep:]
+        out.append("| " + " | ".join([*shown, *(cells.get((line, c), "-") for c in columns)]) + " |")
+        above = parts
+    out += ["", "From `benchmarks/results/summaries.csv`, with the machine and the command of each figure."]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
@@ -429,10 +473,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--add-bench needs --machine (e.g. '2-core AMD EPYC VM, CPU')")
         print(f"recorded {add_bench_results(Path(args.add_bench), args.machine, args.note)} run(s) in {LEARNING}")
     rows = read_rows()
-    learning, speed = read_rows(LEARNING), read_rows(SPEED)
+    learning, speed, summaries = read_rows(LEARNING), read_rows(SPEED), read_rows(SUMMARIES)
     stale = (update_docs(rows, check=args.check)
              + rewrite_blocks(LEARNING_BLOCK, lambda name: render_learning(name, learning), args.check)
-             + rewrite_blocks(SPEED_BLOCK, lambda name: render_speed(name, speed), args.check))
+             + rewrite_blocks(SPEED_BLOCK, lambda name: render_speed(name, speed), args.check)
+             + rewrite_blocks(SUMMARY_BLOCK, lambda name: render_summary(name, summaries), args.check))
     if args.check:
         if stale:
             print("results tables out of date (python benchmarks/results_tables.py rewrites them): "

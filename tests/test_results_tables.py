@@ -1,6 +1,8 @@
 """The docs' results tables are generated from benchmarks/results/ (benchmarks/results_tables.py):
 they must be what the results file gives, and the figures in them what the rows hold."""
 
+import pytest
+
 import heron.bench  # noqa: F401  (the tables read its published figures; imported here, at collection)
 from cli_helpers import load_script
 
@@ -114,3 +116,21 @@ def test_a_bench_results_file_is_recorded_in_the_learning_file(tmp_path, monkeyp
                                                                           ("1", "3100.0", "a machine")]
     assert rows[1]["command"] == "heron bench mujoco-sac --only Hopper --seeds 1 --out bench"
     assert rows[1]["eval_episodes"] == "10" and rows[1]["train_last10"] == "3000.0"
+
+
+def test_a_summary_table_lays_out_its_cells_and_blanks_repeated_labels(monkeypatch):
+    tables = _script()
+    monkeypatch.setitem(tables.SUMMARY_TABLES, "t", ("Env", "Bin"))
+
+    def cell(row, column, value, table="t"):
+        return dict(table=table, row=row, column=column, value=value)
+
+    rows = [cell("A | 1", "heron", "1 ± 2"), cell("A | 1", "peer", "3"), cell("A | 2", "heron", "4"),
+            cell("B | 2", "peer", "5"), cell("A | 1", "heron", "9", table="other")]
+    text = tables.render_summary("t", rows)
+    assert text.splitlines()[:5] == ["| Env | Bin | heron | peer |", "|---|---|---:|---:|", "| A | 1 | 1 ± 2 | 3 |",
+                                     "|  | 2 | 4 | - |", "| B | 2 | - | 5 |"]
+    with pytest.raises(SystemExit, match="has 1 labels, the table 2"):
+        tables.render_summary("t", [cell("A", "heron", "1")])
+    with pytest.raises(SystemExit, match="no row"):
+        tables.render_summary("t", [])
