@@ -25,6 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from heron import registry
 from heron.core.envids import check_env_id
@@ -231,7 +232,8 @@ def _rollout(env: gym.Env, steps: int, seed: int, report: Report) -> list[Findin
 
 def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Finding | None:
     """For an id with a vector entry point: what ``--vector-mode native`` will read of it (its
-    autoreset mode and outputs), from ``steps`` random steps of ``num_envs`` envs; None otherwise."""
+    autoreset mode and outputs; for a tensor env, that its steps keep the tensor contract), from
+    ``steps`` random steps of ``num_envs`` envs; None otherwise."""
     from heron.core.native import NativeVecEnv, require_vector_entry_point
 
     try:
@@ -240,19 +242,23 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
         return None
     what = "vector env (--vector-mode native)"
     try:
-        envs = NativeVecEnv(env_id, num_envs, seed)
+        envs = NativeVecEnv(env_id, num_envs, seed, keep_tensors=True)
     except HeronError as exc:
         return Finding(False, what, str(exc))
     except Exception as exc:
         return Finding(False, what, f"cannot build it: {first_line(exc)}")
     try:
-        kind = type(envs.envs.reset(seed=seed)[0])
+        first = envs.envs.reset(seed=seed)[0]
+        kind = type(first)
+        if isinstance(first, torch.Tensor):
+            envs.train_device = first.device  # a run would train there (--device)
         envs.reset()
         space = envs.single_action_space
         space.seed(seed)
         episodes = reset_rows = 0
         for _ in range(max(1, steps // num_envs)):
-            step = envs.step(np.stack([space.sample() for _ in range(num_envs)]))
+            actions = np.stack([space.sample() for _ in range(num_envs)])
+            step = envs.step(torch.as_tensor(actions) if envs.tensors else actions)
             episodes += len(step.episodes)
             reset_rows += 0 if step.valid is None else int((~step.valid).sum())
     except HeronError as exc:
@@ -262,7 +268,8 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
     finally:
         envs.close()
     outputs = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-    return Finding(True, what, f"{envs.mode.value} autoreset, {outputs} observations; {episodes} episode(s) ended "
+    outputs += " observations" + (f" on {envs.device}, read as tensors (the tensor contract holds)" if envs.tensors else "")
+    return Finding(True, what, f"{envs.mode.value} autoreset, {outputs}; {episodes} episode(s) ended "
                    f"in {max(1, steps // num_envs)} steps of {num_envs} envs"
                    + (f", {reset_rows} reset row(s) left out" if reset_rows else ""))
 

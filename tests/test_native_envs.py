@@ -151,7 +151,8 @@ def test_check_env_says_what_native_mode_reads_of_a_vector_env():
     report = check("heron/TorchPendulum-v1", steps=900)
     vector = [f for f in report.findings if f.what == "vector env (--vector-mode native)"]
     assert len(vector) == 1 and vector[0].ok
-    assert vector[0].detail.startswith("NextStep autoreset, torch.Tensor observations; 4 episode(s) ended")
+    assert vector[0].detail.startswith("NextStep autoreset, torch.Tensor observations on cpu, read as tensors (the "
+                                       "tensor contract holds); 4 episode(s) ended")
     assert not [f for f in check("Pendulum-v1", steps=50).findings if f.what.startswith("vector env")]
 
 

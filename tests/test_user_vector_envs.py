@@ -13,7 +13,8 @@ import yaml
 from gymnasium.vector import AutoresetMode
 
 import heron
-from heron.core.envids import forget_callable, instance_env_id
+from heron.core.envids import callable_env_id, forget_callable, instance_env_id
+from heron.core.native import NativeVecEnv
 from heron.core.vecwrap import OneOfVector
 from heron.errors import HeronError
 from heron.vector.pendulum import TorchPendulum
@@ -110,3 +111,72 @@ def test_a_module_factory_of_vector_envs_on_the_command_line(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "final evaluation" in done.stdout
+
+
+class NoNumpy(torch.Tensor):
+    """A tensor that refuses to become a numpy array: what a tensor env returns here, and all that
+    torch computes from it."""
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("a tensor env's output became a numpy array")
+
+    def numpy(self, *args, **kwargs):
+        raise AssertionError("a tensor env's output became a numpy array")
+
+
+class GuardedPendulum(TorchPendulum):
+    """heron's tensor Pendulum, its outputs NoNumpy tensors; it takes its actions as tensors only."""
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return obs.as_subclass(NoNumpy), info
+
+    def step(self, actions):
+        assert isinstance(actions, torch.Tensor), f"actions reached the env as {type(actions).__name__}"
+        obs, reward, terminated, truncated, info = super().step(actions)
+        return (*(x.as_subclass(NoNumpy) for x in (obs, reward, terminated, truncated)), info)
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_a_tensor_env_s_outputs_never_become_numpy_arrays(algo, tmp_path, forget):
+    def make(num_envs: int):  # evaluation plays one env at a time, read as numpy: a plain one there
+        return GuardedPendulum(num_envs) if num_envs > 1 else TorchPendulum(1)
+
+    forget(callable_env_id(make))
+    with pytest.raises(AssertionError, match="became a numpy array"):  # the guard itself
+        np.asarray(make(2).reset()[0])
+    out = heron.train(algo, env=make, num_envs=4, n_step=2, run_dir=str(tmp_path / "run"),
+                      **{**DEBUG, "total_steps": 1000})  # pendulums end at 200 steps: reset rows on the way
+    assert out["step"] == 1000
+
+
+class BrokenContract(TorchPendulum):
+    """A tensor env whose step breaks the contract as ``how`` says."""
+
+    def __init__(self, num_envs: int, how: str):
+        super().__init__(num_envs)
+        self.how = how
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return (obs.to("meta") if self.how == "meta" else obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = super().step(actions)
+        if self.how == "numpy rewards":
+            reward = reward.numpy()
+        elif self.how == "float flags":
+            terminated = terminated.float()
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("how, message", [
+    ("numpy rewards", "returns rewards as ndarray, not a torch tensor"),
+    ("float flags", "returns terminated as torch.float32, not bool"),
+    ("meta", "returns tensors on meta and the run trains on cpu: pass --device meta"),
+])
+def test_a_tensor_env_that_breaks_the_contract_is_refused_in_one_line(how, message):
+    envs = NativeVecEnv("Pendulum-v1", 2, 0, envs=BrokenContract(2, how), keep_tensors=True)
+    with pytest.raises(HeronError, match=message):
+        envs.reset()
+        envs.step(torch.zeros(2, 1))

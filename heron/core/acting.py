@@ -17,6 +17,11 @@ rows a bfloat16 product gains nothing (TD3's 256-256 actor on one Hopper row act
 faster in float32 numpy than in torch bfloat16). Evaluations keep the run's precision. PPO on a
 GPU acts on a CPU copy of its model (``CpuTwin``), refreshed once per rollout. ``Acting`` is SAC's
 and TD3's way to act, numpy or not, with acting ahead.
+
+A tensor env (``heron.core.native``: a vector env that returns torch tensors) is acted on in torch:
+its observations go to the actor as tensors, and what the loop adds to the actor's output
+(normals, noise, random actions drawn from the run's generators) is made a tensor beside it
+(``as_like``). No observation, action, reward or flag of such an env becomes a numpy array.
 """
 
 from __future__ import annotations
@@ -90,6 +95,13 @@ class CpuTwin:
         return self.twin
 
 
+def as_like(x: np.ndarray | torch.Tensor, like: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """``x`` in ``like``'s kind: a tensor on ``like``'s device, or a numpy array."""
+    if isinstance(like, torch.Tensor):
+        return torch.as_tensor(x).to(like.device)
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+
 class Acting:
     """What SAC's and TD3's loops act with: ``act(obs)`` is the actor's output on a batch of
     observations [N, ...] as a numpy array (TD3: the greedy actions; SAC: its Gaussian), computed the
@@ -118,7 +130,10 @@ class Acting:
         self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and used and numpy_fn is None else None
         self._next: np.ndarray | None = None  # the next act's output, taken ahead
 
-    def _output(self, obs: np.ndarray) -> np.ndarray:
+    def _output(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        if isinstance(obs, torch.Tensor):  # a tensor env's: a tensor on the training device
+            with torch.no_grad():
+                return self.torch_fn(obs.to(self.device))
         if self.numpy_fn is not None:
             return self.numpy_fn(obs)
         if self.graphed is not None:

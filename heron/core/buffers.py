@@ -56,7 +56,7 @@ class ReplayBuffer:
         self._np_rows = None if self._np is None else {name: a.reshape(-1, *a.shape[2:]) for name, a in self._np.items()}
         self.pos = 0  # next row to write
         self.full = False
-        self.invalid: np.ndarray | None = None  # [T, N] rows that hold no transition, once there is one
+        self.invalid: torch.Tensor | None = None  # [T, N] bool (CPU): rows that hold no transition, once there is one
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
 
     @property
@@ -74,9 +74,9 @@ class ReplayBuffer:
         ([N] bool, None: all) marks the envs whose row is a transition; the others' rows are never
         sampled (``heron.core.native``: the step after an episode's end that only reset the env)."""
         if valid is not None and not valid.all() and self.invalid is None:
-            self.invalid = np.zeros((self.rows, self.num_envs), bool)
-        if self.invalid is not None:
-            self.invalid[self.pos] = False if valid is None else ~valid
+            self.invalid = torch.zeros((self.rows, self.num_envs), dtype=torch.bool)
+        if self.invalid is not None:  # (a tensor env's flags stay tensors: heron.core.native)
+            self.invalid[self.pos] = False if valid is None else ~torch.as_tensor(valid).cpu()
         for name, value in row.items():
             if self._np is not None and not isinstance(value, torch.Tensor):
                 self._np[name][self.pos] = value
@@ -106,12 +106,12 @@ class ReplayBuffer:
         t = torch.randint(0, filled, (batch_size,), generator=self.generator)
         e = torch.randint(0, self.num_envs, (batch_size,), generator=self.generator)
         if self.invalid is not None:  # rows that are no transition: drawn again, from the same generator
-            bad = torch.from_numpy(self.invalid[t.numpy(), e.numpy()])
+            bad = self.invalid[t, e]
             while bad.any():
                 k = int(bad.sum())
                 t[bad] = torch.randint(0, filled, (k,), generator=self.generator)
                 e[bad] = torch.randint(0, self.num_envs, (k,), generator=self.generator)
-                bad = torch.from_numpy(self.invalid[t.numpy(), e.numpy()])
+                bad = self.invalid[t, e]
         return t if self.num_envs == 1 else t * self.num_envs + e
 
     def sequence_indices(self, batch_size: int, length: int) -> torch.Tensor:
@@ -206,7 +206,7 @@ class ReplayBuffer:
             "data": {k: v[:filled].to("cpu", copy=True) for k, v in self.data.items()},
             "pos": self.pos, "full": self.full, "rows": self.rows, "num_envs": self.num_envs,
             "generator": self.generator.get_state(),
-            **({} if self.invalid is None else {"invalid": self.invalid[:filled].copy()}),
+            **({} if self.invalid is None else {"invalid": self.invalid[:filled].clone()}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -218,8 +218,8 @@ class ReplayBuffer:
         self.generator.set_state(state["generator"])
         self.invalid = None
         if "invalid" in state:
-            self.invalid = np.zeros((self.rows, self.num_envs), bool)
-            self.invalid[: len(state["invalid"])] = state["invalid"]
+            self.invalid = torch.zeros((self.rows, self.num_envs), dtype=torch.bool)
+            self.invalid[: len(state["invalid"])] = torch.as_tensor(state["invalid"])
 
 
 class RolloutBuffer:

@@ -219,6 +219,8 @@ class VecEnv:
     ``env_fn`` (a picklable no-argument callable) replaces ``make_env`` for algorithms with their
     own wrapper stack (DreamerV2's pixels and action repeat)."""
 
+    tensors = False  # its Steps hold numpy arrays (a native tensor env's may hold tensors: heron.core.native)
+
     def __init__(self, env_id: str, num_envs: int, seed: int, mode: str = "sync",
                  flatten_dict: bool = True, max_episode_steps: int | None = None,
                  render_mode: str | None = None, env_fn: Callable[[], gym.Env] | None = None, **kwargs: Any):

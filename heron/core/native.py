@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode
 
 from heron.core.envids import check_env_id, gym_env_id
@@ -40,10 +41,34 @@ def require_vector_entry_point(env_id: str) -> None:
                          "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async")
 
 
-class NativeVecEnv:
-    """``num_envs`` envs stepped by the env's own vector implementation, with ``VecEnv``'s interface."""
+def check_tensor_step(env_id: str, num_envs: int, device: torch.device, obs: Any, rewards: Any, terminated: Any,
+                      truncated: Any) -> None:
+    """What a tensor env's step must return (docs/guide/vector-envs.md): observations [N, ...],
+    rewards [N] (floating point) and the two flags [N] (bool), all tensors on the device its
+    reset's observations were on. HeronError naming the first that is not."""
+    for name, x, want in (("observations", obs, None), ("rewards", rewards, "float"), ("terminated", terminated, "bool"),
+                          ("truncated", truncated, "bool")):
+        if not isinstance(x, torch.Tensor):
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {type(x).__name__}, not a torch tensor")
+        if x.device != device:
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} on {x.device}, its observations on {device}")
+        if x.shape[:1] != (num_envs,) or (want and x.dim() != 1):
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} of shape {tuple(x.shape)} for {num_envs} "
+                             f"envs (expected [{num_envs}{', ...' if want is None else ''}])")
+        if (want == "bool" and x.dtype != torch.bool) or (want == "float" and not x.is_floating_point()):
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {x.dtype}, not {want}")
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None):
+
+class NativeVecEnv:
+    """``num_envs`` envs stepped by the env's own vector implementation, with ``VecEnv``'s interface.
+
+    With ``keep_tensors`` (SAC, TD3) an env that returns torch tensors is read as tensors: the
+    Step's observations, rewards and flags stay on the env's device (``device``), and actions are
+    handed to it as tensors; ``train_device`` is the run's, which a CUDA env must share. Otherwise
+    (PPO) everything is read as numpy on the CPU."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
+                 keep_tensors: bool = False, train_device: torch.device | str = "cpu"):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         if envs is None:
@@ -62,16 +87,33 @@ class NativeVecEnv:
         self.single_action_space = envs.single_action_space
         self.obs_dtype = obs_dtype(space)
         self._convert = obs_converter(space)
+        self.keep_tensors, self.train_device = keep_tensors, torch.device(train_device)
+        self.tensors = False  # whether the env's outputs are read as tensors (known at the first reset)
+        self.checked = False  # whether a tensor env's first step kept the contract (check_tensor_step)
+        self.device = torch.device("cpu")  # where they are
         self.whole_games = False
-        self.episode_returns = np.zeros(num_envs, np.float64)
-        self.episode_lengths = np.zeros(num_envs, np.int64)
-        self.pending = np.zeros(num_envs, bool)  # NEXT_STEP: the next step resets these
         self.restarts = 0  # resumes, each of which started every episode anew
         self.obs: Any = None
         self.crashed = False
 
     def _obs(self, x: Any) -> Any:
-        return self._convert(numpy_of(x, "observations"))
+        """Observations as the loops read them: a copy (an env may write its next observations
+        into the same buffer), in heron's dtype, as numpy or as a tensor on the env's device."""
+        if not self.tensors:
+            return np.array(self._convert(numpy_of(x, "observations")))
+        x = torch.as_tensor(x, device=self.device)
+        return x.to(torch.uint8 if self.obs_dtype == np.uint8 else torch.float32, copy=True)
+
+    def _as(self, x: Any, what: str, dtype: Any) -> Any:
+        if self.tensors:
+            return torch.as_tensor(x, device=self.device).to({np.float32: torch.float32, bool: torch.bool}[dtype])
+        return numpy_of(x, what).astype(dtype)
+
+    def _zeros(self, dtype: Any) -> Any:
+        if self.tensors:
+            return torch.zeros(self.num_envs, dtype={np.float64: torch.float64, np.int64: torch.int64,
+                                                     bool: torch.bool}[dtype], device=self.device)
+        return np.zeros(self.num_envs, dtype)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -83,31 +125,42 @@ class NativeVecEnv:
     def reset(self, seed: int | None = None) -> Any:
         """Every sub-env from a new episode, seeded ``seed + i`` (the run's seed by default)."""
         obs, _ = self._call("reset", self.envs.reset, seed=self.seed if seed is None else seed)
-        self.obs = np.array(self._obs(obs))
-        self.episode_returns[:] = 0
-        self.episode_lengths[:] = 0
-        self.pending[:] = False
+        self.tensors = self.keep_tensors and isinstance(obs, torch.Tensor)
+        if self.tensors:
+            self.device = obs.device
+            if self.device.type != "cpu" and self.device != self.train_device:
+                raise HeronError(f"the vector env returns tensors on {self.device} and the run trains on "
+                                 f"{self.train_device}: pass --device {self.device}")
+        elif isinstance(obs, torch.Tensor) and obs.device.type != "cpu":
+            raise HeronError(f"the vector env returns observations on {obs.device}: this algorithm reads a "
+                             "native vector env's tensors on the CPU only")
+        self.obs = self._obs(obs)
+        self.episode_returns, self.episode_lengths = self._zeros(np.float64), self._zeros(np.int64)
+        self.pending = self._zeros(bool)  # NEXT_STEP: the next step resets these
         return self.obs
 
-    def step(self, actions: np.ndarray) -> Step:
+    def step(self, actions: Any) -> Step:
+        if self.tensors:
+            actions = torch.as_tensor(actions, device=self.device)
         out, rewards, terminated, truncated, infos = self._call("step", self.envs.step, actions)
-        out = np.array(self._obs(out))  # a copy: an env may write its next observations into the same buffer
-        rewards = numpy_of(rewards, "rewards").astype(np.float32)
-        terminated = numpy_of(terminated, "flags").astype(bool)
-        truncated = numpy_of(truncated, "flags").astype(bool)
+        if self.tensors and not self.checked:
+            check_tensor_step(self.env_id, self.num_envs, self.device, out, rewards, terminated, truncated)
+            self.checked = True
+        out = self._obs(out)
+        rewards = self._as(rewards, "rewards", np.float32)
+        terminated, truncated = self._as(terminated, "flags", bool), self._as(truncated, "flags", bool)
         valid = None
         if self.pending.any():  # NEXT_STEP's reset rows: no transition
             valid = ~self.pending
             rewards, terminated, truncated = rewards * valid, terminated & valid, truncated & valid
-        live = np.ones(self.num_envs, bool) if valid is None else valid
-        self.episode_returns += rewards * live
-        self.episode_lengths += live
+        self.episode_returns += rewards if valid is None else rewards * valid
+        self.episode_lengths += 1 if valid is None else valid
         done = terminated | truncated
         next_obs, obs = out, out
         episodes = []
         if done.any():
-            idx = np.flatnonzero(done)
-            episodes = [(int(i), float(self.episode_returns[i]), int(self.episode_lengths[i])) for i in idx]
+            idx = (done.nonzero().flatten() if self.tensors else np.flatnonzero(done)).tolist()
+            episodes = [(i, float(self.episode_returns[i]), int(self.episode_lengths[i])) for i in idx]
             self.episode_returns[idx] = 0
             self.episode_lengths[idx] = 0
             if self.mode == AutoresetMode.SAME_STEP:
@@ -115,12 +168,12 @@ class NativeVecEnv:
                 if final is None:
                     raise HeronError(f"{self.env_id}: a same-step autoreset env must return infos['final_obs'] "
                                      "where an episode ended")
-                next_obs = out.copy()
+                next_obs = self._obs(out)
                 for i in idx:  # an array of per-env observations (Gymnasium's) or a batched array or tensor
-                    next_obs[i] = self._obs(numpy_of(final[i], "observations"))
+                    next_obs[i] = self._obs(final[i])
             elif self.mode == AutoresetMode.DISABLED:
                 reset = self._obs(self._call("reset", self.envs.reset, options={"reset_mask": done})[0])
-                obs = out.copy()
+                obs = self._obs(out)
                 obs[idx] = reset[idx]
         self.pending = done if self.mode == AutoresetMode.NEXT_STEP else self.pending
         self.obs = obs
@@ -153,10 +206,11 @@ class NativeVecEnv:
 
 
 
-def vector_env(cfg: Any, num_envs: int, seed: int) -> Any:
-    """The run's vector env as ``--vector-mode`` says: the env's own (``native``) or heron's."""
+def vector_env(cfg: Any, num_envs: int, seed: int, device: torch.device | str = "cpu") -> Any:
+    """SAC's and TD3's vector env as ``--vector-mode`` says: the env's own (``native``; a tensor env's
+    outputs stay tensors, on its device, which a CUDA env shares with the run's ``device``) or heron's."""
     from heron.core.envs import VecEnv
 
     if cfg.vector_mode == "native":
-        return NativeVecEnv(cfg.env_id, num_envs, seed)
+        return NativeVecEnv(cfg.env_id, num_envs, seed, keep_tensors=True, train_device=device)
     return VecEnv(cfg.env_id, num_envs, seed, cfg.vector_mode)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -57,12 +59,13 @@ class Actor(nn.Module):
         return None if actor is None else actor.mode
 
 
-def draw(gaussian: np.ndarray, normals: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def draw(gaussian: Any, normals: Any, scale: Any, bias: Any) -> Any:
     """Actions [N, A] from ``gaussian`` ([N, 2A]: ``Actor.gaussian``'s or ``NumpyActor.gaussian``'s)
     and standard normals [N, A]: ``tanh(mean + std * normals) * scale + bias``, the actions of
-    ``tanh_normal_sample``."""
+    ``tanh_normal_sample``; numpy arrays, or tensors (a tensor env's)."""
     A = normals.shape[-1]
-    return np.tanh(gaussian[:, :A] + gaussian[:, A:] * normals) * scale + bias
+    tanh = torch.tanh if isinstance(gaussian, torch.Tensor) else np.tanh
+    return tanh(gaussian[:, :A] + gaussian[:, A:] * normals) * scale + bias
 
 
 class NumpyActor:

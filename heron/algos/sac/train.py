@@ -22,7 +22,7 @@ from heron.algos.sac import lean, losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
 from heron.core import dist, offpolicy
-from heron.core.acting import Acting
+from heron.core.acting import Acting, as_like
 from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
 from heron.core.native import require_vector_entry_point, vector_env
 from heron.core.nets import Polyak, adam, requires_grad
@@ -138,7 +138,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(vector_env(cfg, N, run.env_seed(N)))
+    envs = run.own(vector_env(cfg, N, run.env_seed(N), device))
     if cfg.recurrent != "none" and getattr(envs, "mode", None) == AutoresetMode.NEXT_STEP:
         raise HeronError(f"{cfg.env_id}'s vector env resets in next-step mode, whose reset rows would sit inside "
                          "the recurrent variant's sequences: use --vector-mode sync")
@@ -214,21 +214,23 @@ def train(cfg: Config, run: Run) -> dict:
     # draw of the actions from it on the host, with the normals actor.act would draw on the CPU.
     numpy_actor = NumpyActor.of(actor, N, mixed=True)
     acting = Acting(lambda o: actor.gaussian(o.float()), numpy_actor and numpy_actor.gaussian, device, cfg, used=not S)
-    scale_np, bias_np = actor.scale.cpu().numpy(), actor.bias.cpu().numpy()
+    # a tensor env's actions are drawn in torch, beside the actor's output on the training device
+    scale, bias = (actor.scale, actor.bias) if envs.tensors else (actor.scale.cpu().numpy(), actor.bias.cpu().numpy())
     while global_step < cfg.total_steps:
         if S:
             obs_t = torch.as_tensor(obs, device=device).float()
             with torch.no_grad():
                 _, next_c_state = critic.encode_step(obs_t, c_state)
         if global_step < cfg.learning_starts:
-            actions = np_rng.uniform(low, high, size=(N, A)).astype(np.float32)
+            actions = as_like(np_rng.uniform(low, high, size=(N, A)).astype(np.float32), obs)
             if S:
                 _, next_a_state = actor.act(obs_t, a_state, deterministic=False)
         elif S:
             actions_t, next_a_state = actor.act(obs_t, a_state, deterministic=False)
-            actions = actions_t.cpu().numpy()
+            actions = as_like(actions_t, obs)
         else:
-            actions = draw(acting.act(obs), torch.randn(N, A).numpy(), scale_np, bias_np)
+            gaussian = acting.act(obs)
+            actions = draw(gaussian, as_like(torch.randn(N, A), gaussian), scale, bias)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))

@@ -20,7 +20,7 @@ from heron.algos.td3 import lean, losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
 from heron.core import dist, offpolicy
-from heron.core.acting import Acting
+from heron.core.acting import Acting, as_like
 from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
 from heron.core.native import require_vector_entry_point, vector_env
 from heron.core.nets import Polyak, adam, requires_grad
@@ -102,7 +102,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(vector_env(cfg, N, run.env_seed(N)))
+    envs = run.own(vector_env(cfg, N, run.env_seed(N), device))
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = len(spaces["action_low"])
 
@@ -148,15 +148,19 @@ def train(cfg: Config, run: Run) -> dict:
     policy = Policy(actor, tuple(spaces["obs_shape"]), 0, device)
     metrics: dict[str, torch.Tensor] = {}
     low_np, high_np = spaces["action_low"].numpy(), spaces["action_high"].numpy()
+    low, high = spaces["action_low"].to(device), spaces["action_high"].to(device)
     noise_std = cfg.exploration_noise * (high_np - low_np) / 2
     acting = Acting(actor, NumpyActor.of(actor, N, mixed=True), device, cfg)  # the greedy actions, as numpy arrays
     while global_step < cfg.total_steps:
         if global_step < cfg.learning_starts:
-            actions = np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32)
+            actions = as_like(np_rng.uniform(low_np, high_np, size=(N, A)).astype(np.float32), obs)
         else:
             greedy = acting.act(obs)
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
-            actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
+            if envs.tensors:  # a tensor env's actions stay tensors, beside the actor's
+                actions = torch.clamp(greedy + as_like(noise.astype(np.float32), greedy), low, high)
+            else:
+                actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
