@@ -34,7 +34,9 @@ def _heron(*args, env=None):
 
 
 @pytest.mark.parametrize("algo,extra", [("sac", []), ("td3", ["--precision", "bf16-mixed"]), ("td3", ["--n-step", "3"]),
-                                        ("sac", ["--recurrent", "gru", "--sequence-length", "4", "--rnn-hidden-size", "16"])])
+                                        ("sac", ["--recurrent", "gru", "--sequence-length", "4", "--rnn-hidden-size", "16"]),
+                                        ("sac", ["--env-id", "heron/TorchPendulum-v1", "--vector-mode", "native",
+                                                 "--num-envs", "4", "--n-step", "2"])])
 def test_resume_after_kill_equals_uninterrupted(algo, extra, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert _heron("train", algo, *ARGS, *extra, "--run-dir", str(full)).returncode == 0

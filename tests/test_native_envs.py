@@ -132,17 +132,18 @@ def test_bad_native_vector_envs_are_refused_in_one_line():
 
 
 def test_a_run_on_a_native_vector_env_resumes_with_its_episodes_started_anew(tmp_path):
-    args = ["train", "td3", "--env-id", "heron/TorchPendulum-v1", "--vector-mode", "native", "--num-envs", "4",
-            "--preset", "debug", "--n-step", "2", "--run-dir", str(tmp_path / "run")]
+    # Gymnasium's vector CartPole cannot save its state (heron's tensor Pendulum can: test_determinism)
+    args = ["train", "ppo", "--env-id", "CartPole-v1", "--vector-mode", "native", "--num-envs", "4",
+            "--preset", "debug", "--run-dir", str(tmp_path / "run")]
     crashed = subprocess.run([sys.executable, "-m", "heron", *args], capture_output=True, text=True,
-                             env={**os.environ, "HERON_CRASH_AFTER_CHECKPOINT": "752"})
+                             env={**os.environ, "HERON_CRASH_AFTER_CHECKPOINT": "1024"})
     assert crashed.returncode == 17, crashed.stderr
     resumed = subprocess.run([sys.executable, "-m", "heron", "train", "--resume", str(tmp_path / "run")],
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stderr.count("cannot save its state: every env starts a new episode on resume") == 1
-    state = torch.load(tmp_path / "run" / "checkpoints" / "step_000001500.pt", weights_only=False)
-    assert state["step"] == 1500 and state["envs"]["restarts"] == 1
+    state = torch.load(tmp_path / "run" / "checkpoints" / "step_000002048.pt", weights_only=False)
+    assert state["step"] == 2048 and state["envs"]["restarts"] == 1
 
 
 def test_check_env_says_what_native_mode_reads_of_a_vector_env():

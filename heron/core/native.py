@@ -11,9 +11,10 @@ reads (``heron.core.envs``):
   ignores their actions. That row is not a transition: ``Step.valid`` is False there, and the
   loops store nothing of it. The next observation to act on is then the reset one.
 
-Observations, rewards and flags may be numpy arrays or torch tensors on the CPU; they reach the
-loops as numpy. A native vector env's internal state cannot be saved: on resume its episodes start
-anew from fresh seeds, and the episodes in flight end as truncations (said once in the run's log);
+Observations, rewards and flags may be numpy arrays or torch tensors; SAC and TD3 keep a tensor
+env's as tensors on its device (``keep_tensors``), PPO reads them as numpy. An env that offers
+``state_dict()``/``load_state_dict()`` resumes exactly; any other's episodes start anew from fresh
+seeds on resume, and the episodes in flight end as truncations (said once in the run's log);
 everything else resumes exactly.
 """
 
@@ -180,22 +181,47 @@ class NativeVecEnv:
         return Step(obs, next_obs, rewards, terminated, truncated, episodes, valid=valid)
 
     # -- resume -------------------------------------------------------------------------------
+    def saves_state(self) -> bool:
+        """Whether the env offers ``state_dict()`` and ``load_state_dict(state)`` (heron's tensor
+        Pendulum does): then a resume continues its episodes exactly."""
+        return all(callable(getattr(self.envs, name, None)) for name in ("state_dict", "load_state_dict"))
+
     def state_dict(self) -> dict:
-        """Which sub-envs are between episodes (``fresh``), and how many resumes came before: the
-        envs' own states cannot be saved."""
-        fresh = (self.episode_lengths == 0) | self.pending
-        return {"native": True, "restarts": self.restarts, "fresh": fresh.tolist()}
+        """Which sub-envs are between episodes (``fresh``) and how many resumes came before; with an
+        env that saves its state, that state and heron's view of it (the observations to act on,
+        the episodes' running returns), so that nothing restarts."""
+        state = {"native": True, "restarts": self.restarts}
+        if not self.saves_state():
+            return {**state, "fresh": ((self.episode_lengths == 0) | self.pending).tolist()}
+        return {**state, "fresh": [True] * self.num_envs, "env": _copied(self.envs.state_dict()),
+                "obs": _copied(self.obs), "episode_returns": _copied(self.episode_returns),
+                "episode_lengths": _copied(self.episode_lengths), "pending": _copied(self.pending)}
 
     def load_state_dict(self, state: dict) -> Any:
-        """Start every sub-env anew, from seeds no earlier start used. The episodes in flight at
-        the checkpoint end there (``offpolicy.restore`` marks their last stored step truncated)."""
+        """Continue from a checkpoint's state: exactly, where the env saved its own; else every
+        sub-env starts anew, from seeds no earlier start used, and the episodes in flight at the
+        checkpoint end there (``offpolicy.restore`` marks their last stored step truncated)."""
         if not state.get("native"):
             raise HeronError("this checkpoint was written with another --vector-mode; resume needs the same")
+        if "env" in state and self.saves_state():
+            self.reset(seed=self.seed)  # (the kind and device of its outputs)
+            self.envs.load_state_dict(state["env"])
+            self.restarts = int(state["restarts"])
+            self.obs = self._like(state["obs"])
+            self.episode_returns, self.episode_lengths, self.pending = (
+                self._like(state[k]) for k in ("episode_returns", "episode_lengths", "pending"))
+            return self.obs
         self.restarts = int(state.get("restarts", 0)) + 1
         cut = len(state["fresh"]) - sum(state["fresh"])
         print(f"heron: note: {self.env_id}'s native vector env cannot save its state: every env starts a new episode "
               f"on resume ({cut} episode(s) in flight end as truncations)", file=sys.stderr)
         return self.reset(seed=self.seed + 1_000_003 * self.restarts)
+
+    def _like(self, x: Any) -> Any:
+        """A saved array or tensor as this env's outputs are: a tensor on its device, or numpy."""
+        if self.tensors:
+            return torch.as_tensor(x).to(self.device)
+        return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
     def close(self) -> None:
         try:
@@ -204,6 +230,20 @@ class NativeVecEnv:
             if not self.crashed:
                 raise
 
+
+
+def _copied(x: Any) -> Any:
+    """``x`` (nested dicts and lists of tensors, arrays and plain values) with every tensor and array
+    copied (on the CPU): a checkpoint's, untouched by the steps that follow."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", copy=True)
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if isinstance(x, dict):
+        return {k: _copied(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_copied(v) for v in x)
+    return x
 
 
 def vector_env(cfg: Any, num_envs: int, seed: int, device: torch.device | str = "cpu") -> Any:
