@@ -316,6 +316,20 @@ def test_reward_scaler_statistics_are_numpys_mean_and_var_exactly():
     assert clipped > 0  # the clip was exercised
 
 
+def test_reward_scaler_scales_a_tensor_env_s_rewards_as_numpy_s_in_torch():
+    arrays, tensors, rng = RewardScaler(5, gamma=0.99, clip=2.0), RewardScaler(5, gamma=0.99, clip=2.0), \
+        np.random.default_rng(2)
+    for _ in range(50):
+        rewards, done = rng.normal(1.0, 4.0, 5).astype(np.float32), rng.random(5) < 0.2
+        expected, got = arrays(rewards, done), tensors(torch.from_numpy(rewards), torch.from_numpy(done))
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
+        assert tensors.var == pytest.approx(arrays.var, rel=1e-12)
+    other = RewardScaler(5, gamma=0.99, clip=2.0)  # a checkpoint of the torch one, read back
+    other.load_state_dict(tensors.state_dict())
+    np.testing.assert_allclose(other.ret, arrays.ret, rtol=1e-12)
+
+
 def test_sample_logp_matches_sample_then_log_prob():
     for action in ({"kind": "box", "low": torch.tensor([-1.0]), "high": torch.tensor([1.0])},
                    {"kind": "multidiscrete", "nvec": [2, 3]}, None):

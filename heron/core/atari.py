@@ -170,6 +170,8 @@ class EnvPoolVecEnv:
     Resume: EnvPool cannot save emulator or RNG state, so a resumed run restarts every game (from
     a seed derived from the step), which is not bitwise identical to an uninterrupted run."""
 
+    tensors = False  # its Steps hold numpy arrays
+
     def __init__(self, env_id: str, num_envs: int, seed: int, threads: int | None = None):
         """``threads``: the pool's thread count (None: EnvPool's own default)."""
         import envpool
@@ -289,6 +291,8 @@ class AleVecEnv:
     Threads: ALE steps the envs on ``threads`` threads (the run's torch threads: the learner waits
     while the envs step). Resume: the emulators' states cannot be saved, so a resumed run restarts
     every game from seeds derived from the step, as with EnvPool."""
+
+    tensors = False  # its Steps hold numpy arrays
 
     def __init__(self, env_id: str, num_envs: int, seed: int, threads: int = 1, noop_max: int = 30,
                  fire_reset: bool = True):

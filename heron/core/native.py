@@ -11,8 +11,8 @@ reads (``heron.core.envs``):
   ignores their actions. That row is not a transition: ``Step.valid`` is False there, and the
   loops store nothing of it. The next observation to act on is then the reset one.
 
-Observations, rewards and flags may be numpy arrays or torch tensors; SAC and TD3 keep a tensor
-env's as tensors on its device (``keep_tensors``), PPO reads them as numpy. An env that offers
+Observations, rewards and flags may be numpy arrays or torch tensors; the training loops keep a
+tensor env's as tensors on its device (``keep_tensors``); check-env's probe and tests read numpy. An env that offers
 ``state_dict()``/``load_state_dict()`` resumes exactly; any other's episodes start anew from fresh
 seeds on resume, and the episodes in flight end as truncations (said once in the run's log);
 everything else resumes exactly.
@@ -63,10 +63,10 @@ def check_tensor_step(env_id: str, num_envs: int, device: torch.device, obs: Any
 class NativeVecEnv:
     """``num_envs`` envs stepped by the env's own vector implementation, with ``VecEnv``'s interface.
 
-    With ``keep_tensors`` (SAC, TD3) an env that returns torch tensors is read as tensors: the
+    With ``keep_tensors`` (the training loops) an env that returns torch tensors is read as tensors: the
     Step's observations, rewards and flags stay on the env's device (``device``), and actions are
     handed to it as tensors; ``train_device`` is the run's, which a CUDA env must share. Otherwise
-    (PPO) everything is read as numpy on the CPU."""
+    everything is read as numpy on the CPU."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
                  keep_tensors: bool = False, train_device: torch.device | str = "cpu"):

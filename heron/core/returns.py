@@ -17,7 +17,7 @@ Timeline of one env (| marks an episode end at step t, obs' = next_obs)::
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -170,7 +170,8 @@ class RewardScaler:
     are part of the checkpoint (``state_dict``), so resume continues with the same scale.
 
     It runs once per env step on a handful of numbers, so it works in numpy float64 (far cheaper
-    than the same arithmetic on tiny torch tensors)."""
+    than the same arithmetic on tiny torch tensors); a tensor env's rewards are scaled in torch, on
+    their device (its running returns then live there)."""
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8,
                  moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None):
@@ -179,8 +180,10 @@ class RewardScaler:
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
         self.moments = moments  # data-parallel runs: the moments of every rank's returns (dist.global_moments)
 
-    def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def __call__(self, rewards: Any, done: Any) -> Any:
         """rewards [N] -> scaled rewards [N] (float32); folds the returns into the statistics first."""
+        if isinstance(rewards, torch.Tensor):
+            return self._tensors(rewards, done)
         self.ret = self.ret * self.gamma + rewards
         if self.moments is not None:
             m, v, b = self.moments(torch.from_numpy(self.ret))
@@ -198,10 +201,23 @@ class RewardScaler:
         scaled = rewards / np.sqrt(self.var + self.eps)
         return np.minimum(np.maximum(scaled, -self.clip), self.clip).astype(np.float32)  # np.clip, without its wrapper
 
+    def _tensors(self, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``__call__`` for a tensor env's rewards: the same sums in torch float64."""
+        self.ret = torch.as_tensor(self.ret, dtype=torch.float64).to(rewards.device) * self.gamma + rewards
+        m, v, b = self.moments(self.ret) if self.moments is not None else (self.ret.mean(), self.ret.var(correction=0), self.ret.numel())
+        b_mean, b_var = float(m), float(v)
+        delta, total = b_mean - self.mean, self.count + b
+        self.mean += delta * b / total
+        self.var = (self.var * self.count + b_var * b + delta * delta * self.count * b / total) / total
+        self.count = total
+        self.ret[done] = 0.0
+        return torch.clamp(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip).float()
+
     def state_dict(self) -> dict:
-        return {"ret": torch.from_numpy(self.ret.copy()), "mean": torch.tensor(self.mean, dtype=torch.float64),
+        ret = self.ret.detach().cpu().clone() if isinstance(self.ret, torch.Tensor) else torch.from_numpy(self.ret.copy())
+        return {"ret": ret, "mean": torch.tensor(self.mean, dtype=torch.float64),
                 "var": torch.tensor(self.var, dtype=torch.float64), "count": torch.tensor(self.count, dtype=torch.float64)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.ret = state["ret"].numpy().astype(np.float64).copy()
+        self.ret = state["ret"].numpy().astype(np.float64).copy()  # (a tensor env's rewards move it to their device)
         self.mean, self.var, self.count = (float(state[k]) for k in ("mean", "var", "count"))

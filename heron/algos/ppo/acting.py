@@ -10,6 +10,9 @@ the rollout's sampling noise, taken the fastest way that gives the same numbers:
 * else, under --cuda-graphs, as a recorded CUDA graph (``networks.RecordedActing``: CNNs, a shared
   body, mixed precision);
 * else in torch on the training device, the recurrent bodies included.
+
+A tensor env's observations (``heron.core.native``) are acted on in torch, and its actions handed
+back as tensors: nothing of such an env becomes a numpy array.
 """
 
 from __future__ import annotations
@@ -47,15 +50,17 @@ class RolloutActing:
             (self.twin.refresh() if self.twin is not None else self.model).numpy_acting(self.num_envs)
         self.noise_np = noise.cpu().numpy() if self.fast is not None else None
 
-    def act(self, t: int, obs: np.ndarray, state: torch.Tensor) -> tuple[Any, np.ndarray, Any, Any, Any, torch.Tensor]:
+    def act(self, t: int, obs: Any, state: torch.Tensor) -> tuple[Any, Any, Any, Any, Any, torch.Tensor]:
+        tensor_env = isinstance(obs, torch.Tensor)
         if self.recorded is not None:  # the frames go up once (to the graph's input and the rollout)
             obs_t = torch.as_tensor(obs, device=self.device)
             return (obs_t, *self.recorded(obs_t, self.noise[t]), state)
-        if self.fast is not None:
+        if self.fast is not None and not tensor_env:
             return (obs, *self.fast(obs, self.noise_np[t]), state)
         obs_t = torch.as_tensor(obs, device=self.device)
         head = self.model.pi_head
         with torch.no_grad():
             params, values, state = self.model.step(obs_t, state)
             actions, logp = head.sample_logp(params, self.noise[t])
-        return obs_t, head.to_env(actions).cpu().numpy(), actions, logp, values, state
+        to_env = head.to_env(actions)
+        return obs_t, to_env if tensor_env else to_env.cpu().numpy(), actions, logp, values, state

@@ -71,7 +71,7 @@ def make_envs(cfg: Config, run: Run):
     """This process's envs (all of them without torchrun), seeded where its share begins."""
     n = run.local(cfg.num_envs)
     if cfg.vector_mode == "native":
-        return NativeVecEnv(cfg.env_id, n, run.env_seed(n))
+        return NativeVecEnv(cfg.env_id, n, run.env_seed(n), keep_tensors=True, train_device=run.device)
     backend = atari.choose_backend(cfg.env_id, cfg.env_backend,
                                    run.resume_state["envs"] if run.resume_state is not None else None)
     if backend == "envpool":

@@ -188,7 +188,8 @@ def train(cfg: Config, run: Run) -> dict:
     global_step, iteration = 0, 0
     obs = envs.reset()
     state = torch.zeros(N, S, device=device)
-    starts = np.ones(N, bool)  # the obs we act on begins an episode
+    # the obs we act on begins an episode (a tensor env's flags: tensors on its device)
+    starts = torch.ones(N, dtype=torch.bool, device=envs.device) if envs.tensors else np.ones(N, bool)
     if run.resume_state is not None:
         s = run.resume_state
         model.load_state_dict(s["actor"])
@@ -233,15 +234,16 @@ def train(cfg: Config, run: Run) -> dict:
             step = envs.step(to_env)
             global_step += cfg.num_envs  # every rank's envs
             done = step.terminated | step.truncated
-            valid = np.ones(N, bool) if step.valid is None else step.valid
+            valid = (torch.ones_like(done) if envs.tensors else np.ones(N, bool)) if step.valid is None else step.valid
             for name, value in zip(seen, (obs_t, actions, logp, v)):
                 seen[name].append(value)
             for name, value in zip(got, (scaler(step.rewards, done) if scaler else step.rewards, starts,
                                          step.terminated, step.truncated, valid)):
                 got[name].append(value)
-            if done.any():
-                ended = np.flatnonzero(done)
-                finals.append((np.full(len(ended), t), ended, step.next_obs[ended]))
+            if done.any():  # (a tensor env's: tensors on its device)
+                ended = done.nonzero().flatten() if envs.tensors else np.flatnonzero(done)
+                finals.append((torch.full((len(ended),), t), torch.as_tensor(ended).cpu(),
+                               torch.as_tensor(step.next_obs[ended])))
             obs, starts = step.obs, done | ~valid  # after a reset row, the reset observation
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
@@ -250,15 +252,14 @@ def train(cfg: Config, run: Run) -> dict:
             stacked = torch.stack(values) if on_device else torch.from_numpy(np.stack(values)).to(device)
             w[name].copy_(stacked if name != "values" else model.value_norm.denormalize(stacked))
         for name, arrays in got.items():
-            w[name].copy_(torch.from_numpy(np.stack(arrays)))
+            w[name].copy_(torch.stack(arrays) if envs.tensors else torch.from_numpy(np.stack(arrays)))
         # next_obs_t is obs_{t+1} except at the last step and where an episode ended: a copy where the
         # rollout already is (on a GPU: frames uploaded once, not twice), then the exceptions
         w["next_obs"][:-1].copy_(w["obs"][1:])
-        w["next_obs"][-1].copy_(torch.from_numpy(np.asarray(step.next_obs)))
+        w["next_obs"][-1].copy_(torch.as_tensor(step.next_obs))
         if finals:
-            rows, cols, final = (np.concatenate(part) for part in zip(*finals))
-            w["next_obs"][torch.from_numpy(rows), torch.from_numpy(cols)] = \
-                torch.from_numpy(final).to(device, w["next_obs"].dtype)
+            rows, cols, final = (torch.cat(part) for part in zip(*finals))
+            w["next_obs"][rows, cols] = final.to(device, w["next_obs"].dtype)
         buf.commit()
 
         # -- learn ----------------------------------------------------------------------------------
