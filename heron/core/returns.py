@@ -204,7 +204,10 @@ class RewardScaler:
     def _tensors(self, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """``__call__`` for a tensor env's rewards: the same sums in torch float64."""
         self.ret = torch.as_tensor(self.ret, dtype=torch.float64).to(rewards.device) * self.gamma + rewards
-        m, v, b = self.moments(self.ret) if self.moments is not None else (self.ret.mean(), self.ret.var(correction=0), self.ret.numel())
+        if self.moments is not None:
+            m, v, b = self.moments(self.ret)
+        else:
+            m, v, b = self.ret.mean(), self.ret.var(correction=0), self.ret.numel()
         b_mean, b_var = float(m), float(v)
         delta, total = b_mean - self.mean, self.count + b
         self.mean += delta * b / total
@@ -214,7 +217,7 @@ class RewardScaler:
         return torch.clamp(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip).float()
 
     def state_dict(self) -> dict:
-        ret = self.ret.detach().cpu().clone() if isinstance(self.ret, torch.Tensor) else torch.from_numpy(self.ret.copy())
+        ret = self.ret.cpu().clone() if isinstance(self.ret, torch.Tensor) else torch.from_numpy(self.ret.copy())
         return {"ret": ret, "mean": torch.tensor(self.mean, dtype=torch.float64),
                 "var": torch.tensor(self.var, dtype=torch.float64), "count": torch.tensor(self.count, dtype=torch.float64)}
 
