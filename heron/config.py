@@ -77,6 +77,8 @@ class RunConfig:
             if getattr(self, name) < 0:
                 raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
         check_device(self.device, "device")
+        if self.env_id.startswith("envpool/") and self.vector_mode != "native":
+            raise HeronError(f"{self.env_id} is EnvPool's vector env: train on it with --vector-mode native")
         if self.precision == "16-mixed":
             from heron.core.precision import check
 

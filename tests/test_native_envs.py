@@ -237,3 +237,38 @@ def test_ppo_learns_from_transitions_only_on_a_next_step_vector_env(counter_id, 
     assert len(drawn) == 2 * 2 * 4 and len(obs) == 2 * 2 * 4 * ((60 - reset_rows) // 4)
     assert (steps < 3 + env).all()  # never the row that acts on an episode's final observation
     assert len({tuple(o.tolist()) for o in obs}) == 3 + 4 + 5  # every transition's observation is drawn
+
+
+def test_envpool_ids_step_envpool_reseeded_by_the_run_and_read_in_next_step_mode():
+    from heron.core.atari import envpool_available
+    from heron.core.envids import check_env_id
+
+    if not envpool_available():
+        pytest.skip("envpool is not installed (pip install -e '.[envpool]')")
+    from heron.vector.envpool import EnvPoolVector
+
+    pool = EnvPoolVector("Pendulum-v1", 3, seed=1)
+    first, again, other = (pool.reset(seed=s)[0].copy() for s in (3, 3, 4))
+    np.testing.assert_array_equal(first, again)  # a reset's seed decides the episodes (EnvPool ignores it)
+    assert not np.allclose(first, other)
+    pool.close()
+    check_env_id("envpool/Pendulum-v1")
+    try:
+        envs = NativeVecEnv("envpool/Pendulum-v1", 3, 0)
+        assert envs.mode == AutoresetMode.NEXT_STEP
+        envs.reset()
+        for t in range(201):
+            step = envs.step(np.zeros((3, 1), np.float32))
+            if t == 199:  # Gymnasium's Pendulum episode length, truncated
+                assert step.truncated.all() and len(step.episodes) == 3 and step.episodes[0][2] == 200
+            if t == 200:  # EnvPool's reset step: no transition
+                assert step.valid is not None and not step.valid.any()
+        envs.close()
+        with pytest.raises(HeronError, match="EnvPool has no task 'Nope-v1'"):
+            check_env_id("envpool/Nope-v1")
+        done = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--env-id", "envpool/Pendulum-v1"],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            "heron: error: envpool/Pendulum-v1 is EnvPool's vector env: train on it with --vector-mode native"]
+    finally:
+        gym.registry.pop("envpool/Pendulum-v1", None)

@@ -26,6 +26,7 @@ import numpy as np
 from heron.core.faults import env_call
 from heron.core.transitions import Step
 from heron.errors import HeronError
+from heron.vector.envpool import load as load_envpool
 
 _V4 = re.compile(r"^[A-Za-z]+NoFrameskip-v4$")
 _V5 = re.compile(r"^ALE/[A-Za-z]+-v5$")
@@ -155,7 +156,7 @@ def wrong_backend(env_state: dict) -> HeronError:
 # -- EnvPool ------------------------------------------------------------------------------------------
 def envpool_available() -> bool:
     try:
-        import envpool  # noqa: F401
+        load_envpool()
     except Exception:
         return False
     return True
@@ -174,7 +175,7 @@ class EnvPoolVecEnv:
 
     def __init__(self, env_id: str, num_envs: int, seed: int, threads: int | None = None):
         """``threads``: the pool's thread count (None: EnvPool's own default)."""
-        import envpool
+        envpool = load_envpool()
 
         game = env_id.split("/")[-1].replace("NoFrameskip-v4", "-v5")
         self.env_id, self.num_envs, self.seed, self._game = env_id, num_envs, seed, game
@@ -236,7 +237,7 @@ class EnvPoolVecEnv:
         return {"backend": "envpool", "fresh": (self.episode_lengths == 0).tolist(), "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> np.ndarray:
-        import envpool
+        envpool = load_envpool()
 
         if state.get("backend") != "envpool":
             raise wrong_backend(state)

@@ -2,7 +2,8 @@
 
 An id is a Gymnasium id (``Hopper-v5``, ``ALE/Pong-v5``, ``PongNoFrameskip-v4``), a PyBullet id
 (``heron.core.pybullet``), one of heron's partially observable variants (``heron/...-NoVel-v1``),
-a user's ``module:name`` (a module that registers ``name``, or a factory or env class in it) or,
+EnvPool's vector env of a Gymnasium task (``envpool/<id>``, ``heron.vector.envpool``), a user's
+``module:name`` (a module that registers ``name``, or a factory or env class in it) or,
 for ``heron.train(env=fn)``, a callable known to this process. ``check_env_id`` turns an unknown id
 or a missing optional extra into a one-line ``HeronError``.
 """
@@ -243,6 +244,12 @@ def check_env_id(env_id: str) -> None:
         from heron.core import dmc
 
         dmc.register(env_id)
+        return
+    if env_id.startswith("envpool/"):  # EnvPool's vector env of a Gymnasium task (heron.vector.envpool)
+        _require("envpool", "envpool", env_id)
+        from heron.vector import envpool
+
+        envpool.register(env_id)
         return
     if env_id in PYBULLET_IDS:
         _require("pybullet", "pybullet", env_id)

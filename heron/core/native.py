@@ -101,14 +101,14 @@ class NativeVecEnv:
         """Observations as the loops read them: a copy (an env may write its next observations
         into the same buffer), in heron's dtype, as numpy or as a tensor on the env's device."""
         if not self.tensors:
-            return np.array(self._convert(numpy_of(x, "observations")))
+            return np.array(self._convert(numpy_of(x)))
         x = torch.as_tensor(x, device=self.device)
         return x.to(torch.uint8 if self.obs_dtype == np.uint8 else torch.float32, copy=True)
 
-    def _as(self, x: Any, what: str, dtype: Any) -> Any:
+    def _as(self, x: Any, dtype: Any) -> Any:
         if self.tensors:
             return torch.as_tensor(x, device=self.device).to({np.float32: torch.float32, bool: torch.bool}[dtype])
-        return numpy_of(x, what).astype(dtype)
+        return numpy_of(x).astype(dtype)
 
     def _zeros(self, dtype: Any) -> Any:
         if self.tensors:
@@ -148,8 +148,8 @@ class NativeVecEnv:
             check_tensor_step(self.env_id, self.num_envs, self.device, out, rewards, terminated, truncated)
             self.checked = True
         out = self._obs(out)
-        rewards = self._as(rewards, "rewards", np.float32)
-        terminated, truncated = self._as(terminated, "flags", bool), self._as(truncated, "flags", bool)
+        rewards = self._as(rewards, np.float32)
+        terminated, truncated = self._as(terminated, bool), self._as(truncated, bool)
         valid = None
         if self.pending.any():  # NEXT_STEP's reset rows: no transition
             valid = ~self.pending

@@ -28,13 +28,10 @@ def autoreset_mode(envs: Any) -> AutoresetMode:
     return mode
 
 
-def numpy_of(x: Any, what: str) -> np.ndarray:
-    """``x`` (a numpy array, a list or a torch tensor on the CPU) as a numpy array."""
+def numpy_of(x: Any) -> np.ndarray:
+    """``x`` (a numpy array, a list or a torch tensor on any device) as a numpy array."""
     if type(x).__module__.startswith("torch"):
-        if x.device.type != "cpu":
-            raise HeronError(f"the vector env returns {what} on {x.device}: --vector-mode native reads tensors on "
-                             "the CPU only")
-        return x.numpy()
+        return x.detach().cpu().numpy()
     return np.asarray(x)
 
 
@@ -55,15 +52,15 @@ class OneOfVector(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         obs, _ = self.envs.reset(seed=seed, options=options)
-        return numpy_of(obs, "observations")[0], {}
+        return numpy_of(obs)[0], {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, infos = self.envs.step(np.asarray(action)[None])
-        terminated, truncated = bool(numpy_of(terminated, "flags")[0]), bool(numpy_of(truncated, "flags")[0])
-        obs = numpy_of(obs, "observations")[0]
+        terminated, truncated = bool(numpy_of(terminated)[0]), bool(numpy_of(truncated)[0])
+        obs = numpy_of(obs)[0]
         if (terminated or truncated) and self.mode == AutoresetMode.SAME_STEP:
-            obs = numpy_of(infos["final_obs"][0], "observations")
-        return obs, float(numpy_of(reward, "rewards")[0]), terminated, truncated, {}
+            obs = numpy_of(infos["final_obs"][0])
+        return obs, float(numpy_of(reward)[0]), terminated, truncated, {}
 
     def render(self) -> Any:
         frames = self.envs.render()
