@@ -34,7 +34,7 @@ class RunConfig:
     total_steps: int = opt(1_000_000, "total environment steps to train for (summed over envs)")
     num_envs: int = opt(1, "number of parallel environments")
     vector_mode: str = opt("sync", "vector env: sync (same process), async (subprocesses), or native: the env's own "
-                           "vector implementation, for an id registered with a vector_entry_point (SAC, TD3, PPO)",
+                           "vector implementation, for an id registered with a vector_entry_point",
                            ("sync", "async", "native"))
     device: str = opt("auto", "torch device: auto (cuda when available), cpu or cuda[:N]")
     run_dir: str = opt("", "run directory; empty means runs/<env>__<algo>__<seed>__<time>")

@@ -124,11 +124,11 @@ def test_bad_native_vector_envs_are_refused_in_one_line():
     with pytest.raises(HeronError, match="takes Box observations"):
         NativeVecEnv("Pendulum-v1", 1, 0, envs=dict_envs)
     dict_envs.close()
-    done = subprocess.run([sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native"],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native",
+                           "--action-repeat", "2"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "heron: error: --vector-mode native applies to SAC, TD3 and PPO; DreamerV2 steps heron's own vector envs "
-        "(--vector-mode sync or async)"]
+        "heron: error: --vector-mode native trains DreamerV2 on the env's vector observations as it steps them: "
+        "--action-repeat 1 and no --observation pixels (heron's vector envs do those)"]
 
 
 def test_a_run_on_a_native_vector_env_resumes_with_its_episodes_started_anew(tmp_path):
@@ -272,3 +272,28 @@ def test_envpool_ids_step_envpool_reseeded_by_the_run_and_read_in_next_step_mode
             "heron: error: envpool/Pendulum-v1 is EnvPool's vector env: train on it with --vector-mode native"]
     finally:
         gym.registry.pop("envpool/Pendulum-v1", None)
+
+
+def test_dreamer_v2_stores_whole_episodes_of_a_next_step_vector_env(counter_id, monkeypatch, tmp_path):
+    import heron
+    from heron.core.buffers import EpisodeBuffer
+
+    stored, store = [], EpisodeBuffer.store_episode
+
+    def watched(self, episode):
+        stored.append({k: v.copy() for k, v in episode.items()})
+        return store(self, episode)
+
+    monkeypatch.setattr(EpisodeBuffer, "store_episode", watched)
+    heron.train("dreamer_v2", env_id=counter_id, vector_mode="native", num_envs=3, presets=["debug"],
+                total_steps=90, learning_starts=30, buffer_type="sequential", sequence_length=4,
+                run_dir=str(tmp_path / "run"))
+    by_env = {}
+    for episode in stored:
+        steps, env = episode["state"][:, 0], int(episode["state"][0, 1])
+        by_env.setdefault(env, []).append(episode)
+        # the reset observation, then every step of the episode once: no reset row among them
+        np.testing.assert_array_equal(steps, np.arange(4 + env))
+        assert episode["is_first"].tolist() == [True] + [False] * (3 + env)
+        assert episode["is_terminal"][-1] == (env % 2 == 1) and not episode["is_terminal"][:-1].any()
+    assert sorted(by_env) == [0, 1, 2] and all(len(v) >= 3 for v in by_env.values())

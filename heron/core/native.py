@@ -69,7 +69,7 @@ class NativeVecEnv:
     everything is read as numpy on the CPU."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
-                 keep_tensors: bool = False, train_device: torch.device | str = "cpu"):
+                 keep_tensors: bool = False, train_device: torch.device | str = "cpu", restore_state: bool = True):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         if envs is None:
@@ -89,6 +89,7 @@ class NativeVecEnv:
         self.obs_dtype = obs_dtype(space)
         self._convert = obs_converter(space)
         self.keep_tensors, self.train_device = keep_tensors, torch.device(train_device)
+        self.restore_state = restore_state  # False: every episode starts anew on resume, even if the env saves
         self.tensors = False  # whether the env's outputs are read as tensors (known at the first reset)
         self.checked = False  # whether a tensor env's first step kept the contract (check_tensor_step)
         self.device = torch.device("cpu")  # where they are
@@ -176,15 +177,19 @@ class NativeVecEnv:
                 reset = self._obs(self._call("reset", self.envs.reset, options={"reset_mask": done})[0])
                 obs = self._obs(out)
                 obs[idx] = reset[idx]
-        self.pending = done if self.mode == AutoresetMode.NEXT_STEP else self.pending
+        started = None
+        if self.mode == AutoresetMode.NEXT_STEP:
+            started = self._zeros(bool) if valid is None else ~valid  # the reset rows' observations begin episodes
+            self.pending = done
         self.obs = obs
-        return Step(obs, next_obs, rewards, terminated, truncated, episodes, valid=valid)
+        return Step(obs, next_obs, rewards, terminated, truncated, episodes, valid=valid, started=started)
 
     # -- resume -------------------------------------------------------------------------------
     def saves_state(self) -> bool:
         """Whether the env offers ``state_dict()`` and ``load_state_dict(state)`` (heron's tensor
         Pendulum does): then a resume continues its episodes exactly."""
-        return all(callable(getattr(self.envs, name, None)) for name in ("state_dict", "load_state_dict"))
+        return self.restore_state and all(callable(getattr(self.envs, name, None))
+                                          for name in ("state_dict", "load_state_dict"))
 
     def state_dict(self) -> dict:
         """Which sub-envs are between episodes (``fresh``) and how many resumes came before; with an

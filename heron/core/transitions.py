@@ -19,3 +19,6 @@ class Step:
     # [N] bool, or None when every row is one: False where the row is no transition (the step after an
     # episode's end in a next-step autoreset vector env, which only reset that env: heron.core.native)
     valid: np.ndarray | None = None
+    # [N] bool, or None when it is where an episode ended (terminated | truncated): where ``obs`` begins
+    # an episode. A next-step autoreset env's episodes begin at its reset rows, not where they ended
+    started: np.ndarray | None = None

@@ -84,9 +84,9 @@ class Config(RunConfig):
         if self.cuda_graphs and self.compile:  # SAC, TD3 and PPO record their compiled step
             raise HeronError("dreamer_v2: --cuda-graphs and --compile are alternatives: choose one")
         super().validate()
-        if self.vector_mode == "native":
-            raise HeronError("--vector-mode native applies to SAC, TD3 and PPO; DreamerV2 steps heron's own "
-                             "vector envs (--vector-mode sync or async)")
+        if self.vector_mode == "native" and (self.action_repeat != 1 or self.observation == "pixels"):
+            raise HeronError("--vector-mode native trains DreamerV2 on the env's vector observations as it steps "
+                             "them: --action-repeat 1 and no --observation pixels (heron's vector envs do those)")
         for name in ("action_repeat", "train_every", "gradient_steps", "per_rank_batch_size", "sequence_length",
                      "buffer_size", "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
                      "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr",

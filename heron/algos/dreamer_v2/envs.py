@@ -165,3 +165,41 @@ def _cap(env: gym.Env, max_episode_steps: int) -> gym.Env:
     """--max-episode-steps: a TimeLimit in agent steps, outside the action repeat (the env's own
     limit, inside, still holds)."""
     return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
+
+
+class NativeStates:
+    """A native vector env (``heron.core.native``) as DreamerV2's loop reads its envs: vector
+    observations under ``state`` (float32, flattened), as ``DictObservation`` gives them for one env.
+    The env's own episodes restart on resume (``restore_state=False``): DreamerV2's replay closes
+    the staged episodes at a checkpoint, so an env that continued them would split them."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        from heron.core.native import NativeVecEnv
+
+        self.envs = NativeVecEnv(env_id, num_envs, seed, restore_state=False)
+        space = self.envs.single_observation_space
+        if len(space.shape) != 1:
+            self.envs.close()
+            raise HeronError(f"{env_id}: dreamer_v2 reads a native vector env's vector observations only "
+                             f"(shape {space.shape}); use --vector-mode sync for images")
+        self.num_envs, self.single_action_space = num_envs, self.envs.single_action_space
+        self.single_observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-np.inf, np.inf, space.shape,
+                                                                                  np.float32)})
+
+    def __getattr__(self, name: str) -> Any:  # mode, episode_lengths, state_dict, close, ...
+        return getattr(self.envs, name)
+
+    @staticmethod
+    def _dict(obs: np.ndarray) -> dict[str, np.ndarray]:
+        return {"state": obs.astype(np.float32, copy=False)}
+
+    def reset(self) -> dict[str, np.ndarray]:
+        return self._dict(self.envs.reset())
+
+    def load_state_dict(self, state: dict) -> dict[str, np.ndarray]:
+        return self._dict(self.envs.load_state_dict(state))
+
+    def step(self, actions: np.ndarray) -> Any:
+        step = self.envs.step(actions)
+        step.obs, step.next_obs = self._dict(step.obs), self._dict(step.next_obs)
+        return step

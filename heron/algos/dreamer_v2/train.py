@@ -40,6 +40,7 @@ from heron.core import checkpoint as ckpt
 from heron.core import dist
 from heron.core.buffers import EpisodeBuffer
 from heron.core.envs import VecEnv
+from heron.core.native import require_vector_entry_point
 from heron.core.policy import Policy
 from heron.core.precision import Precision
 from heron.core.run import Run
@@ -93,6 +94,8 @@ def spaces_of(cfg: Config, obs_space: gym.spaces.Dict, act_space: gym.Space) -> 
 def check(cfg: Config) -> dict:
     """Reject an env or option DreamerV2 cannot handle, before a run directory exists; returns the
     spaces a checkpoint saves (resume and eval compare them)."""
+    if cfg.vector_mode == "native":
+        require_vector_entry_point(cfg.env_id)
     env = _env_fn(cfg)
     try:
         return spaces_of(cfg, env.observation_space, env.action_space)
@@ -261,7 +264,8 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
 def train(cfg: Config, run: Run) -> dict:
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
+    envs = run.own(denvs.NativeStates(cfg.env_id, N, run.env_seed(N)) if cfg.vector_mode == "native" else
+                   VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(_env_fn, cfg)))
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     A, discrete = spaces["action_dim"], spaces["discrete"]
@@ -343,11 +347,13 @@ def train(cfg: Config, run: Run) -> dict:
             env_actions = to_env_actions(actions_t, spaces)
         step = envs.step(env_actions)
         done = step.terminated | step.truncated
+        # a native env's reset rows are no transition (step.valid), and its episodes begin there (step.started)
         rb.add({**{k: step.next_obs[k] for k in keys}, "action": actions, "reward": step.rewards,
-                "is_first": np.zeros(N, bool), "is_terminal": step.terminated}, done)
-        if done.any():
-            rb.add(first_entries(step.obs), np.zeros(N, bool), mask=done)
-        is_first = torch.as_tensor(done, device=device)
+                "is_first": np.zeros(N, bool), "is_terminal": step.terminated}, done, mask=step.valid)
+        started = done if step.started is None else step.started
+        if started.any():
+            rb.add(first_entries(step.obs), np.zeros(N, bool), mask=started)
+        is_first = torch.as_tensor(started, device=device)
         if not warned_terminal and step.terminated.any():
             warned_terminal = True
             run.logger.warn(f"{cfg.env_id} ends episodes by termination but --use-continues is off: imagined "
