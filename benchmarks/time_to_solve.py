@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             results[side].append((seconds, step))
             shown = "not solved" if seconds is None else f"{seconds:.1f} s at {step} env steps"
             print(f"{side} seed {seed}: {shown}", flush=True)
-    print(f"\n| side | seeds solved | seconds to {threshold:g} (median, each) | env steps (each) |\n|---|---:|---:|---|")
+    print(f"\n| side | seeds solved | seconds to {threshold:g} (median, each) | env steps (each) |")
+    print("|---|---:|---:|---|")
     for side, runs in results.items():
         solved = [s for s, _ in runs if s is not None]
         median = f"{statistics.median(solved):.1f}" if solved else "-"

@@ -268,7 +268,9 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
     finally:
         envs.close()
     outputs = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-    outputs += " observations" + (f" on {envs.device}, read as tensors (the tensor contract holds)" if envs.tensors else "")
+    outputs += " observations"
+    if envs.tensors:
+        outputs += f" on {envs.device}, read as tensors (the tensor contract holds)"
     return Finding(True, what, f"{envs.mode.value} autoreset, {outputs}; {episodes} episode(s) ended "
                    f"in {max(1, steps // num_envs)} steps of {num_envs} envs"
                    + (f", {reset_rows} reset row(s) left out" if reset_rows else ""))

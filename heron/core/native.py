@@ -11,8 +11,8 @@ reads (``heron.core.envs``):
   ignores their actions. That row is not a transition: ``Step.valid`` is False there, and the
   loops store nothing of it. The next observation to act on is then the reset one.
 
-Observations, rewards and flags may be numpy arrays or torch tensors; the training loops keep a
-tensor env's as tensors on its device (``keep_tensors``); check-env's probe and tests read numpy. An env that offers
+Observations, rewards and flags may be numpy arrays or torch tensors. SAC, TD3 and PPO keep a
+tensor env's as tensors on its device (``keep_tensors``); DreamerV2 reads numpy. An env that offers
 ``state_dict()``/``load_state_dict()`` resumes exactly; any other's episodes start anew from fresh
 seeds on resume, and the episodes in flight end as truncations (said once in the run's log);
 everything else resumes exactly.
@@ -42,17 +42,28 @@ def require_vector_entry_point(env_id: str) -> None:
                          "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async")
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are one (``cuda`` without an index: the current one)."""
+    if a.type != b.type:
+        return False
+    current = torch.cuda.current_device() if a.type == "cuda" and torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
 def check_tensor_step(env_id: str, num_envs: int, device: torch.device, obs: Any, rewards: Any, terminated: Any,
                       truncated: Any) -> None:
     """What a tensor env's step must return (docs/guide/vector-envs.md): observations [N, ...],
     rewards [N] (floating point) and the two flags [N] (bool), all tensors on the device its
     reset's observations were on. HeronError naming the first that is not."""
-    for name, x, want in (("observations", obs, None), ("rewards", rewards, "float"), ("terminated", terminated, "bool"),
-                          ("truncated", truncated, "bool")):
+    outputs = (("observations", obs, None), ("rewards", rewards, "float"), ("terminated", terminated, "bool"),
+               ("truncated", truncated, "bool"))
+    for name, x, want in outputs:
         if not isinstance(x, torch.Tensor):
-            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {type(x).__name__}, not a torch tensor")
-        if x.device != device:
-            raise HeronError(f"{env_id}: a tensor env's step returns {name} on {x.device}, its observations on {device}")
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {type(x).__name__}, "
+                             "not a torch tensor")
+        if not _same_device(x.device, device):
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} on {x.device}, "
+                             f"its observations on {device}")
         if x.shape[:1] != (num_envs,) or (want and x.dim() != 1):
             raise HeronError(f"{env_id}: a tensor env's step returns {name} of shape {tuple(x.shape)} for {num_envs} "
                              f"envs (expected [{num_envs}{', ...' if want is None else ''}])")
@@ -63,9 +74,9 @@ def check_tensor_step(env_id: str, num_envs: int, device: torch.device, obs: Any
 class NativeVecEnv:
     """``num_envs`` envs stepped by the env's own vector implementation, with ``VecEnv``'s interface.
 
-    With ``keep_tensors`` (the training loops) an env that returns torch tensors is read as tensors: the
-    Step's observations, rewards and flags stay on the env's device (``device``), and actions are
-    handed to it as tensors; ``train_device`` is the run's, which a CUDA env must share. Otherwise
+    With ``keep_tensors`` an env that returns torch tensors is read as tensors: the Step's
+    observations, rewards and flags stay on the env's device (``device``), and actions are handed
+    to it as tensors; ``train_device`` is the run's, which a GPU env must share. Otherwise
     everything is read as numpy on the CPU."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
@@ -130,12 +141,9 @@ class NativeVecEnv:
         self.tensors = self.keep_tensors and isinstance(obs, torch.Tensor)
         if self.tensors:
             self.device = obs.device
-            if self.device.type != "cpu" and self.device != self.train_device:
+            if self.device.type != "cpu" and not _same_device(self.device, self.train_device):
                 raise HeronError(f"the vector env returns tensors on {self.device} and the run trains on "
                                  f"{self.train_device}: pass --device {self.device}")
-        elif isinstance(obs, torch.Tensor) and obs.device.type != "cpu":
-            raise HeronError(f"the vector env returns observations on {obs.device}: this algorithm reads a "
-                             "native vector env's tensors on the CPU only")
         self.obs = self._obs(obs)
         self.episode_returns, self.episode_lengths = self._zeros(np.float64), self._zeros(np.int64)
         self.pending = self._zeros(bool)  # NEXT_STEP: the next step resets these
