@@ -242,17 +242,13 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
         return None
     what = "vector env (--vector-mode native)"
     try:
-        envs = NativeVecEnv(env_id, num_envs, seed, keep_tensors=True)
+        envs = NativeVecEnv(env_id, num_envs, seed, keep_tensors=True, train_device=None)
     except HeronError as exc:
         return Finding(False, what, str(exc))
     except Exception as exc:
         return Finding(False, what, f"cannot build it: {first_line(exc)}")
     try:
-        first = envs.envs.reset(seed=seed)[0]
-        kind = type(first)
-        if isinstance(first, torch.Tensor):
-            envs.train_device = first.device  # a run would train there (--device)
-        envs.reset()
+        envs.reset()  # (a tensor env's device is the one a run would train on: --device)
         space = envs.single_action_space
         space.seed(seed)
         episodes = reset_rows = 0
@@ -267,8 +263,7 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
         return Finding(False, what, f"a step failed: {first_line(exc)}")
     finally:
         envs.close()
-    outputs = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-    outputs += " observations"
+    outputs = "torch.Tensor observations" if envs.tensors else "numpy.ndarray observations"
     if envs.tensors:
         outputs += f" on {envs.device}, read as tensors (the tensor contract holds)"
     return Finding(True, what, f"{envs.mode.value} autoreset, {outputs}; {episodes} episode(s) ended "

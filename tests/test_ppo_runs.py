@@ -95,7 +95,10 @@ def test_atari_pong_with_the_standard_wrappers(tmp_path):
 
 
 def test_envpool_backend(tmp_path, monkeypatch):
-    pytest.importorskip("envpool")
+    from heron.core.atari import envpool_available
+
+    if not envpool_available():  # (not importorskip: EnvPool's import sets matplotlib's variables for the process)
+        pytest.skip("envpool is not installed (pip install -e '.[envpool]')")
     # the final evaluation is not what this test is about: an untrained deterministic Breakout player
     # that never presses FIRE after a lost life plays to the 27,000-step limit (minutes)
     monkeypatch.setattr("heron.core.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))

@@ -79,7 +79,7 @@ if "heron/TorchPendulum-v1" not in gym.registry:
 # form "<callable module.qualname>", known to this process only: resume and evaluate take it again.
 # A factory with a ``num_envs`` parameter makes vector envs: heron registers it as the id's vector
 # entry point (``--vector-mode native``) and plays single envs on one-env vector envs of it
-# (``heron.core.native.OneOfVector``). A vector env instance (heron.train(env=envs)) is lent to the
+# (``heron.core.vecwrap.OneOfVector``). A vector env instance (heron.train(env=envs)) is lent to the
 # run: its vector entry point returns it, its single envs come from ``eval_env`` or its own id.
 _CALLABLES: dict[str, Callable[..., Any]] = {}  # env id -> the callable given for it in this process
 

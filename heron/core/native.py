@@ -76,11 +76,13 @@ class NativeVecEnv:
 
     With ``keep_tensors`` an env that returns torch tensors is read as tensors: the Step's
     observations, rewards and flags stay on the env's device (``device``), and actions are handed
-    to it as tensors; ``train_device`` is the run's, which a GPU env must share. Otherwise
+    to it as tensors; ``train_device`` is the run's, which a GPU env must share (None: the env's own
+    device, for a probe). Otherwise
     everything is read as numpy on the CPU."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
-                 keep_tensors: bool = False, train_device: torch.device | str = "cpu", restore_state: bool = True):
+                 keep_tensors: bool = False, train_device: torch.device | str | None = "cpu",
+                 restore_state: bool = True):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         if envs is None:
@@ -99,7 +101,8 @@ class NativeVecEnv:
         self.single_action_space = envs.single_action_space
         self.obs_dtype = obs_dtype(space)
         self._convert = obs_converter(space)
-        self.keep_tensors, self.train_device = keep_tensors, torch.device(train_device)
+        self.keep_tensors = keep_tensors
+        self.train_device = None if train_device is None else torch.device(train_device)
         self.restore_state = restore_state  # False: every episode starts anew on resume, even if the env saves
         self.tensors = False  # whether the env's outputs are read as tensors (known at the first reset)
         self.checked = False  # whether a tensor env's first step kept the contract (check_tensor_step)
@@ -141,7 +144,8 @@ class NativeVecEnv:
         self.tensors = self.keep_tensors and isinstance(obs, torch.Tensor)
         if self.tensors:
             self.device = obs.device
-            if self.device.type != "cpu" and not _same_device(self.device, self.train_device):
+            if self.device.type != "cpu" and self.train_device is not None and \
+                    not _same_device(self.device, self.train_device):
                 raise HeronError(f"the vector env returns tensors on {self.device} and the run trains on "
                                  f"{self.train_device}: pass --device {self.device}")
         self.obs = self._obs(obs)

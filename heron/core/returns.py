@@ -193,10 +193,7 @@ class RewardScaler:
             b_mean = self.ret.sum() / b
             dev = self.ret - b_mean
             b_mean, b_var = float(b_mean), float((dev * dev).sum() / b)
-        delta, total = b_mean - self.mean, self.count + b
-        self.mean += delta * b / total
-        self.var = (self.var * self.count + b_var * b + delta * delta * self.count * b / total) / total
-        self.count = total
+        self._fold(b_mean, b_var, b)
         self.ret[done] = 0.0
         scaled = rewards / np.sqrt(self.var + self.eps)
         return np.minimum(np.maximum(scaled, -self.clip), self.clip).astype(np.float32)  # np.clip, without its wrapper
@@ -208,13 +205,16 @@ class RewardScaler:
             m, v, b = self.moments(self.ret)
         else:
             m, v, b = self.ret.mean(), self.ret.var(correction=0), self.ret.numel()
-        b_mean, b_var = float(m), float(v)
+        self._fold(float(m), float(v), b)
+        self.ret[done] = 0.0
+        return torch.clamp(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip).float()
+
+    def _fold(self, b_mean: float, b_var: float, b: int) -> None:
+        """Merge a batch's mean and variance of the returns (``b`` of them) into the running ones."""
         delta, total = b_mean - self.mean, self.count + b
         self.mean += delta * b / total
         self.var = (self.var * self.count + b_var * b + delta * delta * self.count * b / total) / total
         self.count = total
-        self.ret[done] = 0.0
-        return torch.clamp(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip).float()
 
     def state_dict(self) -> dict:
         ret = self.ret.cpu().clone() if isinstance(self.ret, torch.Tensor) else torch.from_numpy(self.ret.copy())

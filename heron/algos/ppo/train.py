@@ -244,7 +244,7 @@ def train(cfg: Config, run: Run) -> dict:
                 ended = done.nonzero().flatten() if envs.tensors else np.flatnonzero(done)
                 finals.append((torch.full((len(ended),), t), torch.as_tensor(ended).cpu(),
                                torch.as_tensor(step.next_obs[ended])))
-            obs, starts = step.obs, done | ~valid  # after a reset row, the reset observation
+            obs, starts = step.obs, done if step.started is None else step.started
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
         for name, values in seen.items():  # [T, N, ...]
