@@ -91,8 +91,12 @@ def init(world: World, backend: str, device: torch.device | None = None) -> None
         tdist.init_process_group(backend, rank=world.rank, world_size=world.size)
 
 
-def close() -> None:
+def close(together: bool = False) -> None:
+    """Leave the process group. ``together`` (every rank finished the run): a barrier first, so no
+    rank tears its connections down while a peer's last collective may still be reading from them."""
     if tdist.is_available() and tdist.is_initialized():
+        if together and tdist.get_world_size() > 1:
+            tdist.barrier()
         tdist.destroy_process_group()
 
 

@@ -473,6 +473,6 @@ class Run(Evaluations):
             self.process_settings.restore()
             self.process_settings = None
         if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
-            dist.close()
+            dist.close(together=True)
 
 
