@@ -70,7 +70,7 @@ class ExportedDreamer(nn.Module):
         obs = dict(zip(self.keys, inputs[:len(self.keys)]))
         state, uniform = inputs[len(self.keys):]
         action, state = self.player.act(obs, state, True, uniform=uniform)
-        if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: dreamer_v2.train.to_env_actions
+        if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: heron.core.dreamer.to_env_actions
             return action.argmax(-1), state
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low), state
 
@@ -224,7 +224,7 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
 def check_dreamer(path: Path, fmt: str, module: nn.Module, policy: Any, n: int) -> float:
     """As ``check``, for DreamerV2: the file against the player with the same uniform draws
     (``predict`` draws its own), over two steps with the state fed back."""
-    from heron.algos.dreamer_v2.train import to_env_actions
+    from heron.core.dreamer import to_env_actions
 
     rng = np.random.default_rng(1)
     state = torch.zeros(n, policy.state_size)

@@ -126,7 +126,7 @@ def test_pixels():
 
 
 def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_agent_steps():
-    from heron.algos.dreamer_v2.envs import make
+    from heron.core.dreamer_envs import make
 
     one, two = dmc.DMCEnv("cartpole", "swingup"), dmc.DMCEnv("cartpole", "swingup", frame_skip=2)
     try:

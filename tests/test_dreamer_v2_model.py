@@ -9,7 +9,7 @@ import torch
 import toy_envs
 
 from heron import api
-from heron.algos.dreamer_v2 import envs as denvs
+from heron.core import dreamer_envs as denvs
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
 from heron.cli import main
@@ -113,7 +113,8 @@ def test_init_is_xavier_uniform_with_zero_biases():
 def test_sampled_windows_start_like_episodes():
     """The references mark the first step of every sampled window as an episode start: zero state and
     zero previous action, whatever the replay holds there."""
-    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update, spaces_of
+    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
+    from heron.core.dreamer import spaces_of
 
     cfg = small_cfg(sequence_length=6, per_rank_batch_size=3)
     env = denvs.make("CartPole-v1")

@@ -7,44 +7,22 @@ k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 
-from heron.config import RunConfig, flag, opt
+from heron.config import opt
+from heron.core.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
 from heron.errors import HeronError
 
 
 @dataclass
-class Config(RunConfig):
-    env_id: str = opt("CartPole-v1", "Gymnasium id, ALE id (ALE/Pong-v5, PongNoFrameskip-v4) or dmc_<domain>_<task>")
-    total_steps: int = opt(1_000_000, "total agent steps (policy steps, summed over envs; frames = steps x action repeat)")
-    eval_every: int = opt(0, "deterministic evaluation every N agent steps (0 = only at the end)")
-    eval_episodes: int = opt(5, "episodes per evaluation")
-    # -- environment
-    action_repeat: int = opt(1, "repeat each action k times (ALE/...-v5 skips frames itself: 1 only)")
-    clip_rewards: bool = opt(False, "squash rewards with tanh for learning (DreamerV2 on Atari); logs stay raw")
-    grayscale: bool = opt(False, "Atari: one grayscale channel instead of RGB")
-    observation: str = opt("auto", "what the model sees: auto (images of image envs and DMC pixels, else vectors), "
-                           "pixels (64x64 renders), state (vectors)", ("auto", "pixels", "state"))
-    cnn_keys: tuple[str, ...] = opt((), "observation keys for the CNN encoder/decoder (empty: every image key)")
-    mlp_keys: tuple[str, ...] = opt((), "observation keys for the MLP encoder/decoder (empty: every vector key "
-                                    "when there is no image, else none)")
-    max_episode_steps: int = opt(0, "cap episodes at this many agent steps (sheeprl's env.max_episode_steps; "
-                                 "the env's own limit still holds; 0 = only that)")
+class Config(DreamerConfig):
+    ALGO: typing.ClassVar[str] = "dreamer_v2"
+
     # -- schedule
-    learning_starts: int = opt(2000, "agent steps of random actions before training")
     pretrain_steps: int = opt(200, "gradient steps done at once when training starts")
     train_every: int = opt(5, "one round of --gradient-steps every N agent steps")
     gradient_steps: int = opt(1, "gradient steps per round")
-    per_rank_batch_size: int = opt(16, "sequences per gradient step (per process)")
-    sequence_length: int = opt(50, "steps per training sequence")
-    # -- replay
-    buffer_size: int = opt(1_000_000, "replay capacity in agent steps")
-    buffer_type: str = opt("sequential", "sequential: sequences may run on into the next stored episodes (the state "
-                           "resets at episode starts); episode: sequences inside single episodes, which never "
-                           "samples episodes shorter than --sequence-length (sheeprl's blocks, the presets)",
-                           ("sequential", "episode"))
-    memmap_buffer: bool = opt(False, "keep the replay in memory-mapped files in the run directory")
-    prioritize_ends: bool = opt(False, "sample sequence starts so that episode ends are not undersampled")
     # -- objective
     gamma: float = opt(0.99, "discount factor")
     lmbda: float = opt(0.95, "lambda of the lambda-returns")
@@ -81,25 +59,13 @@ class Config(RunConfig):
     layer_norm: bool = opt(True, "layer norm in the GRU")
 
     def validate(self) -> None:
-        if self.cuda_graphs and self.compile:  # SAC, TD3 and PPO record their compiled step
-            raise HeronError("dreamer_v2: --cuda-graphs and --compile are alternatives: choose one")
         super().validate()
-        if self.vector_mode == "native" and (self.action_repeat != 1 or self.observation == "pixels"):
-            raise HeronError("--vector-mode native trains DreamerV2 on the env's vector observations as it steps "
-                             "them: --action-repeat 1 and no --observation pixels (heron's vector envs do those)")
-        for name in ("action_repeat", "train_every", "gradient_steps", "per_rank_batch_size", "sequence_length",
-                     "buffer_size", "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
-                     "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr",
-                     "actor_lr", "critic_lr", "adam_eps"):
-            if getattr(self, name) <= 0:
-                raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
-        for name in ("learning_starts", "pretrain_steps", "kl_free_nats", "kl_regularizer", "continue_scale_factor",
-                     "actor_ent_coef", "clip_gradients", "mlp_layers", "max_episode_steps"):
-            if getattr(self, name) < 0:
-                raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
-        for name in ("gamma", "lmbda", "kl_balancing_alpha"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise HeronError(f"--{flag(name)} must be in [0, 1], got {getattr(self, name)}")
+        positive(self, "train_every", "gradient_steps", "horizon", "critic_target_update_freq", "hidden_size",
+                 "recurrent_state_size", "stochastic_size", "discrete_size", "dense_units",
+                 "cnn_channels_multiplier", "world_lr", "actor_lr", "critic_lr", "adam_eps")
+        non_negative(self, "pretrain_steps", "kl_free_nats", "kl_regularizer", "continue_scale_factor",
+                     "actor_ent_coef", "clip_gradients", "mlp_layers")
+        in_unit_interval(self, "gamma", "lmbda", "kl_balancing_alpha")
         if not 0 <= self.weight_decay < 1:
             raise HeronError(f"--weight-decay must be in [0, 1), got {self.weight_decay}")
         if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
@@ -107,8 +73,6 @@ class Config(RunConfig):
         if self.horizon < 2:
             raise HeronError(f"--horizon must be at least 2 (the actor scores the imagined steps before the last), "
                              f"got {self.horizon}")
-        if self.buffer_size < self.sequence_length:
-            raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
 
 
 _SEED_COMMON = dict(capture_video=True, total_steps=200_000_000, max_episode_steps=27000, per_rank_batch_size=50,

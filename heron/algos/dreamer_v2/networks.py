@@ -379,6 +379,10 @@ class Player(nn.Module):
         self.action_dim = agent.action_dim
         self.state_size = self.rssm.deter + self.rssm.z_dim + self.action_dim
 
+    def initial_state(self, batch: int, device: str | torch.device) -> torch.Tensor:
+        """Where every episode starts: a zero state and a zero previous action."""
+        return torch.zeros(batch, self.state_size, device=device)
+
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
             is_first: torch.Tensor | None = None, uniform: torch.Tensor | None = None

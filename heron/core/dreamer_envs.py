@@ -1,4 +1,4 @@
-"""DreamerV2's environment stack: every env becomes a Dict of ``rgb`` (uint8 [C, 64, 64]) and/or
+"""The environment stack of DreamerV2 and DreamerV3: every env becomes a Dict of ``rgb`` (uint8 [C, 64, 64]) and/or
 ``state`` (float32 vector) observations, with action repeat and an episode cap in env frames.
 
 * Atari (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``): Gymnasium's AtariPreprocessing with the
@@ -10,7 +10,7 @@
 * Any other Gymnasium env: its own observation (images resized to 64x64 channels-first, vectors as
   float32, Dict entries kept), or ``--observation pixels``: ``env.render()`` resized to 64x64.
 
-``--max-episode-steps`` counts agent steps, as every other DreamerV2 count here and as sheeprl's
+``--max-episode-steps`` counts agent steps, as every other step count of the Dreamers here and as sheeprl's
 ``env.max_episode_steps`` (a TimeLimit outside the action repeat): sheeprl's 27000 on Atari is the
 paper's 108,000 frames, 30 minutes of play at action repeat 4. It only ever shortens episodes: the
 env's own limit still holds (dm_control's 1000 frames, 500 agent steps at action repeat 2).
@@ -130,7 +130,7 @@ def check(env_id: str, action_repeat: int) -> None:
 
 def make(env_id: str, action_repeat: int = 1, observation: str = "auto", grayscale: bool = False,
          max_episode_steps: int = 0, render_mode: str | None = None) -> gym.Env:
-    """One env with DreamerV2's observation and action-repeat conventions (module doc)."""
+    """One env with the Dreamers' observation and action-repeat conventions (module doc)."""
     check(env_id, action_repeat)
     if atari.is_atari(env_id):
         if observation == "state":
@@ -168,9 +168,9 @@ def _cap(env: gym.Env, max_episode_steps: int) -> gym.Env:
 
 
 class NativeStates:
-    """A native vector env (``heron.core.native``) as DreamerV2's loop reads its envs: vector
+    """A native vector env (``heron.core.native``) as the Dreamers' loop reads its envs: vector
     observations under ``state`` (float32, flattened), as ``DictObservation`` gives them for one env.
-    The env's own episodes restart on resume (``restore_state=False``): DreamerV2's replay closes
+    The env's own episodes restart on resume (``restore_state=False``): the Dreamers' replay closes
     the staged episodes at a checkpoint, so an env that continued them would split them."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int):
@@ -180,7 +180,7 @@ class NativeStates:
         space = self.envs.single_observation_space
         if len(space.shape) != 1:
             self.envs.close()
-            raise HeronError(f"{env_id}: dreamer_v2 reads a native vector env's vector observations only "
+            raise HeronError(f"{env_id}: the Dreamers read a native vector env's vector observations only "
                              f"(shape {space.shape}); use --vector-mode sync for images")
         self.num_envs, self.single_action_space = num_envs, self.envs.single_action_space
         self.single_observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-np.inf, np.inf, space.shape,
