@@ -1,8 +1,13 @@
 #!/usr/bin/env python
-"""DreamerV2 sample efficiency: heron beside sheeprl 0.8.4 at equal env steps, over seeds.
+"""DreamerV2 and DreamerV3 sample efficiency: heron beside sheeprl 0.8.4 at equal env steps, over seeds.
 
     python benchmarks/dreamer_learning_vs_sheeprl.py --task cartpole --seeds 1 2 3 4 5 --steps 6000
     python benchmarks/dreamer_learning_vs_sheeprl.py --task pendulum --seeds 1 2 3 --steps 10000
+    python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task cartpole --seeds 1 2 3 --steps 5000
+
+DreamerV3 (``--algo dreamer_v3``): both sides with their DreamerV3 defaults (the paper's fixed set)
+and the same small model (``TASKS_V3``, heron's ``--preset vector``), one gradient step every 2 env
+steps (replay ratio 0.5) on 16 x 64 sequences, no pretraining.
 
 Both sides train the same small DreamerV2 from vectors with the same schedule and hyperparameters
 (``TASKS`` below, in each side's own flags): one env, ``learning_starts`` random steps, then
@@ -52,6 +57,11 @@ TASKS = {
     "pendulum": dict(env_id="Pendulum-v1", use_continues=False, learning_starts=1000, pretrain_steps=100,
                      train_every=2, **COMMON),
 }
+# DreamerV3: the small model of heron's --preset vector, the paper's hyperparameters otherwise
+COMMON_V3 = dict(hidden_size=128, recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16,
+                 discrete_size=16, per_rank_batch_size=16, sequence_length=64, learning_starts=1024, pretrain_steps=0,
+                 replay_ratio=0.5)
+TASKS_V3 = {"cartpole": dict(env_id="CartPole-v1", **COMMON_V3), "pendulum": dict(env_id="Pendulum-v1", **COMMON_V3)}
 SHEEPRL_KEYS = {
     "hidden_size": ["algo.world_model.transition_model.hidden_size",
                     "algo.world_model.representation_model.hidden_size"],
@@ -64,10 +74,14 @@ SHEEPRL_KEYS = {
 }
 
 
+def task_of(args) -> dict:
+    return dict((TASKS if args.algo == "dreamer_v2" else TASKS_V3)[args.task])
+
+
 def heron_argv(args, seed: int, run_dir: Path) -> list[str]:
-    task = dict(TASKS[args.task])
+    task = task_of(args)
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in task.items()]
-    return [sys.executable, "-m", "heron", "train", "dreamer_v2", *flags, "--buffer-type", "sequential",
+    return [sys.executable, "-m", "heron", "train", args.algo, *flags, "--buffer-type", "sequential",
             "--buffer-size", "100000", "--total-steps", str(args.steps), "--seed", str(seed),
             "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
             "--checkpoint-every", "0", "--torch-threads", "1", "--progress", "none", "--run-dir", str(run_dir),
@@ -75,13 +89,14 @@ def heron_argv(args, seed: int, run_dir: Path) -> list[str]:
 
 
 def sheeprl_argv(args, seed: int, root: Path) -> list[str]:
-    task = dict(TASKS[args.task])
-    overrides = [f"{key}={task[k]}" for k, keys in SHEEPRL_KEYS.items() for key in keys]
-    return [args.sheeprl_python, "-m", "sheeprl", "exp=dreamer_v2", "env=gym", f"env.id={task['env_id']}",
+    task = task_of(args)
+    overrides = [f"{key}={task[k]}" for k, keys in SHEEPRL_KEYS.items() for key in keys if k in task]
+    ratio = task["replay_ratio"] if "replay_ratio" in task else 1 / task["train_every"]
+    return [args.sheeprl_python, "-m", "sheeprl", f"exp={args.algo}", "env=gym", f"env.id={task['env_id']}",
             "env.num_envs=1", "env.sync_env=True", "env.capture_video=False", "algo.cnn_keys.encoder=[]",
             "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]", "algo.mlp_keys.decoder=[state]",
-            *overrides, f"algo.replay_ratio={1 / task['train_every']}", f"algo.total_steps={args.steps}",
-            "buffer.type=sequential", "buffer.size=100000", "buffer.checkpoint=False", "fabric.accelerator=cpu",
+            *overrides, f"algo.replay_ratio={ratio}", f"algo.total_steps={args.steps}",
+            *(["buffer.type=sequential"] if args.algo == "dreamer_v2" else []), "buffer.size=100000", "buffer.checkpoint=False", "fabric.accelerator=cpu",
             "fabric.devices=1", "num_threads=1", f"seed={seed}", "algo.run_test=False",
             "checkpoint.every=100000000", "checkpoint.save_last=False", "model_manager.disabled=True",
             "metric.log_level=1", f"root_dir={root}", *args.sheeprl_flags.split()]
@@ -197,6 +212,7 @@ def plot(rows: list[dict], impls: list[str], title: str, path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algo", choices=["dreamer_v2", "dreamer_v3"], default="dreamer_v2")
     p.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.add_argument("--steps", type=int, default=6000, help="env steps per run")
@@ -214,7 +230,7 @@ def main() -> None:
     p.add_argument("--out", default="", help="JSON of every return and the table (default: WORK_DIR/result.json)")
     p.add_argument("--plot", default="", help="PNG of the curves (default: WORK_DIR/curves.png)")
     args = p.parse_args()
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"dreamer_learning_{args.task}_"))
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{args.algo}_learning_{args.task}_"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"runs in {work}", flush=True)
 
@@ -247,10 +263,11 @@ def main() -> None:
             print(f"heron deterministic evaluation at {step} steps ({args.eval_episodes} episodes): "
                   f"{m:.1f} +- {se:.1f}; per seed {json.dumps(vals)}")
     out = Path(args.out or work / "result.json")
-    out.write_text(json.dumps({"args": vars(args), "tasks": TASKS[args.task], "table": rows,
+    out.write_text(json.dumps({"args": vars(args), "tasks": task_of(args), "table": rows,
                                "raw": {i: {str(s): r for s, r in seeds.items()} for i, seeds in results.items()}}))
     print(f"wrote {out}", flush=True)
-    plot(rows, impls, f"DreamerV2 on {TASKS[args.task]['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
+    name = "DreamerV2" if args.algo == "dreamer_v2" else "DreamerV3"
+    plot(rows, impls, f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
          Path(args.plot or work / "curves.png"))
 
 

@@ -52,7 +52,7 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
 
     Args:
-        algo: "sac", "td3", "ppo" or "dreamer_v2".
+        algo: "sac", "td3", "ppo", "dreamer_v2" or "dreamer_v3".
         presets: named overlays applied in order, as ``--preset`` (``heron list`` names them).
         config_file: a YAML file of options read before the presets, as ``--config`` (a run's
             ``config.yaml`` reproduces that run).

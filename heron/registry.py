@@ -19,6 +19,7 @@ ALGOS = {
     "td3": "heron.algos.td3",
     "ppo": "heron.algos.ppo",
     "dreamer_v2": "heron.algos.dreamer_v2",
+    "dreamer_v3": "heron.algos.dreamer_v3",
 }
 
 

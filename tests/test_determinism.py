@@ -142,19 +142,27 @@ DREAMER_ARGS = ["--preset", "debug", "--env-id", "Pendulum-v1", "--total-steps",
                 "--critic-target-update-freq", "3", "--progress", "none", "--torch-threads", "1"]
 
 
-@pytest.mark.parametrize("extra", [["--buffer-type", "episode"], ["--buffer-type", "sequential", "--prioritize-ends"]])
-def test_dreamer_resume_after_kill_equals_uninterrupted(extra, tmp_path):
+# DreamerV3 adds the return normalisation's moving percentiles and the slow critic's moving average
+# (in "agent") and its replay-ratio schedule (n_updates)
+DREAMER_V3_ARGS = DREAMER_ARGS[:8] + ["--replay-ratio", "0.1", *DREAMER_ARGS[10:16], *DREAMER_ARGS[18:]]
+
+
+@pytest.mark.parametrize("algo, extra", [("dreamer_v2", ["--buffer-type", "episode"]),
+                                         ("dreamer_v2", ["--buffer-type", "sequential", "--prioritize-ends"]),
+                                         ("dreamer_v3", ["--buffer-type", "sequential"])])
+def test_dreamer_resume_after_kill_equals_uninterrupted(algo, extra, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
-    done = _heron("train", "dreamer_v2", *DREAMER_ARGS, *extra, "--run-dir", str(full))
+    args = DREAMER_ARGS if algo == "dreamer_v2" else DREAMER_V3_ARGS
+    done = _heron("train", algo, *args, *extra, "--run-dir", str(full))
     assert done.returncode == 0, done.stderr
-    crashed = _heron("train", "dreamer_v2", *DREAMER_ARGS, *extra, "--run-dir", str(killed),
+    crashed = _heron("train", algo, *args, *extra, "--run-dir", str(killed),
                      env={"HERON_CRASH_AFTER_CHECKPOINT": "400"})
     assert crashed.returncode == 17, crashed.stderr
     resumed = _heron("train", "--resume", str(killed))
     assert resumed.returncode == 0, resumed.stderr
     a, b = _state(full), _state(killed)
     assert a["step"] == b["step"] == 600 and a["n_updates"] == b["n_updates"] > 0
-    _assert_same(a, b, ["agent", "actor"])  # world model, actor, critic and target critic
+    _assert_same(a, b, ["agent", "actor"])  # world model, actor, critic and target critic (V3: and moments)
     assert _rows(full / "metrics.csv", skip=("charts/SPS",)) == _rows(killed / "metrics.csv", skip=("charts/SPS",))
     assert _rows(full / "eval.csv") == _rows(killed / "eval.csv")
 

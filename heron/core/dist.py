@@ -191,6 +191,17 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     return mean.to(x.device), (m2 / max(n, 1)).to(x.device), n
 
 
+def all_gather_cat(x: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``x`` (the same shape on each) concatenated along the first dimension in rank
+    order, on every rank (world size 1: ``x``)."""
+    if not _active():
+        return x
+    mine = x.detach().contiguous().to(_DEVICE)
+    parts = [torch.empty_like(mine) for _ in range(tdist.get_world_size())]
+    tdist.all_gather(parts, mine)
+    return torch.cat(parts).to(x.device)
+
+
 def update_norm(norm: Any, x: torch.Tensor) -> None:
     """Fold a batch [B, *shape] into a RunningNorm; under torchrun the moments of every rank's
     batch, so the statistics stay bitwise identical on all ranks (world size 1: ``norm.update``)."""

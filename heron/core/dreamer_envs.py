@@ -81,7 +81,7 @@ class DictObservation(gym.ObservationWrapper):
                 spaces[key] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
                 self.keys[key] = (key, False)
             else:
-                raise HeronError(f"dreamer_v2 cannot encode the observation entry {key!r}: {sub}")
+                raise HeronError(f"the Dreamers cannot encode the observation entry {key!r}: {sub}")
         self.observation_space = gym.spaces.Dict(spaces)
         self.single = not isinstance(space, gym.spaces.Dict)
 

@@ -77,11 +77,12 @@ def st_sample(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torc
 class LayerNormGRUCell(nn.Module):
     """The GRU of DreamerV2's recurrent model: one matmul over cat(x, h), layer norm on the gate
     pre-activations, and an update gate biased towards keeping the state (sigmoid(u - 1)). As in the
-    paper's code: the projection keeps its bias and the norm has Keras's epsilon, 1e-3."""
+    paper's code: the projection keeps its bias (DreamerV3's drops it: ``bias=False``) and the norm
+    has Keras's epsilon, 1e-3."""
 
-    def __init__(self, in_dim: int, hidden: int, layer_norm: bool = True):
+    def __init__(self, in_dim: int, hidden: int, layer_norm: bool = True, bias: bool = True):
         super().__init__()
-        self.linear = nn.Linear(in_dim + hidden, 3 * hidden)
+        self.linear = nn.Linear(in_dim + hidden, 3 * hidden, bias=bias)
         self.norm = nn.LayerNorm(3 * hidden, eps=1e-3) if layer_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -207,6 +208,7 @@ class RSSM(nn.Module):
         xavier_(self.post_e.weight, deter + embed_dim, hidden)
 
     def initial(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state every episode starts from: zeros."""
         return torch.zeros(batch, self.deter, device=device), torch.zeros(batch, self.z_dim, device=device)
 
     def _logits(self, flat: torch.Tensor) -> torch.Tensor:
@@ -223,20 +225,22 @@ class RSSM(nn.Module):
     def prior_logits(self, h: torch.Tensor) -> torch.Tensor:
         return self._logits(self.prior(h))
 
-    def observe(self, embed: torch.Tensor, actions: torch.Tensor, is_first: torch.Tensor,
-                state: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """Posterior states along sequences [T, B, ...]; ``actions[t]`` led to observation t.
+    def observe(self, embed: torch.Tensor, actions: torch.Tensor, is_first: torch.Tensor):
+        """Posterior states along sequences [T, B, ...]; ``actions[t]`` led to observation t; where
+        ``is_first``, the state is ``initial``'s and the previous action zero.
 
         Returns h [T, B, deter], z [T, B, stoch*classes] (straight-through samples), posterior
         and prior logits [T, B, stoch, classes]."""
         T, B = embed.shape[:2]
-        h, z = state if state is not None else self.initial(B, embed.device)
-        keep = (~is_first).to(embed.dtype).unsqueeze(-1)  # [T, B, 1]
-        a_in = self.in_a(actions * keep)  # the action before an episode start is zero
+        h0, z0 = self.initial(1, embed.device)
+        h, z = h0.expand(B, -1), z0.expand(B, -1)
+        first = is_first.unsqueeze(-1)  # [T, B, 1]
+        a_in = self.in_a(actions * (~first).to(actions.dtype))  # the action before an episode start is zero
         e_in = self.post_e(embed)
         hs, zs, posts = [], [], []
         for t in range(T):
-            h, z = h * keep[t], z * keep[t]
+            # the initial state itself (a select, not an interpolation: h + 1 * (h0 - h) rounds)
+            h, z = torch.where(first[t], h0, h), torch.where(first[t], z0, z)
             h = self.recurrent(h, z, a_in[t])
             post = self.posterior_step(h, e_in[t])
             z = st_sample(post).flatten(-2)
@@ -380,8 +384,9 @@ class Player(nn.Module):
         self.state_size = self.rssm.deter + self.rssm.z_dim + self.action_dim
 
     def initial_state(self, batch: int, device: str | torch.device) -> torch.Tensor:
-        """Where every episode starts: a zero state and a zero previous action."""
-        return torch.zeros(batch, self.state_size, device=device)
+        """Where every episode starts: the RSSM's initial state (zeros) and a zero previous action."""
+        h, z = self.rssm.initial(batch, torch.device(device))
+        return torch.cat([h, z, torch.zeros(batch, self.action_dim, device=h.device)], -1).to(device)
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
@@ -390,7 +395,7 @@ class Player(nn.Module):
         """``uniform`` [B, stoch]: the draws of the posterior's categoricals (fresh ones if None)."""
         rssm = self.rssm
         if is_first is not None:
-            state = state * (~is_first).to(state.dtype).unsqueeze(-1)
+            state = torch.where(is_first.unsqueeze(-1), self.initial_state(state.shape[0], state.device), state)
         h, z, a = state.split([rssm.deter, rssm.z_dim, self.action_dim], -1)
         h = rssm.recurrent(h, z, rssm.in_a(a))
         z = st_sample(rssm.posterior_step(h, rssm.post_e(self.encoder(obs))), uniform).flatten(-2)
