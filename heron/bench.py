@@ -79,6 +79,9 @@ SUITES: dict[str, list[Entry]] = {
     "atari-ppo": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI],
     "atari-ppo-v4": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI_V4],
     "dmc-dreamer": [Entry("dreamer_v2", env, ("dmc",), 500_000) for env in DMC],  # agent steps (x2 frames)
+    # DreamerV3 from pixels at the paper's DMC budget, 1M frames; Atari 100k: 100k agent steps, 400k frames
+    "dmc-dreamer-v3": [Entry("dreamer_v3", env, ("dmc",), 500_000) for env in DMC],
+    "atari100k-dreamer-v3": [Entry("dreamer_v3", env, ("atari",), 100_000) for env in ATARI_V4],
 }
 # The first entry of every suite for a few thousand steps with the algorithm's debug sizes: the whole
 # machinery (children, resume, results, table, plots) in a minute or two.

@@ -276,8 +276,8 @@ def _action_findings(space: gym.Space) -> list[Finding]:
         return []
     if np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
         return [Finding(True, "action bounds", "finite")]
-    return [Finding(False, "action bounds", "not finite: sac, td3 and dreamer_v2 squash their actions into the "
-                    "bounds, so they need finite ones (ppo clips its Gaussian samples to them)")]
+    return [Finding(False, "action bounds", "not finite: sac, td3, dreamer_v2 and dreamer_v3 squash their actions "
+                    "into the bounds, so they need finite ones (ppo clips its Gaussian samples to them)")]
 
 
 def _algo_reason(algo: str, env_id: str) -> str:

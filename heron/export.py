@@ -12,9 +12,10 @@ What is exported is what ``heron.load(RUN).predict(obs, deterministic=True)`` co
 * recurrent policies (``--recurrent lstm|gru``) also take ``state`` ``[batch, state_size]`` and
   return ``state_out``. Start an episode with zeros, and feed ``state_out`` back at the next step.
 
-DreamerV2's policy is the world model's filter and the actor: it takes one input per observation
-key (``obs_<key>``, as the env gives it), ``state`` ``[batch, deter + stoch * classes + action_dim]``
-(h, z and the previous action: zeros at an episode's start) and ``uniform`` ``[batch, stoch]``: one
+A Dreamer's policy (DreamerV2, DreamerV3) is the world model's filter and the actor: it takes one
+input per observation key (``obs_<key>``, as the env gives it), ``state`` ``[batch, deter + stoch *
+classes + action_dim]`` (h, z and the previous action; at an episode's start the sidecar's
+``initial_state``: zeros for DreamerV2, the learned start for DreamerV3) and ``uniform`` ``[batch, stoch]``: one
 draw in [0, 1) per categorical latent of the posterior, which the policy samples at every step (as
 ``heron eval`` and ``predict`` do; feed ``numpy.random.random``). It returns ``action`` and ``state_out``.
 
@@ -38,6 +39,7 @@ from heron.errors import HeronError, install_hint
 
 OPSET = 17
 FORMATS = ("onnx", "torchscript")
+DREAMERS = ("dreamer_v2", "dreamer_v3")
 
 
 class ExportedPolicy(nn.Module):
@@ -56,7 +58,7 @@ class ExportedPolicy(nn.Module):
 
 
 class ExportedDreamer(nn.Module):
-    """DreamerV2's player as ``forward(*obs in key order, state, uniform) -> (env action, state)``."""
+    """A Dreamer's player as ``forward(*obs in key order, state, uniform) -> (env action, state)``."""
 
     def __init__(self, player: nn.Module, spaces: dict):
         super().__init__()
@@ -76,14 +78,14 @@ class ExportedDreamer(nn.Module):
 
 
 def _dreamer_inputs(policy: Any, n: int, rng: np.random.Generator) -> list[tuple[str, torch.Tensor]]:
-    """Random inputs of an exported DreamerV2 policy: observations, zero state, uniform draws."""
+    """Random inputs of an exported Dreamer policy: observations, the initial state, uniform draws."""
     spec = policy.spaces["obs_spec"]
     inputs = []
     for key in list(policy.spaces["cnn_keys"]) + list(policy.spaces["mlp_keys"]):
         shape, dtype = spec[key]
         dt = torch.uint8 if str(dtype) == "uint8" else torch.float32
         inputs.append((f"obs_{key}", _observations(tuple(shape), dt, n, rng)))
-    inputs.append(("state", torch.zeros(n, policy.state_size)))
+    inputs.append(("state", policy.actor.initial_state(n, "cpu")))
     inputs.append(("uniform", torch.as_tensor(rng.random((n, policy.actor.rssm.stoch)).astype(np.float32))))
     return inputs
 
@@ -102,11 +104,9 @@ def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None
     algo, cfg, state = api.load_checkpoint(run_dir, checkpoint)
     from heron import registry
 
-    if algo == "dreamer_v3":
-        raise HeronError("heron export does not support dreamer_v3 yet: its episodes start from a learned state "
-                         "that an exported file would have to carry; use heron.load(run_dir).predict")
     policy = registry.get(algo).load_policy(cfg, state, "cpu")
-    if algo == "dreamer_v2":
+    dreamer = algo in DREAMERS
+    if dreamer:
         module: nn.Module = ExportedDreamer(policy.actor, state["spaces"]).eval()
         named = _dreamer_inputs(policy, 2, np.random.default_rng(0))
         recurrent = True
@@ -148,8 +148,10 @@ def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None
         + ([{"name": "state_out", "shape": ["batch", policy.state_size], "dtype": "float32"}] if recurrent else []),
         "action_space": _action_space(algo, state["spaces"]),
     }
+    if dreamer:  # where every episode starts (DreamerV2: zeros; DreamerV3: its learned initial state)
+        info["initial_state"] = policy.actor.initial_state(1, "cpu")[0].tolist()
     if verify:
-        info["max_abs_diff"] = check_dreamer(path, fmt, module, policy, verify) if algo == "dreamer_v2" \
+        info["max_abs_diff"] = check_dreamer(path, fmt, module, policy, verify) if dreamer \
             else check(path, fmt, policy, verify)
         info["verified_on"] = verify
     path.with_name(path.name + ".json").write_text(json.dumps(info, indent=2) + "\n")
@@ -225,12 +227,12 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
 
 
 def check_dreamer(path: Path, fmt: str, module: nn.Module, policy: Any, n: int) -> float:
-    """As ``check``, for DreamerV2: the file against the player with the same uniform draws
+    """As ``check``, for the Dreamers: the file against the player with the same uniform draws
     (``predict`` draws its own), over two steps with the state fed back."""
     from heron.core.dreamer import to_env_actions
 
     rng = np.random.default_rng(1)
-    state = torch.zeros(n, policy.state_size)
+    state = policy.actor.initial_state(n, "cpu")
     file_state = state.numpy()
     worst = 0.0
     for _ in range(2):

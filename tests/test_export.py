@@ -30,6 +30,9 @@ RUNS = {
     "ppo-lstm": ("ppo", dict(ON, env_id="CartPole-v1", recurrent="lstm")),
     "dreamer-discrete": ("dreamer_v2", dict(presets=["debug"], env_id="CartPole-v1", progress="none", torch_threads=1)),
     "dreamer-box": ("dreamer_v2", dict(presets=["debug"], env_id="Pendulum-v1", progress="none", torch_threads=1)),
+    "dreamer-v3-discrete": ("dreamer_v3", dict(presets=["debug"], env_id="CartPole-v1", progress="none",
+                                               torch_threads=1)),
+    "dreamer-v3-box": ("dreamer_v3", dict(presets=["debug"], env_id="Pendulum-v1", progress="none", torch_threads=1)),
 }
 DREAMER = [name for name in RUNS if name.startswith("dreamer")]
 
@@ -91,7 +94,10 @@ def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt
     assert [i["name"] for i in info["inputs"]] == ["obs_state", "state", "uniform"]
     assert info["inputs"][2]["shape"] == ["batch", stoch]
     rng = np.random.default_rng(3)
-    state = torch.zeros(16, policy.state_size)
+    start = torch.tensor(info["initial_state"])  # where episodes start: zeros for DreamerV2
+    assert torch.equal(start, policy.actor.initial_state(1, "cpu")[0])
+    assert (start.abs().sum() > 0) == (name.startswith("dreamer-v3"))
+    state = start.expand(16, -1).clone()
     file_state = state.numpy()
     for _ in range(3):  # the state fed back
         obs = rng.normal(0, 1, (16, *policy.spaces["obs_spec"]["state"][0])).astype(np.float32)

@@ -127,7 +127,7 @@ def test_bad_native_vector_envs_are_refused_in_one_line():
     done = subprocess.run([sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native",
                            "--action-repeat", "2"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "heron: error: --vector-mode native trains DreamerV2 on the env's vector observations as it steps them: "
+        "heron: error: --vector-mode native trains dreamer_v2 on the env's vector observations as it steps them: "
         "--action-repeat 1 and no --observation pixels (heron's vector envs do those)"]
 
 

@@ -383,6 +383,7 @@ class Player(nn.Module):
         self.action_dim = agent.action_dim
         self.state_size = self.rssm.deter + self.rssm.z_dim + self.action_dim
 
+    @torch.no_grad()
     def initial_state(self, batch: int, device: str | torch.device) -> torch.Tensor:
         """Where every episode starts: the RSSM's initial state (zeros) and a zero previous action."""
         h, z = self.rssm.initial(batch, torch.device(device))

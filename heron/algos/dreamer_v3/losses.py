@@ -87,7 +87,8 @@ def twohot_mean(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     K = bins.shape[0]
     m = K // 2
     if K % 2:
-        return probs[..., m] * bins[m] + (probs[..., :m].flip(-1) * bins[:m].flip(0) + probs[..., m + 1:] * bins[m + 1:]).sum(-1)
+        pairs = probs[..., :m].flip(-1) * bins[:m].flip(0) + probs[..., m + 1:] * bins[m + 1:]
+        return probs[..., m] * bins[m] + pairs.sum(-1)
     return (probs[..., :m].flip(-1) * bins[:m].flip(0) + probs[..., m:] * bins[m:]).sum(-1)
 
 
