@@ -38,7 +38,8 @@ class Config(DreamerConfig):
     objective_mix: float = opt(-1.0, "rho: REINFORCE share of the actor objective (-1 = 1 for discrete, 0 for "
                                "continuous actions: the dynamics backpropagation)")
     moments_decay: float = opt(0.99, "decay of the moving percentiles of the returns")
-    moments_max: float = opt(1.0, "the return scale is at least this: returns are never scaled up")
+    moments_limit: float = opt(1.0, "the return scale is at least this, so returns are never scaled up (the official "
+                                "code's retnorm limit; sheeprl's moments.max is its inverse)")
     moments_low: float = opt(0.05, "low percentile of the return scale")
     moments_high: float = opt(0.95, "high percentile of the return scale")
     critic_tau: float = opt(0.02, "the slow critic moves this fraction towards the critic ...")
@@ -75,7 +76,7 @@ class Config(DreamerConfig):
         super().validate()
         positive(self, "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
                  "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr", "actor_lr",
-                 "critic_lr", "world_eps", "actor_eps", "critic_eps", "moments_max", "min_std", "bins")
+                 "critic_lr", "world_eps", "actor_eps", "critic_eps", "moments_limit", "min_std", "bins")
         non_negative(self, "replay_ratio", "pretrain_steps", "kl_dynamic", "kl_representation", "kl_free_nats",
                      "kl_regularizer", "continue_scale_factor", "actor_ent_coef", "critic_slow_regularizer",
                      "world_clip_gradients", "actor_clip_gradients", "critic_clip_gradients", "mlp_layers",

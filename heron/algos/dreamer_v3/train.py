@@ -129,7 +129,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         returns, weights = imagination_targets(rewards_im, cfg.gamma * continues, values, alive, cfg.gamma,
                                                cfg.lmbda, current=False)  # [H, M] each
         low, high, scale = losses.percentile_scale(dist.all_gather_cat(returns.detach().flatten()), moments.low,
-                                                   moments.high, cfg.moments_decay, cfg.moments_max,
+                                                   moments.high, cfg.moments_decay, cfg.moments_limit,
                                                    (cfg.moments_low, cfg.moments_high))
         moments.low.copy_(low)
         moments.high.copy_(high)
