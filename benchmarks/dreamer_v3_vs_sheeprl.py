@@ -35,6 +35,8 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+from dreamer_learning_vs_sheeprl import SHEEPRL_KEYS  # noqa: E402 (heron's flag -> sheeprl's keys)
+
 SIZES = {
     "vector": dict(dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16, recurrent_state_size=128,
                    hidden_size=128),
@@ -42,13 +44,6 @@ SIZES = {
                hidden_size=256),
     "S": dict(dense_units=512, mlp_layers=2, stochastic_size=32, discrete_size=32, recurrent_state_size=512,
               hidden_size=512),
-}
-SHEEPRL_KEYS = {
-    "hidden_size": ["algo.world_model.transition_model.hidden_size",
-                    "algo.world_model.representation_model.hidden_size"],
-    "recurrent_state_size": ["algo.world_model.recurrent_model.recurrent_state_size"],
-    "dense_units": ["algo.dense_units"], "mlp_layers": ["algo.mlp_layers"],
-    "stochastic_size": ["algo.world_model.stochastic_size"], "discrete_size": ["algo.world_model.discrete_size"],
 }
 OBS_DIM = 4
 
@@ -136,7 +131,7 @@ def sheeprl_side(args) -> dict:
                  f"algo.per_rank_sequence_length={args.sequence_length}", "buffer.size=4096", "buffer.memmap=False",
                  "buffer.checkpoint=False", "checkpoint.every=0", "checkpoint.save_last=False",
                  "model_manager.disabled=True", "metric.log_level=0", f"log_root={log_dir}"]
-    overrides += [f"{key}={sizes[k]}" for k, keys in SHEEPRL_KEYS.items() for key in keys]
+    overrides += [f"{key}={sizes[k]}" for k, keys in SHEEPRL_KEYS.items() if k in sizes for key in keys]
     with initialize_config_module(config_module="sheeprl.configs", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     cfg = dotdict(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
