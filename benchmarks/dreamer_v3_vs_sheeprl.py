@@ -10,8 +10,8 @@ critic's update) on batches of 16 sequences x 64 steps of 4-dimensional observat
 actions (CartPole's; ``--continuous``: 1-dimensional actions in [-1, 1], Pendulum's), made before
 the timer. heron runs first, in this process; then sheeprl's own ``train`` runs in a subprocess with
 the Python of a venv that has sheeprl (this script again, with ``--sheeprl-side``), its configuration
-composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, float32, no
-compile) and its batches from its own replay buffer. One torch thread each. Nothing else should run
+composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, no compile; float32,
+or with ``--precision bf16-mixed`` both sides in bf16-mixed) and its batches from its own replay buffer. One torch thread each. Nothing else should run
 on the machine meanwhile.
 
 Sizes: ``vector`` is heron's ``--preset vector`` (dense 64 x 2, 16x16 latents, GRU 128, hidden 128),
@@ -56,7 +56,7 @@ def peak_rss_mb() -> float:
 def summary(impl: str, times: list[float], args) -> dict:
     return {"impl": impl, "sizes": args.sizes, "sec_per_grad_step": statistics.fmean(times),
             "median_sec": statistics.median(times), "steps": len(times), "warmup": args.warmup,
-            "batch": [args.sequence_length, args.batch_size], "continuous": args.continuous,
+            "batch": [args.sequence_length, args.batch_size], "continuous": args.continuous, "precision": args.precision,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -66,6 +66,7 @@ def heron_side(args) -> dict:
 
     from heron.algos.dreamer_v3.config import Config
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
+    from heron.core.precision import Precision
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -77,7 +78,9 @@ def heron_side(args) -> dict:
         spaces.update(action_low=torch.tensor([-2.0]), action_high=torch.tensor([2.0]))
     agent = build(cfg, spaces)
     optimizers = make_optimizers(cfg, agent)
-    update = make_update(cfg, agent, spaces, *optimizers.values())
+    prec = Precision(args.precision, torch.device("cpu"))
+    prec.apply(agent)  # as heron's training does
+    update = make_update(cfg, agent, spaces, *optimizers.values(), prec)
     rng = np.random.default_rng(args.seed)
     T, B = args.sequence_length, args.batch_size
 
@@ -124,7 +127,8 @@ def sheeprl_side(args) -> dict:
     log_dir = tempfile.mkdtemp(prefix="sheeprl_dv3_bench_")
     sizes = SIZES[args.sizes]
     overrides = ["exp=dreamer_v3", "env=gym", "env.id=CartPole-v1", "env.num_envs=1", "env.capture_video=False",
-                 "fabric.accelerator=cpu", "fabric.devices=1", "fabric.precision=32-true", "~fabric.callbacks",
+                 "fabric.accelerator=cpu", "fabric.devices=1",
+                 f"fabric.precision={'32-true' if args.precision == '32' else args.precision}", "~fabric.callbacks",
                  "num_threads=1", f"seed={args.seed}", "algo.compile.enabled=False", "algo.run_test=False",
                  "algo.cnn_keys.encoder=[]", "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]",
                  "algo.mlp_keys.decoder=[state]", f"algo.per_rank_batch_size={args.batch_size}",
@@ -188,6 +192,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--sequence-length", type=int, default=64)
     p.add_argument("--continuous", action="store_true")
+    p.add_argument("--precision", default="32", help="both sides: 32 (sheeprl's 32-true) or bf16-mixed")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--sheeprl-python", default="", help="the Python of a venv with sheeprl 0.8.4")
     p.add_argument("--skip-sheeprl", action="store_true")
