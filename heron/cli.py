@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import os
 import sys
 import typing
 from pathlib import Path
@@ -362,9 +363,19 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "l
 
 def entry() -> int:
     """The ``heron`` command (and ``python -m heron``): a process of its own, whose allocator it may
-    set for training (``heron.core.memory``; a library call leaves the caller's alone), then ``main``."""
+    set for training (``heron.core.memory``; a library call leaves the caller's alone), then ``main``.
+
+    Under torchrun a rank ends with ``os._exit`` once ``main`` has returned: by then the run has
+    closed its logs, checkpoints, envs and process group, and what is left is the interpreter's
+    teardown, where torch's distributed objects have aborted a finished rank now and then
+    ("terminate called without an active exception", exit -6), failing a job that succeeded."""
     keep_freed_memory()
-    return main()
+    code = main()
+    if _rank() is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
