@@ -226,3 +226,13 @@ def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
     assert main(["train", "dreamer_v3", "--preset", "debug", *argv, "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_model_flags_reach_the_model():
+    torch.manual_seed(0)
+    agent, _ = _agent(learnable_initial_state=False, unimix=0.0, bins=7)
+    rssm = agent.world.rssm
+    assert not rssm.initial_h.requires_grad  # --learnable-initial-state false: tanh(0) = 0, fixed
+    assert agent.world.reward[-1].out_features == agent.critic[-1].out_features == 7  # --bins
+    logits = torch.tensor([[[0.0, -30.0, -30.0, -30.0]] * 4])
+    assert torch.equal(rssm._logits(logits.flatten(-2)), logits)  # --unimix 0: the logits as they are

@@ -75,12 +75,8 @@ class DreamerConfig(RunConfig):
             raise HeronError(f"--vector-mode native trains {self.ALGO} on the env's vector observations as it "
                              "steps them: --action-repeat 1 and no --observation pixels (heron's vector envs do "
                              "those)")
-        for name in ("action_repeat", "per_rank_batch_size", "sequence_length", "buffer_size"):
-            if getattr(self, name) <= 0:
-                raise HeronError(f"--{flag(name)} must be positive, got {getattr(self, name)}")
-        for name in ("learning_starts", "max_episode_steps"):
-            if getattr(self, name) < 0:
-                raise HeronError(f"--{flag(name)} must be >= 0, got {getattr(self, name)}")
+        positive(self, "action_repeat", "per_rank_batch_size", "sequence_length", "buffer_size")
+        non_negative(self, "learning_starts", "max_episode_steps")
         if self.buffer_size < self.sequence_length:
             raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
 
@@ -190,8 +186,7 @@ class DreamerPolicy(Policy):
         return self
 
     def reset(self, batch: int = 1) -> None:
-        with torch.no_grad():
-            self.state = self.actor.initial_state(batch, self.device)
+        self.state = self.actor.initial_state(batch, self.device)
 
     def predict(self, obs: dict[str, np.ndarray], deterministic: bool = True) -> np.ndarray:
         if not isinstance(obs, dict):
@@ -240,6 +235,7 @@ class Learner:
     update: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
     due: Callable[[int, int, int], int]  # (global step, previous step, gradient steps so far) -> steps due now
     after_update: Callable[[int], None]  # called with the count of gradient steps after each one
+    warn_terminations: bool = False  # DreamerV2 without a continue model: say once that terminations go unseen
 
 
 def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Learner]) -> dict:
@@ -305,7 +301,7 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
     p_state = torch.zeros(N, player.state_size, device=device)  # is_first: the player starts it afresh
     policy = DreamerPolicy(player, spaces, device)
     metrics: dict[str, torch.Tensor] = {}
-    warned_terminal = getattr(cfg, "use_continues", True)
+    warned_terminal = not learner.warn_terminations
     warned_short = cfg.buffer_type == "sequential"
 
     # -- the loop -------------------------------------------------------------------------------------

@@ -156,7 +156,8 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
         if n_updates % cfg.critic_target_update_freq == 0:
             agent.target_critic.load_state_dict(agent.critic.state_dict())
 
-    return dreamer.Learner(agent, Player(agent), optimizers, update, due, after_update)
+    return dreamer.Learner(agent, Player(agent), optimizers, update, due, after_update,
+                           warn_terminations=not cfg.use_continues)
 
 
 def train(cfg: Config, run: Run) -> dict:

@@ -26,18 +26,17 @@ def symexp(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * torch.expm1(x.abs())
 
 
-def twohot_bins(n: int = 255, low: float = -20.0, high: float = 20.0) -> torch.Tensor:
+def twohot_bins(n: int = 255, limit: float = 20.0) -> torch.Tensor:
     """The bins of the reward and value heads: ``symexp`` of ``n`` points equally spaced in
-    [low, high], so they are dense near 0 and sparse at large magnitudes. Built symmetric (the
+    [-limit, limit], so they are dense near 0 and sparse at large magnitudes. Built symmetric (the
     negative half mirrored), so that the middle bin is exactly 0 and uniform probabilities predict
     exactly 0, as the official code's ``symexp_twohot`` head does."""
     if n % 2 == 1:
-        half = symexp(torch.linspace(low, 0.0, (n - 1) // 2 + 1, dtype=torch.float64))
+        half = symexp(torch.linspace(-limit, 0.0, (n - 1) // 2 + 1, dtype=torch.float64))
         bins = torch.cat([half, -half[:-1].flip(0)])
     else:
-        half = symexp(torch.linspace(low, 0.0, n // 2, dtype=torch.float64))
+        half = symexp(torch.linspace(-limit, 0.0, n // 2, dtype=torch.float64))
         bins = torch.cat([half, -half.flip(0)])
-    assert abs(high + low) < 1e-9, "symmetric bins"
     return bins.float()
 
 

@@ -49,14 +49,19 @@ def _fan_avg(module: nn.Module) -> float:
     return space * (module.in_channels + module.out_channels) / 2.0
 
 
+def trunc_normal_fan_avg_(weight: torch.Tensor, fan_avg: float) -> None:
+    """A normal truncated at two standard deviations, scaled so that its variance is 1 / fan_avg."""
+    std = math.sqrt(1.0 / fan_avg) / 0.87962566103423978  # the truncated normal's std ratio
+    nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std)
+
+
 def init_weights(module: nn.Module) -> None:
     """The paper's initialisation (the official code's ``trunc_normal`` over the average fan, as
     sheeprl has it): weights from a normal truncated at two standard deviations, with the standard
     deviation that gives variance 1 / fan_avg after the truncation; zero biases; LayerNorms at 1
     and 0. Use with ``module.apply``."""
     if isinstance(module, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-        std = math.sqrt(1.0 / _fan_avg(module)) / 0.87962566103423978  # the truncated normal's std ratio
-        nn.init.trunc_normal_(module.weight, 0.0, std, -2.0 * std, 2.0 * std)
+        trunc_normal_fan_avg_(module.weight, _fan_avg(module))
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.LayerNorm):
@@ -182,8 +187,7 @@ class RSSM(V2RSSM):
         # Linear(cat(h, e))): initialised with the whole layer's fans
         for part, fan_in in ((self.in_z, self.z_dim + action_dim), (self.in_a, self.z_dim + action_dim),
                              (self.post_h, deter + embed_dim), (self.post_e, deter + embed_dim)):
-            std = math.sqrt(2.0 / (fan_in + part.out_features)) / 0.87962566103423978
-            nn.init.trunc_normal_(part.weight, 0.0, std, -2.0 * std, 2.0 * std)
+            trunc_normal_fan_avg_(part.weight, (fan_in + part.out_features) / 2.0)
 
     def _logits(self, flat: torch.Tensor) -> torch.Tensor:
         return unimix_logits(flat.float().unflatten(-1, (self.stoch, self.classes)), self.unimix)
@@ -216,8 +220,8 @@ class Normal:
     """Normal(tanh(m), std) per action dimension, independent (DreamerV3's continuous actions: the
     official code's ``bounded_normal``, sheeprl's ``scaled_normal``)."""
 
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor, limit: float):
-        self.mean, self.std, self.limit = mean, std, limit
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+        self.mean, self.std = mean, std
 
     def rsample(self) -> torch.Tensor:
         return self.mean + self.std * torch.randn_like(self.mean)
@@ -251,7 +255,7 @@ class Actor(nn.Module):
             return OneHotST(unimix_logits(out, self.unimix))
         mean, std = out.chunk(2, -1)
         std = (self.max_std - self.min_std) * torch.sigmoid(std + self.init_std) + self.min_std
-        return Normal(torch.tanh(mean), std, self.action_clip)
+        return Normal(torch.tanh(mean), std)
 
 
 class Moments(nn.Module):
