@@ -5,6 +5,7 @@ docs/benchmarks/index.md). Ten episodes are too few: their start states happened
 even a near-optimal policy scores about -180."""
 
 import pytest
+import toy_envs  # noqa: F401 (registers heron-test/ envs at import, as the suite's other modules do)
 
 import heron
 
@@ -43,8 +44,6 @@ def test_dreamer_v2_two_goals(tmp_path):
     knows both ends (at a world-model rate of 3e-4 and an entropy bonus of 3e-3, 4 of 6 seeds
     learned). A short episode is 5 replay entries, so sequences run across episodes
     (--buffer-type sequential)."""
-    import toy_envs  # noqa: F401
-
     result = heron.train("dreamer_v2", env_id="heron-test/TwoGoals-v0", total_steps=1200, learning_starts=500,
                          pretrain_steps=100, train_every=2, per_rank_batch_size=16, sequence_length=16,
                          buffer_type="sequential", hidden_size=64, recurrent_state_size=64, dense_units=64,
@@ -62,8 +61,6 @@ def test_dreamer_v3_two_goals(tmp_path):
     in 1,200 steps (1.0, 0.4, -0.6); with the rates of the DreamerV2 check (world model 1e-3, actor and
     critic 3e-4) seeds 0-3 all scored 1.0 over 10 deterministic episodes (50-80 s each here), so the
     check asks for >= 0.8."""
-    import toy_envs  # noqa: F401
-
     result = heron.train("dreamer_v3", env_id="heron-test/TwoGoals-v0", total_steps=1200, learning_starts=500,
                          pretrain_steps=100, replay_ratio=0.5, per_rank_batch_size=16, sequence_length=16,
                          buffer_type="sequential", hidden_size=64, recurrent_state_size=64, dense_units=64,
