@@ -71,6 +71,8 @@ GAMES = ("Pong", "Breakout", "Qbert", "SpaceInvaders")
 ATARI = tuple(f"ALE/{game}-v5" for game in GAMES)  # sticky actions 0.25 (Machado et al.): the harder setting
 ATARI_V4 = tuple(f"{game}NoFrameskip-v4" for game in GAMES)  # no sticky actions: DI-engine's and the PPO paper's
 DMC = ("dmc_walker_walk", "dmc_cartpole_swingup")
+# four of the Atari 100k benchmark's 26 games (Boxing and MsPacman: sheeprl's dreamer_v3 100k experiments)
+ATARI_100K = tuple(f"{game}NoFrameskip-v4" for game in ("Pong", "Breakout", "Boxing", "MsPacman"))
 
 SUITES: dict[str, list[Entry]] = {
     "mujoco-sac": [Entry("sac", env, ("mujoco",), 1_000_000) for env in MUJOCO],
@@ -81,7 +83,7 @@ SUITES: dict[str, list[Entry]] = {
     "dmc-dreamer": [Entry("dreamer_v2", env, ("dmc",), 500_000) for env in DMC],  # agent steps (x2 frames)
     # DreamerV3 from pixels at the paper's DMC budget, 1M frames; Atari 100k: 100k agent steps, 400k frames
     "dmc-dreamer-v3": [Entry("dreamer_v3", env, ("dmc",), 500_000) for env in DMC],
-    "atari100k-dreamer-v3": [Entry("dreamer_v3", env, ("atari",), 100_000) for env in ATARI_V4],
+    "atari100k-dreamer-v3": [Entry("dreamer_v3", env, ("atari",), 100_000) for env in ATARI_100K],
 }
 # The first entry of every suite for a few thousand steps with the algorithm's debug sizes: the whole
 # machinery (children, resume, results, table, plots) in a minute or two.
@@ -112,6 +114,14 @@ PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
     **{("ppo", f"ALE/{game}-v5"): [("DI-engine, NoFrameskip-v4 (no sticky actions), best mean", figure)]
        for game, figure in DI_ENGINE_ATARI.items()},
     ("dreamer_v2", "dmc_walker_walk"): [("DreamerV2 paper, 1M frames", "~950")],
+    # the DreamerV3 authors' published curves (danijar/dreamerv3, scores/*-dreamerv3.json.gz): the mean return of
+    # the episodes in the last 10% of the budget, mean ± std over seeds (benchmarks/dreamer_v3_published.py)
+    **{("dreamer_v3", env): [("DreamerV3 official scores, 400k frames, 5 seeds", figure)] for env, figure in (
+        ("PongNoFrameskip-v4", "-4.2 ± 3.1"), ("BreakoutNoFrameskip-v4", "9.0 ± 1.9"),
+        ("BoxingNoFrameskip-v4", "79.4 ± 6.4"), ("MsPacmanNoFrameskip-v4", "1525.8 ± 269.1"))},
+    ("dreamer_v3", "dmc_walker_walk"): [("DreamerV3 official scores, DMC vision, 1M frames, 10 seeds", "960.6 ± 2.1")],
+    ("dreamer_v3", "dmc_cartpole_swingup"): [("DreamerV3 official scores, DMC vision, 1M frames, 10 seeds",
+                                              "860.1 ± 11.9")],
 }
 
 

@@ -2,6 +2,7 @@
 peer's settings built from heron's resolved config (a silent mismatch would compare unlike runs),
 and the reuse of a heron run made elsewhere only when it learns as the script's config would."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -362,3 +363,20 @@ def test_cpu_profile_splits_a_training_by_kind_of_work():
               if line.endswith("%")}
     assert {"matrix products", "outside torch (env, Python)", "other torch operators"} <= set(shares), shares
     assert abs(sum(shares.values()) - 100) < 0.5 and shares["matrix products"] > 0
+
+
+def test_dreamer_v3_published_scores_are_the_last_tenth_of_each_run(tmp_path, capsys, monkeypatch):
+    published = _script("dreamer_v3_published")
+    runs = [{"task": "atari_pong", "seed": 0, "xs": [100, 500, 920, 1000], "ys": [-21, -10, 2, 4]},
+            {"task": "atari_pong", "seed": 1, "xs": [300, 899, 950], "ys": [-21, 5, -6]}]
+    # the budget is the largest frame count (1000): the episodes from frame 900 on count
+    assert published.final_scores(runs) == [3, -6]
+    files: dict[str, list] = {}
+    for bench, task in published.TASKS.values():  # every task of the suites gets the same two runs
+        files.setdefault(bench, []).extend(dict(run, task=task) for run in runs)
+    for bench, rows in files.items():
+        with gzip.open(tmp_path / f"{bench}-dreamerv3.json.gz", "wt") as f:
+            json.dump(rows, f)
+    monkeypatch.setattr(sys, "argv", ["dreamer_v3_published.py", str(tmp_path)])
+    published.main()
+    assert "| PongNoFrameskip-v4 | atari100k-dreamerv3.json.gz | 2 | 1,000 | -1.5 ± 6.4 |" in capsys.readouterr().out

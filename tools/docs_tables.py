@@ -17,6 +17,13 @@ presets (``heron/algos/<algo>/config.py``, ``PRESETS``) between
     ...
     <!-- /presets-table -->
 
+and a ``heron bench`` suite's entries beside the published figures (``heron.bench``: ``SUITES``,
+``PUBLISHED``) between
+
+    <!-- suite-table SUITE -->
+    ...
+    <!-- /suite-table -->
+
 ``--check`` changes nothing and exits 1 when a page's table is not what the code gives (the test
 suite runs it).
 
@@ -41,6 +48,7 @@ from heron.config import RunConfig, field_types, flag, type_name  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- options-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /options-table -->)", re.S)
 PRESETS_BLOCK = re.compile(r"(<!-- presets-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /presets-table -->)", re.S)
+SUITE_BLOCK = re.compile(r"(<!-- suite-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /suite-table -->)", re.S)
 
 
 def shown(value) -> str:
@@ -117,6 +125,19 @@ def render_presets(algo: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_suite(suite: str) -> str:
+    """A bench suite's entries: env, presets, budget and the published figures beside them."""
+    from heron.bench import PUBLISHED, SUITES
+
+    if suite not in SUITES:
+        raise SystemExit(f"unknown suite table {suite!r}: one of {', '.join(SUITES)}")
+    lines = ["| env | presets | env steps | published |", "|---|---|---:|---|"]
+    for e in SUITES[suite]:
+        published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((e.algo, e.env_id), [])) or "-"
+        lines.append(f"| {e.env_id} | {' '.join(f'`{p}`' for p in e.presets)} | {e.total_steps:,} | {published} |")
+    return "\n".join(lines) + "\n"
+
+
 def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
     """Rewrite (or, with ``check``, compare) every options table under ``docs``; returns the pages
     whose tables were out of date."""
@@ -125,6 +146,7 @@ def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
         text = page.read_text()
         new = BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
         new = PRESETS_BLOCK.sub(lambda m: m.group(1) + render_presets(m.group("name")) + m.group(4), new)
+        new = SUITE_BLOCK.sub(lambda m: m.group(1) + render_suite(m.group("name")) + m.group(4), new)
         if new != text:
             stale.append(str(page.relative_to(ROOT)))
             if not check:
