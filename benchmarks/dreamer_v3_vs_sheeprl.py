@@ -17,7 +17,11 @@ on the machine meanwhile.
 Sizes: ``vector`` is heron's ``--preset vector`` (dense 64 x 2, 16x16 latents, GRU 128, hidden 128),
 ``S`` and ``XS`` the paper's sizes (sheeprl's ``dreamer_v3_S`` and ``_XS``).
 
-Prints one JSON line per side and the ratio (sheeprl's time / heron's).
+Prints one JSON line per side and the ratio (sheeprl's time / heron's). ``--flops`` adds, per side,
+the floating-point operations of one gradient step (``torch.utils.flop_counter``: the matrix products
+and convolutions, forward and backward; one more step, untimed) and the rate the timed steps reached,
+beside this core's rate on one large float32 matrix product of the heads' shape: where both sides run
+near that rate, the ratio of their times is the ratio of their operation counts.
 """
 
 from __future__ import annotations
@@ -53,8 +57,32 @@ def peak_rss_mb() -> float:
     return round(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, 1)
 
 
-def summary(impl: str, times: list[float], args) -> dict:
-    return {"impl": impl, "sizes": args.sizes, "sec_per_grad_step": statistics.fmean(times),
+def count_flops(step) -> float:
+    """GFLOP of one call of ``step`` (matrix products and convolutions, forward and backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops() / 1e9
+
+
+def matmul_gflops(rounds: int = 20) -> float:
+    """This core's float32 rate on a product of the imagined heads' shape (16 x 1,024 states by 1,536
+    inputs, 512 outputs), GFLOP/s."""
+    import torch
+
+    a, b = torch.randn(16 * 1024, 1536), torch.randn(1536, 512)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        a @ b
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1] * rounds / (time.perf_counter() - t0) / 1e9
+
+
+def summary(impl: str, times: list[float], args, gflop: float | None = None) -> dict:
+    flops = {} if gflop is None else {"gflop_per_step": round(gflop, 1),
+                                      "gflops_reached": round(gflop / statistics.fmean(times), 1)}
+    return {**flops, "impl": impl, "sizes": args.sizes, "sec_per_grad_step": statistics.fmean(times),
             "median_sec": statistics.median(times), "steps": len(times), "warmup": args.warmup,
             "batch": [args.sequence_length, args.batch_size], "continuous": args.continuous, "precision": args.precision,
             "peak_rss_mb": peak_rss_mb()}
@@ -91,17 +119,20 @@ def heron_side(args) -> dict:
                 "reward": torch.as_tensor(rng.choice([0.0, 1.0], (T, B)), dtype=torch.float32),
                 "is_first": torch.zeros(T, B, dtype=torch.bool), "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
 
-    batches = [batch() for _ in range(args.warmup + args.steps)]
-    times = []
-    for i, b in enumerate(batches):
-        t0 = time.perf_counter()
+    def step(b: dict) -> None:
         update(b)
         with torch.no_grad():  # the slow critic, as the loop's after_update does
             for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
                 slow.lerp_(fast, cfg.critic_tau)
+
+    batches = [batch() for _ in range(args.warmup + args.steps + args.flops)]
+    times = []
+    for i, b in enumerate(batches[:args.warmup + args.steps]):
+        t0 = time.perf_counter()
+        step(b)
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
-    return summary("heron", times, args)
+    return summary("heron", times, args, count_flops(lambda: step(batches[-1])) if args.flops else None)
 
 
 def sheeprl_side(args) -> dict:
@@ -169,19 +200,24 @@ def sheeprl_side(args) -> dict:
             else np.eye(A)[rng.integers(0, A, (n_fill, 1))],
             "rewards": rng.choice([0.0, 1.0], (n_fill, 1, 1)), "is_first": np.zeros((n_fill, 1, 1))},
            validate_args=cfg.buffer.validate_args)
-    batches = list(sample_batches(fabric, cfg, rb, args.warmup + args.steps))
-    times = []
-    for i, batch in enumerate(batches):
-        t0 = time.perf_counter()
+    batches = list(sample_batches(fabric, cfg, rb, args.warmup + args.steps + args.flops))
+
+    def step(i: int, batch) -> None:
         tau = 1 if i == 0 else cfg.algo.critic.tau  # as its main loop, before `train`
         for cp, tcp in zip(critic.module.parameters(), target_critic.parameters()):
             tcp.data.copy_(tau * cp.data + (1 - tau) * tcp.data)
         train(fabric, world_model, actor, critic, target_critic, world_opt, actor_opt, critic_opt, batch, None, cfg,
               is_continuous, actions_dim, moments)
+
+    times = []
+    for i, batch in enumerate(batches[:args.warmup + args.steps]):
+        t0 = time.perf_counter()
+        step(i, batch)
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
+    gflop = count_flops(lambda: step(len(batches) - 1, batches[-1])) if args.flops else None
     shutil.rmtree(log_dir, ignore_errors=True)
-    return summary("sheeprl", times, args)
+    return summary("sheeprl", times, args, gflop)
 
 
 def main() -> None:
@@ -194,6 +230,7 @@ def main() -> None:
     p.add_argument("--continuous", action="store_true")
     p.add_argument("--precision", default="32", help="both sides: 32 (sheeprl's 32-true) or bf16-mixed")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--flops", action="store_true", help="count each side's operations per step (module doc)")
     p.add_argument("--sheeprl-python", default="", help="the Python of a venv with sheeprl 0.8.4")
     p.add_argument("--skip-sheeprl", action="store_true")
     p.add_argument("--sheeprl-side", action="store_true", help=argparse.SUPPRESS)
@@ -213,7 +250,11 @@ def main() -> None:
         raise SystemExit(f"sheeprl side failed:\n{out.stderr[-3000:]}")
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     print(json.dumps(theirs), flush=True)
-    print(json.dumps({"ratio_sheeprl_over_heron": theirs["sec_per_grad_step"] / mine["sec_per_grad_step"]}))
+    ratio = {"ratio_sheeprl_over_heron": theirs["sec_per_grad_step"] / mine["sec_per_grad_step"]}
+    if args.flops:
+        ratio.update(flop_ratio_sheeprl_over_heron=theirs["gflop_per_step"] / mine["gflop_per_step"],
+                     matmul_gflops_this_core=round(matmul_gflops(), 1))
+    print(json.dumps(ratio))
 
 
 if __name__ == "__main__":
