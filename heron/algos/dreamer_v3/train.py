@@ -97,29 +97,25 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         # each step: backward, the torchrun all-reduce, clipping (the norm is a metric), the update
         world_grad = prec.optimize(world_opt, wm["loss"], world.parameters(), cfg.world_clip_gradients, norm=True)
 
-        # 2. behaviour in imagination, from every posterior state. With REINFORCE alone (rho = 1)
-        # nothing backpropagates through the imagined dynamics or values: the trajectories are imagined
-        # without gradients, the policy is scored on all of them at once, and the critic's logits on
-        # them serve its own loss too (its weights do not move before that)
+        # 2. behaviour in imagination, from every posterior state. The policy that picks each imagined
+        # action is the one the actor loss scores (one actor pass per step). With REINFORCE alone
+        # (rho = 1) nothing backpropagates through the imagined dynamics or values: the dynamics step
+        # without gradients, and the critic's logits on the trajectories serve its own loss too (its
+        # weights do not move before that)
         reuse = rho == 1
         world.requires_grad_(False)
         critic.requires_grad_(reuse)
         h_t, z_t = h.detach().flatten(0, 1), z.detach().flatten(0, 1)
-        feats, actions, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], [], []
-        with torch.set_grad_enabled(not reuse):
-            for _ in range(cfg.horizon):
-                pi = actor(feats[-1].detach())
-                actions.append(pi.rsample())
-                if not reuse:
-                    log_probs.append(pi.log_prob(actions[-1].detach()))
-                    entropies.append(pi.entropy())
-                h_t, z_t = rssm.imagine_step(h_t, z_t, clip_actions(actions[-1], clip))
-                feats.append(torch.cat([z_t, h_t], -1))
-        if reuse:
-            pi = actor(torch.stack(feats[:-1]))  # [H, M]: the policy at s_0 .. s_{H-1}
-            log_probs, entropies = pi.log_prob(torch.stack(actions)), pi.entropy()
-        else:
-            log_probs, entropies = torch.stack(log_probs), torch.stack(entropies)
+        feats, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], []
+        for _ in range(cfg.horizon):
+            pi = actor(feats[-1].detach())
+            action = pi.rsample()
+            log_probs.append(pi.log_prob(action.detach()))
+            entropies.append(pi.entropy())
+            with torch.set_grad_enabled(not reuse):
+                h_t, z_t = rssm.imagine_step(h_t, z_t, clip_actions(action, clip))
+            feats.append(torch.cat([z_t, h_t], -1))
+        log_probs, entropies = torch.stack(log_probs), torch.stack(entropies)  # [H, M]: a_t at s_t
         feat_im = torch.stack(feats)  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
         rewards_im = losses.twohot_mean(world.reward(feat_im), bins)  # [H + 1, M]
         continues = (world.continue_model(feat_im).squeeze(-1) > 0).float()  # the Bernoulli's mode
