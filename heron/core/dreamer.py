@@ -166,6 +166,28 @@ def to_env_actions(actions: torch.Tensor, spaces: dict) -> np.ndarray:
     return (low + (actions + 1.0) * 0.5 * (high - low)).cpu().numpy()
 
 
+# -- imagination --------------------------------------------------------------------------------------
+def imagine(actor: torch.nn.Module, rssm: torch.nn.Module, h: torch.Tensor, z: torch.Tensor, horizon: int,
+            to_dynamics: Callable[[torch.Tensor], torch.Tensor] = lambda action: action,
+            dynamics_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both Dreamers' imagination from every posterior state (``h``, ``z`` [T, B, ...], detached
+    here): at each of ``horizon`` steps the actor, from the detached state, picks an action, whose
+    log-probability and the policy's entropy are kept (the actor loss scores this policy), and the
+    prior steps on ``to_dynamics(action)``, with gradients only when ``dynamics_grad``. Returns the
+    states [H + 1, M, F] (s_0 a posterior state .. s_H), log-probabilities and entropies [H, M]."""
+    h_t, z_t = h.detach().flatten(0, 1), z.detach().flatten(0, 1)
+    feats, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], []
+    for _ in range(horizon):
+        pi = actor(feats[-1].detach())
+        action = pi.rsample()
+        log_probs.append(pi.log_prob(action.detach()))
+        entropies.append(pi.entropy())
+        with torch.set_grad_enabled(dynamics_grad and torch.is_grad_enabled()):
+            h_t, z_t = rssm.imagine_step(h_t, z_t, to_dynamics(action))
+        feats.append(torch.cat([z_t, h_t], -1))
+    return torch.stack(feats), torch.stack(log_probs), torch.stack(entropies)
+
+
 # -- the policy ---------------------------------------------------------------------------------------
 class DreamerPolicy(Policy):
     """``predict(obs)`` for dict observations (one, or a batch of [B, ...] per key); carries the

@@ -98,17 +98,9 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
 
         # 2. behaviour in imagination, from every posterior state
         world.requires_grad_(False)
-        h_t, z_t = h.detach().flatten(0, 1), z.detach().flatten(0, 1)
-        feats, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], []
-        for _ in range(cfg.horizon):
-            pi = actor(feats[-1].detach())
-            action = pi.rsample()
-            log_probs.append(pi.log_prob(action.detach()))
-            entropies.append(pi.entropy())
-            # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
-            h_t, z_t = rssm.imagine_step(h_t, z_t, action if rho < 1 else action.detach())
-            feats.append(torch.cat([z_t, h_t], -1))
-        feat_im = torch.stack(feats)  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
+        # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
+        feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
+            actor, rssm, h, z, cfg.horizon, (lambda action: action) if rho < 1 else (lambda action: action.detach()))
         rewards_im = world.reward(feat_im).squeeze(-1)  # [H + 1, M]
         discounts_im = None
         if world.continue_model is not None:
@@ -117,7 +109,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         alive = 1.0 - batch["is_terminal"].float().flatten()  # [M]
         lam, weights = losses.imagination_targets(rewards_im, discounts_im, values, alive, cfg.gamma, cfg.lmbda,
                                                   current=current)  # [H, M] each
-        steps = losses.actor_steps(torch.stack(log_probs), torch.stack(entropies), lam, values.detach(), weights,
+        steps = losses.actor_steps(log_probs, entropies, lam, values.detach(), weights,
                                    current)  # [H - 1, M] each (current) or [H, M]
         actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
         actor_grad = prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.clip_gradients, norm=True)
@@ -129,7 +121,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"].detach(),
                 "losses/observation_loss": wm["observation"].detach(), "losses/reward_loss": wm["reward"].detach(),
                 "losses/continue_loss": wm["continue"].detach(), "losses/actor_loss": actor_loss.detach(),
-                "losses/critic_loss": critic_loss.detach(), "losses/policy_entropy": torch.stack(entropies).mean().detach(),
+                "losses/critic_loss": critic_loss.detach(), "losses/policy_entropy": entropies.mean().detach(),
                 "losses/lambda_return": lam.mean().detach(), "grads/world_model": world_grad,
                 "grads/actor": actor_grad, "grads/critic": critic_grad}
 

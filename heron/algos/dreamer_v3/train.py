@@ -105,18 +105,8 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         reuse = rho == 1
         world.requires_grad_(False)
         critic.requires_grad_(reuse)
-        h_t, z_t = h.detach().flatten(0, 1), z.detach().flatten(0, 1)
-        feats, log_probs, entropies = [torch.cat([z_t, h_t], -1)], [], []
-        for _ in range(cfg.horizon):
-            pi = actor(feats[-1].detach())
-            action = pi.rsample()
-            log_probs.append(pi.log_prob(action.detach()))
-            entropies.append(pi.entropy())
-            with torch.set_grad_enabled(not reuse):
-                h_t, z_t = rssm.imagine_step(h_t, z_t, clip_actions(action, clip))
-            feats.append(torch.cat([z_t, h_t], -1))
-        log_probs, entropies = torch.stack(log_probs), torch.stack(entropies)  # [H, M]: a_t at s_t
-        feat_im = torch.stack(feats)  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
+        feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F] s_0 .. s_H; [H, M]: a_t at s_t
+            actor, rssm, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse)
         rewards_im = losses.twohot_mean(world.reward(feat_im), bins)  # [H + 1, M]
         continues = (world.continue_model(feat_im).squeeze(-1) > 0).float()  # the Bernoulli's mode
         critic_logits = critic(feat_im.detach() if reuse else feat_im)  # [H + 1, M, bins]
