@@ -425,6 +425,7 @@ SUMMARY_BLOCK = re.compile(r"(<!-- summary-table (?P<name>[\w-]+) -->\n)(?P<body
 SUMMARY_TABLES = {  # table -> the headers of its row labels (a row's labels are its "row", split at " | ")
     "dreamer-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
     "dreamer-v3-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
+    "dreamer-v3-same-step": ("Actions", "Two-hot heads"),
     "td3-walker2d-300k-vs-sb3": ("Figure",),
     "sac-halfcheetah-100k-vs-sb3": ("Figure",),
     "learning-check": ("Algorithm",),

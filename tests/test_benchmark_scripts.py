@@ -380,3 +380,68 @@ def test_dreamer_v3_published_scores_are_the_last_tenth_of_each_run(tmp_path, ca
     monkeypatch.setattr(sys, "argv", ["dreamer_v3_published.py", str(tmp_path)])
     published.main()
     assert "| PongNoFrameskip-v4 | atari100k-dreamerv3.json.gz | 2 | 1,000 | -1.5 ± 6.4 |" in capsys.readouterr().out
+
+
+def test_dreamer_v3_same_step_puts_every_sheeprl_weight_on_its_heron_parameter(monkeypatch):
+    """The step comparison copies sheeprl's weights into heron's agent by name: every parameter of
+    heron's gets one of its shape, the joined input layers split, the GRU's inputs swapped."""
+    import torch
+
+    from heron.algos.dreamer_v3.config import Config
+    from heron.algos.dreamer_v3.train import build
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the script sets them at import
+        monkeypatch.setenv(var, "1")
+    before = set(sys.modules)
+    try:
+        same = _script("dreamer_v3_same_step")
+    finally:  # the benchmark modules it imports leave with the test
+        for name in set(sys.modules) - before:
+            if name.startswith("dreamer_"):
+                del sys.modules[name]
+    d, z, h, e, bins = 64, 256, 128, 64, 255
+    mlp = {"_model.0.weight": (d, None), "_model.1.weight": (d,), "_model.1.bias": (d,), "_model.3.weight": (d, d),
+           "_model.4.weight": (d,), "_model.4.bias": (d,)}
+
+    def trunk(prefix, fan_in):
+        return {prefix + k: (v[0], fan_in) if len(v) == 2 and v[1] is None else v for k, v in mlp.items()}
+
+    for discrete, actions in ((True, 2), (False, 1)):
+        shapes = {**trunk("world.encoder._forward_module.mlp_encoder.model.", 4),
+                  "world.rssm.initial_recurrent_state": (h,),
+                  "world.rssm.recurrent_model._forward_module.mlp._model.0.weight": (d, z + actions),
+                  "world.rssm.recurrent_model._forward_module.mlp._model.1.weight": (d,),
+                  "world.rssm.recurrent_model._forward_module.mlp._model.1.bias": (d,),
+                  "world.rssm.recurrent_model._forward_module.rnn.linear.weight": (3 * h, h + d),
+                  "world.rssm.recurrent_model._forward_module.rnn.layer_norm.weight": (3 * h,),
+                  "world.rssm.recurrent_model._forward_module.rnn.layer_norm.bias": (3 * h,),
+                  **{f"world.rssm.{m}._forward_module._model.{k}": s for m, fan_in in
+                     (("representation_model", h + e), ("transition_model", h))
+                     for k, s in (("0.weight", (128, fan_in)), ("1.weight", (128,)), ("1.bias", (128,)),
+                                  ("3.weight", (z, 128)), ("3.bias", (z,)))},
+                  **trunk("world.observation_model._forward_module.mlp_decoder.model.", z + h),
+                  "world.observation_model._forward_module.mlp_decoder.heads.0.weight": (4, d),
+                  "world.observation_model._forward_module.mlp_decoder.heads.0.bias": (4,),
+                  **trunk("world.reward_model._forward_module.", z + h),
+                  "world.reward_model._forward_module._model.6.weight": (bins, d),
+                  "world.reward_model._forward_module._model.6.bias": (bins,),
+                  **trunk("world.continue_model._forward_module.", z + h),
+                  "world.continue_model._forward_module._model.6.weight": (1, d),
+                  "world.continue_model._forward_module._model.6.bias": (1,),
+                  **trunk("actor._forward_module.model.", z + h),
+                  "actor._forward_module.mlp_heads.0.weight": (2 if discrete else 2 * actions, d),
+                  "actor._forward_module.mlp_heads.0.bias": (2 if discrete else 2 * actions,),
+                  **trunk("critic._forward_module.", z + h),
+                  "critic._forward_module._model.6.weight": (bins, d), "critic._forward_module._model.6.bias": (bins,)}
+        sheeprl = {name: torch.randn(shape) for name, shape in shapes.items()}
+        mapped = same.to_heron_names(sheeprl, z, h)
+        spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
+                  "discrete": discrete, "action_dim": actions}
+        agent = build(Config(**same.SIZES["vector"]), spaces)
+        assert {n: tuple(t.shape) for n, t in mapped.items()} == {
+            n: tuple(p.shape) for n, p in agent.named_parameters() if not n.startswith("target_critic.")}
+        gru = sheeprl["world.rssm.recurrent_model._forward_module.rnn.linear.weight"]  # sheeprl: cat(h, x)
+        assert torch.equal(mapped["world.rssm.gru.linear.weight"], torch.cat([gru[:, h:], gru[:, :h]], 1))
+        joined = sheeprl["world.rssm.recurrent_model._forward_module.mlp._model.0.weight"]  # cat(z, a)
+        assert torch.equal(mapped["world.rssm.in_a.weight"], joined[:, z:])
