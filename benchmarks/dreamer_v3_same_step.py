@@ -173,49 +173,45 @@ def heron_config(args, scfg):
                   init_std=a.actor.init_std, action_clip=a.actor.action_clip)
 
 
-def to_heron_names(sheeprl: dict, z_dim: int, deter: int) -> dict:
+# sheeprl's world-model names -> heron's, for the layers both lay out alike (by prefix)
+WORLD_RENAMES = (("rssm.initial_recurrent_state", "rssm.initial_h"),
+                 ("rssm.recurrent_model.mlp._model.1.", "rssm.in_norm."),
+                 ("rssm.recurrent_model.rnn.layer_norm.", "rssm.gru.norm."),
+                 ("rssm.representation_model._model.1.", "rssm.post_norm."),
+                 ("rssm.representation_model._model.3.", "rssm.post_out."),
+                 ("rssm.transition_model._model.", "rssm.prior."),
+                 ("encoder.mlp_encoder.model._model.", "encoder.mlp."),
+                 ("observation_model.mlp_decoder.model._model.", "decoder.mlp."),
+                 ("observation_model.mlp_decoder.heads.", "decoder.heads."),
+                 ("reward_model._model.", "reward."),
+                 ("continue_model._model.", "continue_model."))
+
+
+def to_heron_names(sheeprl: dict, z_dim: int, deter: int, layers: int) -> dict:
     """sheeprl's tensors (weights or gradients, keyed ``world.<name>``, ``actor.<name>``,
-    ``critic.<name>``) under heron's names and layout."""
+    ``critic.<name>``) under heron's names and layout: sheeprl's joined input layers are heron's
+    split ones, and its GRU reads cat(h, x) where heron's reads cat(x, h). ``layers``: the MLPs' hidden
+layers (the actor's output layer is heron's ``net.<3 x layers>``)."""
     import torch
 
     out = {}
     for name, t in sheeprl.items():
-        name = name.replace("_forward_module.", "")
-        part, _, rest = name.partition(".")
+        part, _, rest = name.replace("_forward_module.", "").partition(".")
         if part == "actor":
-            rest = rest.replace("model._model.", "net.").replace("mlp_heads.0.", "net.6.")
-            out[f"actor.{rest}"] = t
+            out["actor." + rest.replace("model._model.", "net.").replace("mlp_heads.0.", f"net.{3 * layers}.")] = t
         elif part == "critic":
-            out[f"critic.{rest.replace('_model.', '')}"] = t
-        elif rest == "rssm.initial_recurrent_state":
-            out["world.rssm.initial_h"] = t
+            out["critic." + rest.removeprefix("_model.")] = t
         elif rest == "rssm.recurrent_model.mlp._model.0.weight":  # Linear(cat(z, a))
             out["world.rssm.in_z.weight"], out["world.rssm.in_a.weight"] = t[:, :z_dim], t[:, z_dim:]
-        elif rest.startswith("rssm.recurrent_model.mlp._model.1."):
-            out[f"world.rssm.in_norm.{rest.rsplit('.', 1)[1]}"] = t
-        elif rest == "rssm.recurrent_model.rnn.linear.weight":  # sheeprl: cat(h, x); heron: cat(x, h)
-            out["world.rssm.gru.linear.weight"] = torch.cat([t[:, deter:], t[:, :deter]], 1)
-        elif rest.startswith("rssm.recurrent_model.rnn.layer_norm."):
-            out[f"world.rssm.gru.norm.{rest.rsplit('.', 1)[1]}"] = t
         elif rest == "rssm.representation_model._model.0.weight":  # Linear(cat(h, e))
             out["world.rssm.post_h.weight"], out["world.rssm.post_e.weight"] = t[:, :deter], t[:, deter:]
-        elif rest.startswith("rssm.representation_model._model.1."):
-            out[f"world.rssm.post_norm.{rest.rsplit('.', 1)[1]}"] = t
-        elif rest.startswith("rssm.representation_model._model.3."):
-            out[f"world.rssm.post_out.{rest.rsplit('.', 1)[1]}"] = t
-        elif rest.startswith("rssm.transition_model._model."):
-            out[f"world.rssm.prior.{rest.removeprefix('rssm.transition_model._model.')}"] = t
-        elif rest.startswith("encoder.mlp_encoder.model._model."):
-            out[f"world.encoder.mlp.{rest.removeprefix('encoder.mlp_encoder.model._model.')}"] = t
-        elif rest.startswith("observation_model.mlp_decoder.model._model."):
-            out[f"world.decoder.mlp.{rest.removeprefix('observation_model.mlp_decoder.model._model.')}"] = t
-        elif rest.startswith("observation_model.mlp_decoder.heads."):
-            out[f"world.decoder.heads.{rest.removeprefix('observation_model.mlp_decoder.heads.')}"] = t
-        elif rest.startswith(("reward_model._model.", "continue_model._model.")):
-            head, _, tail = rest.partition("._model.")
-            out[f"world.{'reward' if head == 'reward_model' else 'continue_model'}.{tail}"] = t
+        elif rest == "rssm.recurrent_model.rnn.linear.weight":
+            out["world.rssm.gru.linear.weight"] = torch.cat([t[:, deter:], t[:, :deter]], 1)
         else:
-            raise KeyError(f"no heron name for sheeprl's {name}")
+            prefix, renamed = next(((a, b) for a, b in WORLD_RENAMES if rest.startswith(a)), (None, None))
+            if prefix is None:
+                raise KeyError(f"no heron name for sheeprl's {name}")
+            out["world." + renamed + rest.removeprefix(prefix)] = t
     return out
 
 
@@ -323,7 +319,8 @@ def run_heron(args, scfg, batches, action_dim, weights, twohot: str):
     if args.continuous:
         spaces.update(action_low=torch.tensor([-1.0]), action_high=torch.tensor([1.0]))
     agent = build(cfg, spaces)
-    state = to_heron_names(weights, cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size)
+    state = to_heron_names(weights, cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size,
+                           cfg.mlp_layers)
     own = dict(agent.named_parameters())
     missing = set(own) - set(state) - {n for n in own if n.startswith("target_critic.")}
     assert not missing, f"not copied from sheeprl: {sorted(missing)}"
@@ -357,7 +354,8 @@ def compare(args, sheeprl_run, heron_run) -> list[dict]:
     for i in range(args.steps):
         row = {"step": i + 1}
         for k in ("world", "actor", "critic"):
-            s = to_heron_names(s_grads[k][i], cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size)
+            s = to_heron_names(s_grads[k][i], cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size,
+                               cfg.mlp_layers)
             h = h_grads[k][i]
             assert set(s) == set(h), (k, sorted(set(s) ^ set(h)))
             gs = torch.cat([s[n].flatten() for n in sorted(s)])

@@ -435,7 +435,7 @@ def test_dreamer_v3_same_step_puts_every_sheeprl_weight_on_its_heron_parameter(m
                   **trunk("critic._forward_module.", z + h),
                   "critic._forward_module._model.6.weight": (bins, d), "critic._forward_module._model.6.bias": (bins,)}
         sheeprl = {name: torch.randn(shape) for name, shape in shapes.items()}
-        mapped = same.to_heron_names(sheeprl, z, h)
+        mapped = same.to_heron_names(sheeprl, z, h, 2)
         spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
                   "discrete": discrete, "action_dim": actions}
         agent = build(Config(**same.SIZES["vector"]), spaces)
