@@ -26,7 +26,9 @@ episode at the end). sheeprl runs with the Python of a venv that has it (``--she
 its returns come from its printed episode lines; heron's from its metrics.csv and eval.csv.
 
 Writes ``--out`` (a JSON with every return) and, with matplotlib, a PNG of the two mean curves
-with their standard-error bands.
+with their standard-error bands. ``--record benchmarks/results/summaries.csv --record-from N`` puts
+the bins from N env steps on in the summaries file the docs' tables come from, in place of the task's
+rows there, with the command that made them.
 """
 
 from __future__ import annotations
@@ -210,6 +212,47 @@ def plot(rows: list[dict], impls: list[str], title: str, path: Path) -> None:
     print(f"wrote {path}", flush=True)
 
 
+ACTIONS = {"cartpole": "discrete", "pendulum": "continuous"}
+
+
+def command_of(args) -> str:
+    """The command line that makes these runs' table (the flags left at their defaults left out)."""
+    flags = [] if args.algo == "dreamer_v2" else ["--algo", args.algo]
+    flags += ["--task", args.task, "--seeds", *map(str, args.seeds), "--steps", str(args.steps)]
+    for flag, value, default in (("--eval-every", args.eval_every, 5000), ("--bin", args.bin, 500)):
+        if value != default:
+            flags += [flag, str(value)]
+    flags += [f'{flag}="{value}"' for flag, value in (("--heron-flags", args.heron_flags),
+                                                       ("--sheeprl-flags", args.sheeprl_flags)) if value]
+    return " ".join(["python benchmarks/dreamer_learning_vs_sheeprl.py", *flags])
+
+
+def record(args, rows: list[dict], path: Path) -> None:
+    """The table's bins from ``--record-from`` on, in the summaries file (``dreamer-vs-sheeprl``,
+    ``dreamer-v3-vs-sheeprl``) in place of this task's rows there."""
+    from results_tables import record_summaries
+
+    table_name = "dreamer-vs-sheeprl" if args.algo == "dreamer_v2" else "dreamer-v3-vs-sheeprl"
+    env_id, n = task_of(args)["env_id"], len(args.seeds)
+    seeds = sorted(args.seeds)
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    new = []
+    for row in rows:
+        lo, hi = map(int, row["steps"].split("-"))
+        if lo < args.record_from:
+            continue
+        label = f"{env_id} (vectors, {ACTIONS[args.task]}) | {args.steps:,} | {n} + {n} | {lo:,}-{hi:,}"
+        for impl, column in (("heron", "heron"), ("sheeprl", "sheeprl 0.8.4")):
+            if impl in row:
+                new.append({"table": table_name, "row": label, "column": column,
+                            "value": f"{row[impl]['mean']:.1f} ± {row[impl]['se']:.1f}", "seeds": span,
+                            "machine": args.machine, "recorded": time.strftime("%Y-%m-%d"),
+                            "command": command_of(args),
+                            "note": "training return of the episodes ending in the bin, mean ± standard error over "
+                                    "seeds"})
+    record_summaries(new, lambda r: r["table"] == table_name and r["row"].startswith(env_id + " "), path)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", choices=["dreamer_v2", "dreamer_v3"], default="dreamer_v2")
@@ -229,6 +272,10 @@ def main() -> None:
                    "that finished there before are kept, not run again")
     p.add_argument("--out", default="", help="JSON of every return and the table (default: WORK_DIR/result.json)")
     p.add_argument("--plot", default="", help="PNG of the curves (default: WORK_DIR/curves.png)")
+    p.add_argument("--record", default="", help="put the table in this summaries CSV "
+                   "(benchmarks/results/summaries.csv), in place of the task's rows there")
+    p.add_argument("--record-from", type=int, default=0, help="--record: the bins from this many env steps on")
+    p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record writes it")
     args = p.parse_args()
     work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{args.algo}_learning_{args.task}_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -266,6 +313,8 @@ def main() -> None:
     out.write_text(json.dumps({"args": vars(args), "tasks": task_of(args), "table": rows,
                                "raw": {i: {str(s): r for s, r in seeds.items()} for i, seeds in results.items()}}))
     print(f"wrote {out}", flush=True)
+    if args.record:
+        record(args, rows, Path(args.record))
     name = "DreamerV2" if args.algo == "dreamer_v2" else "DreamerV3"
     plot(rows, impls, f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
          Path(args.plot or work / "curves.png"))

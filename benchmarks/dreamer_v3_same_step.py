@@ -68,6 +68,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--record", default="", help="put the result in this summaries CSV "
                    "(benchmarks/results/summaries.csv), in place of the same command's rows")
+    p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record writes it")
     p.add_argument("--head-std", type=float, default=0.1,
                    help="the reward and value heads' output weights (both sides; 0: the zero start they ship with)")
     return p.parse_args(argv)
@@ -406,7 +407,7 @@ KIND = {False: "discrete", True: "continuous"}
 def record(path: Path, args, summary: dict) -> None:
     """Put the largest differences in the summaries file (table ``dreamer-v3-same-step``), in place of
     the rows this command made before."""
-    import csv
+    from results_tables import record_summaries
 
     command = "VENV/bin/python benchmarks/dreamer_v3_same_step.py" + (" --continuous" if args.continuous else "") + \
         ("" if args.steps == 3 else f" --steps {args.steps}")
@@ -415,19 +416,11 @@ def record(path: Path, args, summary: dict) -> None:
             "VENV has sheeprl 0.8.4")
     names = {"world": "world model", "actor": "actor", "critic": "critic"}
     new = [{"table": "dreamer-v3-same-step", "row": f"{KIND[args.continuous]} | {HEADS[t]}", "column": names[k],
-            "value": f"{v:.1e}", "seeds": str(args.seed), "machine": "2-core AMD EPYC VM, CPU",
+            "value": f"{v:.1e}", "seeds": str(args.seed), "machine": args.machine,
             "recorded": date.today().isoformat(), "command": command, "note": note}
            for t, m in summary.items() for k, v in m.items()]
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
     keys = {(r["table"], r["row"], r["column"]) for r in new}
-    rows = [r for r in rows if (r["table"], r["row"], r["column"]) not in keys] + new
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"recorded {len(new)} rows in {path}")
+    record_summaries(new, lambda r: (r["table"], r["row"], r["column"]) in keys, path)
 
 
 if __name__ == "__main__":

@@ -435,6 +435,22 @@ SUMMARY_TABLES = {  # table -> the headers of its row labels (a row's labels are
 }
 
 
+def record_summaries(new: list[dict], replaces: Callable[[dict], bool], path: Path = SUMMARIES) -> None:
+    """Put ``new`` rows (dicts of the file's columns) in the summaries file, in place of the rows
+    ``replaces`` picks (the figures a benchmark made before and now makes again): where the first of
+    those was, else at the end."""
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    at = next((i for i, r in enumerate(rows) if replaces(r)), len(rows))
+    kept = [r for r in rows[:at] if not replaces(r)], [r for r in rows[at:] if not replaces(r)]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept[0] + new + kept[1])
+    print(f"recorded {len(new)} rows in {path}", flush=True)
+
+
 def render_summary(name: str, rows: list[dict]) -> str:
     """One summary table: a line per ``row`` (labels in its first columns, a label equal to the line
     above's left blank), a column per ``column``, both in the file's order."""

@@ -134,3 +134,21 @@ def test_a_summary_table_lays_out_its_cells_and_blanks_repeated_labels(monkeypat
         tables.render_summary("t", [cell("A", "heron", "1")])
     with pytest.raises(SystemExit, match="no row"):
         tables.render_summary("t", [])
+
+
+def test_recorded_summaries_replace_a_benchmarks_rows_where_they_were(tmp_path, capsys):
+    tables = _script()
+    path = tmp_path / "summaries.csv"
+    header = "table,row,column,value,seeds,machine,recorded,command,note\n"
+    old = ["a,x | 1,heron,1,1,m,,c,n", "b,x | 1,heron,2,1,m,,c,n", "b,x | 2,heron,3,1,m,,c,n", "c,y,peer,4,1,m,,c,n"]
+    path.write_text(header + "\n".join(old) + "\n")
+    new = [dict(table="b", row=f"x | {i}", column="heron", value=str(10 + i), seeds="1-2", machine="m", recorded="",
+                command="c2", note="n") for i in (1, 2, 3)]
+    tables.record_summaries(new, lambda r: r["table"] == "b", path)
+    lines = path.read_text().splitlines()
+    assert [line.split(",")[:4] for line in lines[1:]] == [
+        ["a", "x | 1", "heron", "1"], ["b", "x | 1", "heron", "11"], ["b", "x | 2", "heron", "12"],
+        ["b", "x | 3", "heron", "13"], ["c", "y", "peer", "4"]]
+    tables.record_summaries(new[:1], lambda r: False, path)  # nothing replaced: at the end
+    assert path.read_text().splitlines()[-1].startswith("b,x | 1,heron,11")
+    assert "recorded 1 rows" in capsys.readouterr().out
