@@ -65,6 +65,9 @@ class Config(DreamerConfig):
     mlp_layers: int = opt(2, "hidden layers of those MLPs")
     cnn_channels_multiplier: int = opt(32, "channels of the first conv layer (doubling per layer)")
     bins: int = opt(255, "bins of the two-hot reward and value heads")
+    twohot_space: str = opt("raw", "where the two-hot heads interpolate targets and average their bins: raw (the "
+                            "official code) or symlog (its first release and sheeprl: symlog(x) between equally "
+                            "spaced points, the prediction symexp of their mean)", ("raw", "symlog"))
     unimix: float = opt(0.01, "uniform share in the latents' and the discrete actions' categoricals")
     learnable_initial_state: bool = opt(True, "learn the recurrent state episodes start from (else tanh(0) = 0)")
     min_std: float = opt(0.1, "continuous actions: least standard deviation")

@@ -40,55 +40,69 @@ def twohot_bins(n: int = 255, limit: float = 20.0) -> torch.Tensor:
     return bins.float()
 
 
-def _neighbours(x: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _positions(bins: torch.Tensor, space: str) -> torch.Tensor:
+    """Where the bins sit for the interpolation and the mean: at their values (``raw``, the official
+    code's ``symexp_twohot``) or at the symlog of them, equally spaced (``symlog``: the official
+    code's first release and sheeprl encode symlog(x) there and predict symexp of the mean)."""
+    return bins if space == "raw" else symlog(bins)
+
+
+def _neighbours(x: torch.Tensor, bins: torch.Tensor, space: str = "raw") -> tuple[torch.Tensor, ...]:
     """The two bins around each value of ``x`` [...] and their two-hot weights (``twohot``)."""
     x = x.detach().to(bins.dtype)
-    K = bins.shape[0]
-    below = ((bins <= x.unsqueeze(-1)).sum(-1) - 1).clamp(0, K - 1)
-    above = (K - (bins > x.unsqueeze(-1)).sum(-1)).clamp(0, K - 1)
+    points = _positions(bins, space)
+    x = x if space == "raw" else symlog(x)
+    K = points.shape[0]
+    below = ((points <= x.unsqueeze(-1)).sum(-1) - 1).clamp(0, K - 1)
+    above = (K - (points > x.unsqueeze(-1)).sum(-1)).clamp(0, K - 1)
     equal = below == above
-    to_below = torch.where(equal, 1.0, (bins[below] - x).abs())
-    to_above = torch.where(equal, 1.0, (bins[above] - x).abs())
+    to_below = torch.where(equal, 1.0, (points[below] - x).abs())
+    to_above = torch.where(equal, 1.0, (points[above] - x).abs())
     total = to_below + to_above
     return below, above, to_above / total, to_below / total
 
 
-def twohot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+def twohot(x: torch.Tensor, bins: torch.Tensor, space: str = "raw") -> torch.Tensor:
     """Two-hot encoding of ``x`` [...] over ``bins`` [K] -> [..., K]: the weight of the two bins
     around x, each in proportion to x's closeness to it (sums to 1, and the weighted mean of the
-    bins is x); a value outside the bins goes to the end bin. The official code encodes the raw
-    value over symexp-spaced bins; sheeprl encodes symlog(x) over equally spaced bins (the paper's
-    text): the weights differ between two bins, the bins are the same."""
-    below, above, w_below, w_above = _neighbours(x, bins)
+    bins' positions is x's); a value outside the bins goes to the end bin. ``space``: where x and
+    the bins are placed (``_positions``): the raw values (the official code, the default) or their
+    symlog (sheeprl, the official code's first release); the weights differ between two bins, the
+    bins are the same."""
+    below, above, w_below, w_above = _neighbours(x, bins, space)
     out = torch.zeros(*x.shape, bins.shape[0], dtype=bins.dtype, device=bins.device)
     out.scatter_add_(-1, below.unsqueeze(-1), w_below.unsqueeze(-1))
     return out.scatter_add_(-1, above.unsqueeze(-1), w_above.unsqueeze(-1))
 
 
-def twohot_nll(logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+def twohot_nll(logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor, space: str = "raw") -> torch.Tensor:
     """Cross-entropy of the head's categorical over the bins with the two-hot target: [..., K], [...]
     -> [...]. Read from the two bins the target touches (the same as with ``twohot``'s encoding,
     without the [..., K] target)."""
-    return _twohot_ce(F.log_softmax(logits.float(), -1), target, bins)
+    return _twohot_ce(F.log_softmax(logits.float(), -1), target, bins, space)
 
 
-def _twohot_ce(log_probs: torch.Tensor, target: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
-    below, above, w_below, w_above = _neighbours(target, bins)
+def _twohot_ce(log_probs: torch.Tensor, target: torch.Tensor, bins: torch.Tensor, space: str) -> torch.Tensor:
+    below, above, w_below, w_above = _neighbours(target, bins, space)
     return -(w_below * log_probs.gather(-1, below.unsqueeze(-1)).squeeze(-1)
              + w_above * log_probs.gather(-1, above.unsqueeze(-1)).squeeze(-1))
 
 
-def twohot_mean(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
-    """The prediction of a two-hot head: the expected bin, [..., K] -> [...]. Summed from the middle
-    out, pairing each negative bin with its mirror, so that a symmetric distribution predicts
-    exactly 0 (the official code's symmetric sum; a left-to-right sum leaves rounding residue)."""
+def twohot_mean(logits: torch.Tensor, bins: torch.Tensor, space: str = "raw") -> torch.Tensor:
+    """The prediction of a two-hot head: the expected bin, [..., K] -> [...] (in ``symlog`` space
+    symexp of the expected position). Summed from the middle out, pairing each negative bin with its
+    mirror, so that a symmetric distribution predicts exactly 0 (the official code's symmetric sum; a
+    left-to-right sum leaves rounding residue)."""
     probs = logits.float().softmax(-1)
-    K = bins.shape[0]
+    points = _positions(bins, space)
+    K = points.shape[0]
     m = K // 2
     if K % 2:
-        pairs = probs[..., :m].flip(-1) * bins[:m].flip(0) + probs[..., m + 1:] * bins[m + 1:]
-        return probs[..., m] * bins[m] + pairs.sum(-1)
-    return (probs[..., :m].flip(-1) * bins[:m].flip(0) + probs[..., m:] * bins[m:]).sum(-1)
+        pairs = probs[..., :m].flip(-1) * points[:m].flip(0) + probs[..., m + 1:] * points[m + 1:]
+        mean = probs[..., m] * points[m] + pairs.sum(-1)
+    else:
+        mean = (probs[..., :m].flip(-1) * points[:m].flip(0) + probs[..., m:] * points[m:]).sum(-1)
+    return mean if space == "raw" else symexp(mean)
 
 
 def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
@@ -169,12 +183,13 @@ def actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor, returns: torch.Te
 
 
 def critic_loss(logits: torch.Tensor, returns: torch.Tensor, target_values: torch.Tensor, weights: torch.Tensor,
-                bins: torch.Tensor, slow_regularizer: float = 1.0) -> torch.Tensor:
+                bins: torch.Tensor, slow_regularizer: float = 1.0, space: str = "raw") -> torch.Tensor:
     """The critic's loss (paper eq. 10 and the official code's ``slowreg``): the two-hot
     cross-entropy towards the lambda-returns, plus ``slow_regularizer`` times the cross-entropy
     towards the slow (EMA) critic's own predictions, weighted by the chance of reaching each
-    imagined state. ``logits`` [H, M, K]; the rest [H, M]."""
+    imagined state. ``logits`` [H, M, K]; the rest [H, M]; ``space`` as ``twohot``'s."""
     assert logits.shape[:-1] == returns.shape == target_values.shape == weights.shape
     log_probs = F.log_softmax(logits.float(), -1)  # one log-softmax for both terms
-    loss = _twohot_ce(log_probs, returns, bins) + slow_regularizer * _twohot_ce(log_probs, target_values, bins)
+    loss = _twohot_ce(log_probs, returns, bins, space) + slow_regularizer * _twohot_ce(log_probs, target_values, bins,
+                                                                                        space)
     return (weights.detach() * loss).mean()

@@ -73,6 +73,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
     clip = 0.0 if spaces["discrete"] else cfg.action_clip
     bins = losses.twohot_bins(cfg.bins).to(next(agent.parameters()).device)
+    space = cfg.twohot_space
     prec = prec or Precision("32", torch.device("cpu"))
 
     def update(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -87,7 +88,7 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         recon = world.decoder(feat)
         obs_loss = sum(losses.mse(recon[k].float(), image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + \
             sum(losses.symlog_mse(recon[k], obs[k].float(), 1) for k in spaces["mlp_keys"])
-        reward_loss = losses.twohot_nll(world.reward(feat), batch["reward"], bins)
+        reward_loss = losses.twohot_nll(world.reward(feat), batch["reward"], bins, space)
         terminal = batch["is_terminal"].float()
         continue_loss = torch.nn.functional.binary_cross_entropy_with_logits(
             world.continue_model(feat).squeeze(-1), 1.0 - terminal, reduction="none")
@@ -107,10 +108,10 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         critic.requires_grad_(reuse)
         feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F] s_0 .. s_H; [H, M]: a_t at s_t
             actor, rssm, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse)
-        rewards_im = losses.twohot_mean(world.reward(feat_im), bins)  # [H + 1, M]
+        rewards_im = losses.twohot_mean(world.reward(feat_im), bins, space)  # [H + 1, M]
         continues = (world.continue_model(feat_im).squeeze(-1) > 0).float()  # the Bernoulli's mode
         critic_logits = critic(feat_im.detach() if reuse else feat_im)  # [H + 1, M, bins]
-        values = losses.twohot_mean(critic_logits.detach() if reuse else critic_logits, bins)  # [H + 1, M]
+        values = losses.twohot_mean(critic_logits.detach() if reuse else critic_logits, bins, space)  # [H + 1, M]
         alive = 1.0 - terminal.flatten()  # [M]
         returns, weights = imagination_targets(rewards_im, cfg.gamma * continues, values, alive, cfg.gamma,
                                                cfg.lmbda, current=False)  # [H, M] each
@@ -127,9 +128,9 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
 
         states = feat_im[:-1].detach()
         with torch.no_grad():
-            slow = losses.twohot_mean(target_critic(states), bins)
+            slow = losses.twohot_mean(target_critic(states), bins, space)
         critic_loss = losses.critic_loss(critic_logits[:-1] if reuse else critic(states), returns, slow, weights, bins,
-                                         cfg.critic_slow_regularizer)
+                                         cfg.critic_slow_regularizer, space)
         critic_grad = prec.optimize(critic_opt, critic_loss, critic.parameters(), cfg.critic_clip_gradients, norm=True)
         prec.update()
         return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"], "losses/kl_loss": wm["kl_loss"],
