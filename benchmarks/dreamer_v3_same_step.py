@@ -18,17 +18,17 @@ sides take the same deterministic stand-in: every latent state is its categorica
 the other), every discrete action its most likely one (with the straight-through gradient), every
 continuous action the mean of its normal. Everything else runs as each library ships it.
 
-The two-hot reward and value heads are the documented difference: heron encodes a target over its
-symexp-spaced bins in raw units and predicts the bins' expected value (the official code's
-``symexp_twohot``), sheeprl interpolates symlog(target) between equally spaced symlog bins and
-predicts symexp of their expected value. Both start those heads at zero weights (so that they
-predict 0); here their output layers get the same random weights on both sides (``--head-std``), so
-that from the first step the imagined returns, their normaliser and the advantages are not all 0.
-The script runs heron twice: once with its own heads, once with sheeprl's encoding put in their
-place, which leaves nothing different. For each model (world model, actor, critic) it prints the
-relative difference of the gradients each optimizer applies (after clipping), ``|g_heron -
-g_sheeprl| / |g_sheeprl|``, and the losses side by side, step by step; ``--record
-benchmarks/results/summaries.csv`` keeps the largest differences (table ``dreamer-v3-same-step``).
+The two-hot reward and value heads are the documented difference: by default heron encodes a target
+over its symexp-spaced bins in raw units and predicts the bins' expected value (the official code's
+``symexp_twohot``); sheeprl, and heron with ``--twohot-space symlog``, interpolate symlog(target)
+between equally spaced symlog points and predict symexp of their expected position. Both libraries
+start those heads at zero weights (so that they predict 0); here their output layers get the same
+random weights on both sides (``--head-std``), so that from the first step the imagined returns,
+their normaliser and the advantages are not all 0. The script runs heron twice, with each
+``--twohot-space``. For each model (world model, actor, critic) it prints the relative difference of
+the gradients each optimizer applies (after clipping), ``|g_heron - g_sheeprl| / |g_sheeprl|``, and
+the losses side by side, step by step; ``--record benchmarks/results/summaries.csv`` keeps the
+largest differences (table ``dreamer-v3-same-step``).
 """
 
 from __future__ import annotations
@@ -380,7 +380,7 @@ KIND = {False: "discrete", True: "continuous"}
 
 def record(path: Path, args, summary: dict) -> None:
     """Put the largest differences in the summaries file (table ``dreamer-v3-same-step``), in place of
-    the rows this command made before."""
+    the rows of the same kind of actions."""
     from results_tables import record_summaries
 
     command = "VENV/bin/python benchmarks/dreamer_v3_same_step.py" + (" --continuous" if args.continuous else "") + \
@@ -393,8 +393,8 @@ def record(path: Path, args, summary: dict) -> None:
             "value": f"{v:.1e}", "seeds": str(args.seed), "machine": args.machine,
             "recorded": date.today().isoformat(), "command": command, "note": note}
            for t, m in summary.items() for k, v in m.items()]
-    keys = {(r["table"], r["row"], r["column"]) for r in new}
-    record_summaries(new, lambda r: (r["table"], r["row"], r["column"]) in keys, path)
+    record_summaries(new, lambda r: r["table"] == "dreamer-v3-same-step" and r["row"].startswith(
+        KIND[args.continuous] + " |"), path)
 
 
 if __name__ == "__main__":

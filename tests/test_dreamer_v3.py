@@ -50,6 +50,30 @@ def test_twohot_encoding_hand_numbers():
     torch.testing.assert_close((inside * bins).sum(-1), torch.tensor([0.25, -1.0, 2.5]))  # the mean is x
 
 
+def test_twohot_in_symlog_space_interpolates_between_the_bins_symlogs():
+    """--twohot-space symlog (sheeprl's heads): five bins at symexp(-20, -10, 0, 10, 20); a target
+    symexp(12) lies a fifth of the way from the symlog 10 to 20, where the raw values put it next to
+    symexp(10)."""
+    bins = losses.twohot_bins(5).double()
+    x = torch.tensor([math.expm1(12.0), -math.expm1(15.0), 0.0], dtype=torch.float64)
+    torch.testing.assert_close(losses.twohot(x, bins, "symlog"),
+                               torch.tensor([[0, 0, 0, 0.8, 0.2], [0.5, 0.5, 0, 0, 0], [0, 0, 1.0, 0, 0]],
+                                            dtype=torch.float64))
+    raw = losses.twohot(x[:1], bins)[0]  # the same target by value: (e^20 - e^12) / (e^20 - e^10) on symexp(10)
+    torch.testing.assert_close(raw[3], torch.tensor((math.exp(20) - math.exp(12)) / (math.exp(20) - math.exp(10)),
+                                                    dtype=torch.float64))
+    # the prediction is symexp of the mean position: it decodes the encoding, and uniform is exactly 0
+    logits = losses.twohot(x, bins, "symlog").clamp_min(1e-300).log()
+    torch.testing.assert_close(losses.twohot_mean(logits, bins, "symlog"), x, rtol=1e-6, atol=0)
+    assert losses.twohot_mean(torch.zeros(2, 255), losses.twohot_bins(255), "symlog").abs().max() == 0
+    # a bimodal head: the raw mean is the mean of the values, the symlog one symexp of their symlogs' mean
+    probs = torch.tensor([[0, 0, 0, 0.5, 0.5]], dtype=torch.float64)
+    torch.testing.assert_close(losses.twohot_mean(probs.clamp_min(1e-300).log(), bins, "symlog"),
+                               torch.tensor([math.expm1(15.0)], dtype=torch.float64))
+    torch.testing.assert_close(losses.twohot_mean(probs.clamp_min(1e-300).log(), bins),
+                               torch.tensor([(math.expm1(10.0) + math.expm1(20.0)) / 2], dtype=torch.float64))
+
+
 def test_twohot_mean_decodes_the_encoding_and_starts_at_exactly_zero():
     bins = losses.twohot_bins(255)
     x = torch.tensor([-2000.0, -3.3, -0.01, 0.0, 0.5, 42.0, 1e5])
@@ -203,7 +227,7 @@ def test_the_policy_starts_episodes_from_the_learned_state():
     assert not torch.allclose(s1[1], s2[1])
 
 
-@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", []), ("Pendulum-v1", []),
+@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", []), ("Pendulum-v1", ["--twohot-space", "symlog"]),
                                            ("CartPole-v1", ["--observation", "pixels"])])
 def test_cli_debug_train_then_eval(tmp_path, capsys, env_id, extra):
     run = tmp_path / "run"
@@ -220,6 +244,7 @@ def test_cli_debug_train_then_eval(tmp_path, capsys, env_id, extra):
     (["--replay-ratio", "-1"], "--replay-ratio must be >= 0"),
     (["--moments-low", "0.9", "--moments-high", "0.1"], "must be below --moments-high"),
     (["--unimix", "2"], "--unimix must be in [0, 1]"),
+    (["--twohot-space", "log"], "--twohot-space must be one of raw, symlog"),
     (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
 ])
 def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
