@@ -80,14 +80,14 @@ def task_of(args) -> dict:
     return dict((TASKS if args.algo == "dreamer_v2" else TASKS_V3)[args.task])
 
 
-def heron_argv(args, seed: int, run_dir: Path) -> list[str]:
+def heron_argv(args, seed: int, run_dir: Path, extra: str = "") -> list[str]:
     task = task_of(args)
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in task.items()]
     return [sys.executable, "-m", "heron", "train", args.algo, *flags, "--buffer-type", "sequential",
             "--buffer-size", "100000", "--total-steps", str(args.steps), "--seed", str(seed),
             "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
             "--checkpoint-every", "0", "--torch-threads", "1", "--progress", "none", "--run-dir", str(run_dir),
-            *args.heron_flags.split()]
+            *args.heron_flags.split(), *extra.split()]
 
 
 def sheeprl_argv(args, seed: int, root: Path) -> list[str]:
@@ -98,7 +98,8 @@ def sheeprl_argv(args, seed: int, root: Path) -> list[str]:
             "env.num_envs=1", "env.sync_env=True", "env.capture_video=False", "algo.cnn_keys.encoder=[]",
             "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]", "algo.mlp_keys.decoder=[state]",
             *overrides, f"algo.replay_ratio={ratio}", f"algo.total_steps={args.steps}",
-            *(["buffer.type=sequential"] if args.algo == "dreamer_v2" else []), "buffer.size=100000", "buffer.checkpoint=False", "fabric.accelerator=cpu",
+            *(["buffer.type=sequential"] if args.algo == "dreamer_v2" else []), "buffer.size=100000",
+            "buffer.checkpoint=False", "fabric.accelerator=cpu",
             "fabric.devices=1", "num_threads=1", f"seed={seed}", "algo.run_test=False",
             "checkpoint.every=100000000", "checkpoint.save_last=False", "model_manager.disabled=True",
             "metric.log_level=1", f"root_dir={root}", *args.sheeprl_flags.split()]
@@ -186,7 +187,7 @@ def table(results: dict[str, dict[int, dict]], steps: int, width: int) -> list[d
     return rows
 
 
-def plot(rows: list[dict], impls: list[str], title: str, path: Path) -> None:
+def plot(rows: list[dict], impls: list[str], title: str, path: Path, labels: dict | None = None) -> None:
     try:
         import matplotlib
 
@@ -200,7 +201,7 @@ def plot(rows: list[dict], impls: list[str], title: str, path: Path) -> None:
     for impl in impls:
         m = [r[impl]["mean"] for r in rows]
         se = [r[impl]["se"] for r in rows]
-        ax.plot(x, m, label=impl)
+        ax.plot(x, m, label=(labels or {}).get(impl, impl))
         ax.fill_between(x, [a - b for a, b in zip(m, se)], [a + b for a, b in zip(m, se)], alpha=0.25)
     ax.set_xlabel("env steps")
     ax.set_ylabel("training episode return")
@@ -213,6 +214,7 @@ def plot(rows: list[dict], impls: list[str], title: str, path: Path) -> None:
 
 
 ACTIONS = {"cartpole": "discrete", "pendulum": "continuous"}
+VARIANT = "variant"  # --variant's runs: heron with more flags
 
 
 def command_of(args) -> str:
@@ -223,7 +225,8 @@ def command_of(args) -> str:
         if value != default:
             flags += [flag, str(value)]
     flags += [f'{flag}="{value}"' for flag, value in (("--heron-flags", args.heron_flags),
-                                                       ("--sheeprl-flags", args.sheeprl_flags)) if value]
+                                                       ("--sheeprl-flags", args.sheeprl_flags),
+                                                       ("--variant", args.variant)) if value]
     return " ".join(["python benchmarks/dreamer_learning_vs_sheeprl.py", *flags])
 
 
@@ -232,8 +235,10 @@ def record(args, rows: list[dict], path: Path) -> None:
     ``dreamer-v3-vs-sheeprl``) in place of this task's rows there."""
     from results_tables import record_summaries
 
-    table_name = "dreamer-vs-sheeprl" if args.algo == "dreamer_v2" else "dreamer-v3-vs-sheeprl"
+    table_name = args.record_table or ("dreamer-vs-sheeprl" if args.algo == "dreamer_v2" else "dreamer-v3-vs-sheeprl")
     env_id, n = task_of(args)["env_id"], len(args.seeds)
+    columns = {"heron": "heron", "sheeprl": "sheeprl 0.8.4", VARIANT: f"heron {args.variant}"}
+    sides = " + ".join(str(n) for impl in columns if impl in rows[0])
     seeds = sorted(args.seeds)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     new = []
@@ -241,8 +246,8 @@ def record(args, rows: list[dict], path: Path) -> None:
         lo, hi = map(int, row["steps"].split("-"))
         if lo < args.record_from:
             continue
-        label = f"{env_id} (vectors, {ACTIONS[args.task]}) | {args.steps:,} | {n} + {n} | {lo:,}-{hi:,}"
-        for impl, column in (("heron", "heron"), ("sheeprl", "sheeprl 0.8.4")):
+        label = f"{env_id} (vectors, {ACTIONS[args.task]}) | {args.steps:,} | {sides} | {lo:,}-{hi:,}"
+        for impl, column in columns.items():
             if impl in row:
                 new.append({"table": table_name, "row": label, "column": column,
                             "value": f"{row[impl]['mean']:.1f} ± {row[impl]['se']:.1f}", "seeds": span,
@@ -265,6 +270,8 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=2, help="runs at once (one torch thread each)")
     p.add_argument("--heron-flags", default="", help="extra heron flags, e.g. --heron-flags=\"--lambda-rewards next\"")
     p.add_argument("--sheeprl-flags", default="", help="extra sheeprl overrides")
+    p.add_argument("--variant", default="", help="heron flags of a third side, beside heron and sheeprl (e.g. "
+                   "--variant=\"--twohot-space symlog\"): its runs are WORK_DIR/variant_SEED")
     p.add_argument("--sheeprl-python", default="/work/bench/sheeprl-venv/bin/python")
     p.add_argument("--skip-sheeprl", action="store_true")
     p.add_argument("--skip-heron", action="store_true")
@@ -275,6 +282,8 @@ def main() -> None:
     p.add_argument("--record", default="", help="put the table in this summaries CSV "
                    "(benchmarks/results/summaries.csv), in place of the task's rows there")
     p.add_argument("--record-from", type=int, default=0, help="--record: the bins from this many env steps on")
+    p.add_argument("--record-table", default="", help="--record: the summaries table (default: dreamer-vs-sheeprl, "
+                   "dreamer-v3-vs-sheeprl)")
     p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record writes it")
     args = p.parse_args()
     work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{args.algo}_learning_{args.task}_"))
@@ -288,6 +297,9 @@ def main() -> None:
         if not args.skip_sheeprl:
             jobs.append(("sheeprl", seed, sheeprl_argv(args, seed, work / f"sheeprl_{seed}"),
                          work / f"sheeprl_{seed}.log"))
+        if args.variant:
+            jobs.append((VARIANT, seed, heron_argv(args, seed, work / f"{VARIANT}_{seed}", args.variant),
+                         work / f"{VARIANT}_{seed}.log"))
     for impl, seed, _, log in jobs:  # a run that did not finish starts again from nothing
         if not log.with_suffix(".done").exists():
             shutil.rmtree(work / f"{impl}_{seed}", ignore_errors=True)
@@ -295,7 +307,7 @@ def main() -> None:
 
     results: dict[str, dict[int, dict]] = {}
     for impl, seed, _, log in jobs:
-        res = heron_returns(work / f"heron_{seed}") if impl == "heron" else sheeprl_returns(log)
+        res = sheeprl_returns(log) if impl == "sheeprl" else heron_returns(work / f"{impl}_{seed}")
         results.setdefault(impl, {})[seed] = res
     rows = table(results, args.steps, args.bin)
     impls = list(results)
@@ -303,11 +315,12 @@ def main() -> None:
     print("|---|" + "---|" * len(impls))
     for row in rows:
         print(f"| {row['steps']} | " + " | ".join(f"{row[i]['mean']} +- {row[i]['se']}" for i in impls) + " |")
-    if "heron" in results:
-        for step in sorted({s for r in results["heron"].values() for s, _ in r["eval"]}):
-            vals = {seed: v for seed, r in results["heron"].items() for s, v in r["eval"] if s == step}
+    for impl in [i for i in results if i != "sheeprl"]:
+        name = "heron" if impl == "heron" else f"heron {args.variant}"
+        for step in sorted({s for r in results[impl].values() for s, _ in r["eval"]}):
+            vals = {seed: v for seed, r in results[impl].items() for s, v in r["eval"] if s == step}
             m, se = mean_se(list(vals.values()))
-            print(f"heron deterministic evaluation at {step} steps ({args.eval_episodes} episodes): "
+            print(f"{name} deterministic evaluation at {step} steps ({args.eval_episodes} episodes): "
                   f"{m:.1f} +- {se:.1f}; per seed {json.dumps(vals)}")
     out = Path(args.out or work / "result.json")
     out.write_text(json.dumps({"args": vars(args), "tasks": task_of(args), "table": rows,
@@ -317,7 +330,7 @@ def main() -> None:
         record(args, rows, Path(args.record))
     name = "DreamerV2" if args.algo == "dreamer_v2" else "DreamerV3"
     plot(rows, impls, f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
-         Path(args.plot or work / "curves.png"))
+         Path(args.plot or work / "curves.png"), {VARIANT: f"heron {args.variant}"})
 
 
 if __name__ == "__main__":
