@@ -217,6 +217,11 @@ ACTIONS = {"cartpole": "discrete", "pendulum": "continuous"}
 VARIANT = "variant"  # --variant's runs: heron with more flags
 
 
+def side_names(args) -> dict[str, str]:
+    """Each side's name in the tables and the plot."""
+    return {"heron": "heron", "sheeprl": "sheeprl 0.8.4", VARIANT: f"heron {args.variant}"}
+
+
 def command_of(args) -> str:
     """The command line that makes these runs' table (the flags left at their defaults left out)."""
     flags = [] if args.algo == "dreamer_v2" else ["--algo", args.algo]
@@ -237,7 +242,7 @@ def record(args, rows: list[dict], path: Path) -> None:
 
     table_name = args.record_table or ("dreamer-vs-sheeprl" if args.algo == "dreamer_v2" else "dreamer-v3-vs-sheeprl")
     env_id, n = task_of(args)["env_id"], len(args.seeds)
-    columns = {"heron": "heron", "sheeprl": "sheeprl 0.8.4", VARIANT: f"heron {args.variant}"}
+    columns = side_names(args)
     sides = " + ".join(str(n) for impl in columns if impl in rows[0])
     seeds = sorted(args.seeds)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
@@ -316,7 +321,7 @@ def main() -> None:
     for row in rows:
         print(f"| {row['steps']} | " + " | ".join(f"{row[i]['mean']} +- {row[i]['se']}" for i in impls) + " |")
     for impl in [i for i in results if i != "sheeprl"]:
-        name = "heron" if impl == "heron" else f"heron {args.variant}"
+        name = side_names(args)[impl]
         for step in sorted({s for r in results[impl].values() for s, _ in r["eval"]}):
             vals = {seed: v for seed, r in results[impl].items() for s, v in r["eval"] if s == step}
             m, se = mean_se(list(vals.values()))
@@ -330,7 +335,7 @@ def main() -> None:
         record(args, rows, Path(args.record))
     name = "DreamerV2" if args.algo == "dreamer_v2" else "DreamerV3"
     plot(rows, impls, f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
-         Path(args.plot or work / "curves.png"), {VARIANT: f"heron {args.variant}"})
+         Path(args.plot or work / "curves.png"), side_names(args))
 
 
 if __name__ == "__main__":

@@ -445,3 +445,38 @@ def test_dreamer_v3_same_step_puts_every_sheeprl_weight_on_its_heron_parameter(m
         assert torch.equal(mapped["world.rssm.gru.linear.weight"], torch.cat([gru[:, h:], gru[:, :h]], 1))
         joined = sheeprl["world.rssm.recurrent_model._forward_module.mlp._model.0.weight"]  # cat(z, a)
         assert torch.equal(mapped["world.rssm.in_a.weight"], joined[:, z:])
+
+
+def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path, monkeypatch):
+    """--record writes a bin's figure per side (a --variant as a third column) from --record-from
+    on, with the command that makes them, where the task's old rows were."""
+    import argparse
+
+    import csv
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when run as a script
+    learning = _script("dreamer_learning_vs_sheeprl")
+    path = tmp_path / "summaries.csv"
+    path.write_text("table,row,column,value,seeds,machine,recorded,command,note\n"
+                    "dreamer-v3-twohot,\"Pendulum-v1 (old) | 1 | 1 | 0-1\",heron,1,1,m,,c,n\n"
+                    "other,x,heron,2,1,m,,c,n\n")
+    args = argparse.Namespace(algo="dreamer_v3", task="pendulum", seeds=[1, 2], steps=2000, bin=1000, eval_every=2500,
+                              heron_flags="", sheeprl_flags="", variant="--twohot-space symlog", record_from=1000,
+                              record_table="dreamer-v3-twohot", machine="m")
+    side = {"mean": -700.0, "se": 12.25, "n": 2}
+    rows = [{"steps": f"{lo}-{lo + 1000}", "heron": side, "sheeprl": side, "variant": side} for lo in (0, 1000)]
+    had = "results_tables" in sys.modules
+    try:
+        learning.record(args, rows, path)
+    finally:  # the module it imports leaves with the test
+        if not had:
+            sys.modules.pop("results_tables", None)
+    got = list(csv.DictReader(path.open(newline="")))
+    label = "Pendulum-v1 (vectors, continuous) | 2,000 | 2 + 2 + 2 | 1,000-2,000"
+    assert [(r["table"], r["row"], r["column"], r["value"]) for r in got[:3]] == [
+        ("dreamer-v3-twohot", label, side_name, "-700.0 ± 12.2") for side_name in
+        ("heron", "sheeprl 0.8.4", "heron --twohot-space symlog")]
+    assert got[3]["table"] == "other" and len(got) == 4
+    assert got[0]["command"] == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum '
+                                 '--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 '
+                                 '--variant="--twohot-space symlog"')
