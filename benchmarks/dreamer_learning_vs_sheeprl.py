@@ -26,7 +26,10 @@ episode at the end). sheeprl runs with the Python of a venv that has it (``--she
 its returns come from its printed episode lines; heron's from its metrics.csv and eval.csv.
 
 Writes ``--out`` (a JSON with every return) and, with matplotlib, a PNG of the two mean curves
-with their standard-error bands. ``--record benchmarks/results/summaries.csv --record-from N`` puts
+with their standard-error bands. ``--runs benchmarks/results/dreamer_curves.csv`` keeps each
+finished run's returns (one row per side and seed, with its settings, heron's commit, the machine
+and the command) in that file, and takes a run found there instead of running it again: seeds run on
+different days or machines add up to one table. ``--record benchmarks/results/summaries.csv --record-from N`` puts
 the bins from N env steps on in the summaries file the docs' tables come from, in place of the task's
 rows there, with the command that made them.
 """
@@ -120,6 +123,71 @@ def sheeprl_returns(log: Path) -> dict:
     text = log.read_text()
     train = [(int(m[1]), float(m[2])) for m in re.finditer(r"policy_step=(\d+), reward_env_\d+=\[?([-\d.e]+)", text)]
     return {"train": train, "eval": []}
+
+
+RUN_KEYS = ("algo", "env_id", "total_steps", "eval_every", "eval_episodes", "side", "flags", "seed")
+RUN_FIELDS = (*RUN_KEYS, "train", "evals", "heron_version", "machine", "recorded", "command")
+
+
+def side_flags(args, impl: str) -> str:
+    """The flags a side's runs take beyond the task's (part of what identifies a kept run)."""
+    return {"heron": args.heron_flags, "sheeprl": args.sheeprl_flags,
+            VARIANT: " ".join(f for f in (args.heron_flags, args.variant) if f)}[impl]
+
+
+def run_key(args, impl: str, seed: int) -> tuple[str, ...]:
+    values = (args.algo, task_of(args)["env_id"], args.steps, args.eval_every, args.eval_episodes, impl,
+              side_flags(args, impl), seed)
+    return tuple(map(str, values))
+
+
+def _pairs(text: str) -> list[tuple[int, float]]:
+    return [(int(s), float(r)) for s, r in (item.split(":") for item in text.split())]
+
+
+def load_runs(args, path: Path) -> dict[tuple[str, ...], dict]:
+    """The kept runs of ``--runs`` by their key: {"train": [(step, return)], "eval": [...]}."""
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        return {tuple(r[k] for k in RUN_KEYS): {"train": _pairs(r["train"]), "eval": _pairs(r["evals"]),
+                                                "heron_version": r["heron_version"]}
+                for r in csv.DictReader(f)}
+
+
+def keep_runs(args, finished: dict[tuple[str, int], dict], path: Path) -> None:
+    """Write the runs finished in the work dir to ``--runs``, in place of the rows with their key."""
+    rows = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    version = heron_version()
+    new = {run_key(args, impl, seed): {
+        **dict(zip(RUN_KEYS, run_key(args, impl, seed))),
+        "train": " ".join(f"{s}:{r:.2f}" for s, r in res["train"]),
+        "evals": " ".join(f"{s}:{r:.2f}" for s, r in res["eval"]),
+        "heron_version": version if impl != "sheeprl" else "", "machine": args.machine,
+        "recorded": time.strftime("%Y-%m-%d"), "command": command_of(args)} for (impl, seed), res in finished.items()}
+    rows = [r for r in rows if tuple(r[k] for k in RUN_KEYS) not in new] + list(new.values())
+    rows.sort(key=lambda r: tuple(r[k] for k in RUN_KEYS[:-1]) + (int(r["seed"]),))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, RUN_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"kept {len(new)} runs in {path}", flush=True)
+
+
+def heron_version() -> str:
+    """The checkout's commit, with "+" when it has changes (what heron's runs were made with)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "heron"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return commit + ("+" if dirty else "")
 
 
 def run_jobs(jobs: list[tuple[str, int, list[str], Path]], parallel: int) -> None:
@@ -241,9 +309,9 @@ def record(args, rows: list[dict], path: Path) -> None:
     from results_tables import record_summaries
 
     table_name = args.record_table or ("dreamer-vs-sheeprl" if args.algo == "dreamer_v2" else "dreamer-v3-vs-sheeprl")
-    env_id, n = task_of(args)["env_id"], len(args.seeds)
+    env_id = task_of(args)["env_id"]
     columns = side_names(args)
-    sides = " + ".join(str(n) for impl in columns if impl in rows[0])
+    sides = " + ".join(str(max(row[impl]["n"] for row in rows)) for impl in columns if impl in rows[0])
     seeds = sorted(args.seeds)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     new = []
@@ -289,7 +357,9 @@ def main() -> None:
     p.add_argument("--record-from", type=int, default=0, help="--record: the bins from this many env steps on")
     p.add_argument("--record-table", default="", help="--record: the summaries table (default: dreamer-vs-sheeprl, "
                    "dreamer-v3-vs-sheeprl)")
-    p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record writes it")
+    p.add_argument("--runs", default="", help="keep each finished run's returns in this CSV "
+                   "(benchmarks/results/dreamer_curves.csv) and take the runs found there instead of running them")
+    p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record and --runs write it")
     args = p.parse_args()
     work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{args.algo}_learning_{args.task}_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -305,15 +375,33 @@ def main() -> None:
         if args.variant:
             jobs.append((VARIANT, seed, heron_argv(args, seed, work / f"{VARIANT}_{seed}", args.variant),
                          work / f"{VARIANT}_{seed}.log"))
+    kept = load_runs(args, Path(args.runs)) if args.runs else {}
+    taken = {(impl, seed) for impl, seed, _, log in jobs
+             if not log.with_suffix(".done").exists() and run_key(args, impl, seed) in kept}
+    if taken:
+        print("kept in " + args.runs + ": " + ", ".join(f"{impl} seed {seed}" for impl, seed in sorted(taken)),
+              flush=True)
+    jobs = [job for job in jobs if (job[0], job[1]) not in taken]
     for impl, seed, _, log in jobs:  # a run that did not finish starts again from nothing
         if not log.with_suffix(".done").exists():
             shutil.rmtree(work / f"{impl}_{seed}", ignore_errors=True)
     run_jobs(jobs, args.parallel)
 
+    finished = {(impl, seed): sheeprl_returns(log) if impl == "sheeprl" else heron_returns(work / f"{impl}_{seed}")
+                for impl, seed, _, log in jobs}
+    if args.runs:
+        keep_runs(args, finished, Path(args.runs))
     results: dict[str, dict[int, dict]] = {}
-    for impl, seed, _, log in jobs:
-        res = sheeprl_returns(log) if impl == "sheeprl" else heron_returns(work / f"{impl}_{seed}")
-        results.setdefault(impl, {})[seed] = res
+    for impl in side_names(args):  # each side's seeds in order, run here or kept
+        for seed in sorted(args.seeds):
+            res = finished.get((impl, seed)) or (kept.get(run_key(args, impl, seed)) if (impl, seed) in taken else None)
+            if res is not None:
+                results.setdefault(impl, {})[seed] = res
+    versions = {kept[run_key(args, impl, seed)]["heron_version"] for impl, seed in taken if impl != "sheeprl"}
+    if any(impl != "sheeprl" for impl, _ in finished):
+        versions.add(heron_version())
+    if len(versions) > 1:
+        print("note: heron's runs come from more than one commit: " + ", ".join(sorted(versions)), flush=True)
     rows = table(results, args.steps, args.bin)
     impls = list(results)
     print("| env steps | " + " | ".join(f"{i} (mean +- s.e.)" for i in impls) + " |")

@@ -480,3 +480,54 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
     assert got[0]["command"] == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum '
                                  '--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 '
                                  '--variant="--twohot-space symlog"')
+
+
+def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp_path, monkeypatch, capsys):
+    """--runs keeps each finished run's returns; a later command with the same settings takes them
+    from there (no process started) and gives the same table; other flags are other runs."""
+    import csv
+
+    learning = _script("dreamer_learning_vs_sheeprl")
+    first, runs = tmp_path / "first", tmp_path / "curves.csv"
+    (first / "heron_1").mkdir(parents=True)
+    (first / "heron_1" / "metrics.csv").write_text(
+        "step,metric,value\n200,charts/episodic_return,-1500.5\n400,charts/episodic_return,-1300.25\n"
+        "400,losses/kl,1.0\n1200,charts/episodic_return,-900\n")
+    (first / "heron_1" / "eval.csv").write_text("step,mean_return\n2000,-700.5\n")
+    (first / "sheeprl_1.log").write_text("Rank-0: policy_step=200, reward_env_0=-1400.0\n"
+                                         "Rank-0: policy_step=1400, reward_env_0=[-800.5]\n")
+    for side in ("heron_1", "sheeprl_1"):
+        (first / f"{side}.done").touch()
+    common = ["--algo", "dreamer_v3", "--task", "pendulum", "--seeds", "1", "--steps", "2000", "--bin", "1000",
+              "--runs", str(runs), "--machine", "m"]
+
+    def main(*argv):
+        monkeypatch.setattr(sys, "argv", ["dreamer_learning_vs_sheeprl.py", *common, *argv])
+        learning.main()
+        return json.loads((Path(argv[argv.index("--out") + 1])).read_text())
+
+    made = main("--work-dir", str(first), "--out", str(tmp_path / "first.json"), "--plot", str(tmp_path / "a.png"))
+    kept = list(csv.DictReader(runs.open(newline="")))
+    assert [(r["side"], r["seed"], r["train"], r["evals"]) for r in kept] == [
+        ("heron", "1", "200:-1500.50 400:-1300.25 1200:-900.00", "2000:-700.50"),
+        ("sheeprl", "1", "200:-1400.00 1400:-800.50", "")]
+    assert kept[0]["command"].endswith("--task pendulum --seeds 1 --steps 2000 --bin 1000")
+
+    started = []
+    monkeypatch.setattr(learning, "run_jobs", lambda jobs, parallel: started.extend(jobs))
+    again = main("--work-dir", str(tmp_path / "second"), "--out", str(tmp_path / "second.json"),
+                 "--plot", str(tmp_path / "b.png"))
+    assert started == [] and "kept in" in capsys.readouterr().out
+    assert again["table"] == made["table"]
+    assert made["table"][0]["heron"] == {"mean": -1400.4, "se": 0.0, "n": 1}  # (-1500.5 - 1300.25) / 2
+    assert made["table"][1]["sheeprl"] == {"mean": -800.5, "se": 0.0, "n": 1}
+    args = argparse_namespace(algo="dreamer_v3", task="pendulum", steps=2000, eval_every=5000, eval_episodes=10,
+                              heron_flags="--twohot-space symlog", sheeprl_flags="", variant="")
+    assert learning.run_key(args, "heron", 1) not in learning.load_runs(args, runs)
+    assert learning.run_key(args, "sheeprl", 1) in learning.load_runs(args, runs)
+
+
+def argparse_namespace(**values):
+    import argparse
+
+    return argparse.Namespace(**values)
