@@ -145,7 +145,7 @@ def _pairs(text: str) -> list[tuple[int, float]]:
     return [(int(s), float(r)) for s, r in (item.split(":") for item in text.split())]
 
 
-def load_runs(args, path: Path) -> dict[tuple[str, ...], dict]:
+def load_runs(path: Path) -> dict[tuple[str, ...], dict]:
     """The kept runs of ``--runs`` by their key: {"train": [(step, return)], "eval": [...]}."""
     if not path.is_file():
         return {}
@@ -375,7 +375,7 @@ def main() -> None:
         if args.variant:
             jobs.append((VARIANT, seed, heron_argv(args, seed, work / f"{VARIANT}_{seed}", args.variant),
                          work / f"{VARIANT}_{seed}.log"))
-    kept = load_runs(args, Path(args.runs)) if args.runs else {}
+    kept = load_runs(Path(args.runs)) if args.runs else {}
     taken = {(impl, seed) for impl, seed, _, log in jobs
              if not log.with_suffix(".done").exists() and run_key(args, impl, seed) in kept}
     if taken:
@@ -391,15 +391,14 @@ def main() -> None:
                 for impl, seed, _, log in jobs}
     if args.runs:
         keep_runs(args, finished, Path(args.runs))
+    have = {**{(impl, seed): kept[run_key(args, impl, seed)] for impl, seed in taken}, **finished}
     results: dict[str, dict[int, dict]] = {}
     for impl in side_names(args):  # each side's seeds in order, run here or kept
         for seed in sorted(args.seeds):
-            res = finished.get((impl, seed)) or (kept.get(run_key(args, impl, seed)) if (impl, seed) in taken else None)
-            if res is not None:
-                results.setdefault(impl, {})[seed] = res
-    versions = {kept[run_key(args, impl, seed)]["heron_version"] for impl, seed in taken if impl != "sheeprl"}
-    if any(impl != "sheeprl" for impl, _ in finished):
-        versions.add(heron_version())
+            if (impl, seed) in have:
+                results.setdefault(impl, {})[seed] = have[impl, seed]
+    here = heron_version()  # the runs finished here were made with the checkout
+    versions = {res.get("heron_version", here) for (impl, _), res in have.items() if impl != "sheeprl"}
     if len(versions) > 1:
         print("note: heron's runs come from more than one commit: " + ", ".join(sorted(versions)), flush=True)
     rows = table(results, args.steps, args.bin)

@@ -485,6 +485,7 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
 def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp_path, monkeypatch, capsys):
     """--runs keeps each finished run's returns; a later command with the same settings takes them
     from there (no process started) and gives the same table; other flags are other runs."""
+    import argparse
     import csv
 
     learning = _script("dreamer_learning_vs_sheeprl")
@@ -521,13 +522,7 @@ def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp
     assert again["table"] == made["table"]
     assert made["table"][0]["heron"] == {"mean": -1400.4, "se": 0.0, "n": 1}  # (-1500.5 - 1300.25) / 2
     assert made["table"][1]["sheeprl"] == {"mean": -800.5, "se": 0.0, "n": 1}
-    args = argparse_namespace(algo="dreamer_v3", task="pendulum", steps=2000, eval_every=5000, eval_episodes=10,
+    args = argparse.Namespace(algo="dreamer_v3", task="pendulum", steps=2000, eval_every=5000, eval_episodes=10,
                               heron_flags="--twohot-space symlog", sheeprl_flags="", variant="")
-    assert learning.run_key(args, "heron", 1) not in learning.load_runs(args, runs)
-    assert learning.run_key(args, "sheeprl", 1) in learning.load_runs(args, runs)
-
-
-def argparse_namespace(**values):
-    import argparse
-
-    return argparse.Namespace(**values)
+    assert learning.run_key(args, "heron", 1) not in learning.load_runs(runs)
+    assert learning.run_key(args, "sheeprl", 1) in learning.load_runs(runs)
