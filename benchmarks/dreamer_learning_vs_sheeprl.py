@@ -313,6 +313,11 @@ def record(args, rows: list[dict], path: Path) -> None:
     columns = side_names(args)
     sides = " + ".join(str(max(row[impl]["n"] for row in rows)) for impl in columns if impl in rows[0])
     seeds = sorted(args.seeds)
+    command = command_of(args)
+    if args.runs:  # the table comes from the kept runs: the same command remakes it without running them
+        runs = Path(args.runs).resolve()
+        root = Path(__file__).resolve().parent.parent
+        command += f" --runs {runs.relative_to(root) if runs.is_relative_to(root) else runs}"
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     new = []
     for row in rows:
@@ -325,7 +330,7 @@ def record(args, rows: list[dict], path: Path) -> None:
                 new.append({"table": table_name, "row": label, "column": column,
                             "value": f"{row[impl]['mean']:.1f} ± {row[impl]['se']:.1f}", "seeds": span,
                             "machine": args.machine, "recorded": time.strftime("%Y-%m-%d"),
-                            "command": command_of(args),
+                            "command": command,
                             "note": "training return of the episodes ending in the bin, mean ± standard error over "
                                     "seeds"})
     record_summaries(new, lambda r: r["table"] == table_name and r["row"].startswith(env_id + " "), path)

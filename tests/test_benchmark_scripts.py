@@ -449,7 +449,8 @@ def test_dreamer_v3_same_step_puts_every_sheeprl_weight_on_its_heron_parameter(m
 
 def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path, monkeypatch):
     """--record writes a bin's figure per side (a --variant as a third column) from --record-from
-    on, with the command that makes them, where the task's old rows were."""
+    on, with the command that makes them (the kept runs' file, relative to the checkout), where the
+    task's old rows were."""
     import argparse
 
     import csv
@@ -462,7 +463,8 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
                     "other,x,heron,2,1,m,,c,n\n")
     args = argparse.Namespace(algo="dreamer_v3", task="pendulum", seeds=[1, 2], steps=2000, bin=1000, eval_every=2500,
                               heron_flags="", sheeprl_flags="", variant="--twohot-space symlog", record_from=1000,
-                              record_table="dreamer-v3-twohot", machine="m")
+                              record_table="dreamer-v3-twohot", machine="m",
+                              runs=str(Path(learning.__file__).resolve().parent / "results" / "dreamer_curves.csv"))
     side = {"mean": -700.0, "se": 12.25, "n": 2}
     rows = [{"steps": f"{lo}-{lo + 1000}", "heron": side, "sheeprl": side, "variant": side} for lo in (0, 1000)]
     had = "results_tables" in sys.modules
@@ -479,7 +481,7 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
     assert got[3]["table"] == "other" and len(got) == 4
     assert got[0]["command"] == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum '
                                  '--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 '
-                                 '--variant="--twohot-space symlog"')
+                                 '--variant="--twohot-space symlog" --runs benchmarks/results/dreamer_curves.csv')
 
 
 def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp_path, monkeypatch, capsys):
