@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import toy_envs  # registers the heron-test/ ids at import, as the suite's other modules do
 
 from heron.cli import main
 from heron.core import faults
@@ -290,9 +291,10 @@ def test_sigterm_in_the_final_evaluation_exits_within_5_s_with_the_final_checkpo
     run, marker = tmp_path / "run", tmp_path / "evaluating"
     proc = _popen(["train", "sac", "--env-id", "Pendulum-v1", *TINY[:-2], "--total-steps", "300",
                    "--eval-episodes", "200", "--run-dir", str(run)],
-                  env={"HERON_FAULT": "eval:mark", "HERON_FAULT_MARKER": str(marker)})
+                  env={"HERON_FAULT": "eval:hold", "HERON_FAULT_MARKER": str(marker)})
+    # held at the start of the final evaluation until the signal lands: its 200 episodes can end
+    # within any fixed wait on a fast machine
     _wait_for(marker, proc)
-    time.sleep(0.5)  # inside the 200 episodes
     proc.send_signal(signal.SIGTERM)
     t0 = time.time()
     out, err = proc.communicate(timeout=30)
@@ -335,7 +337,6 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
     import numpy as np
 
     from heron.core import episodes
-    from toy_envs import ConstantReward  # reward 1 forever, never terminates
 
     class Zero:
         def reset(self):
@@ -345,7 +346,8 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
             return np.zeros(1, np.float32)
 
     monkeypatch.setattr(episodes, "EVAL_EPISODE_CAP", 300)
-    returns = episodes.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: ConstantReward())
+    never_ends = toy_envs.ConstantReward  # reward 1 forever, never terminates
+    returns = episodes.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: never_ends())
     assert returns.tolist() == [300.0, 300.0]
     assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err
 
