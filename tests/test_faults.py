@@ -346,8 +346,8 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
             return np.zeros(1, np.float32)
 
     monkeypatch.setattr(episodes, "EVAL_EPISODE_CAP", 300)
-    never_ends = toy_envs.ConstantReward  # reward 1 forever, never terminates
-    returns = episodes.evaluate(Zero(), "endless", 2, 0, env_fn=lambda render_mode: never_ends())
+    returns = episodes.evaluate(Zero(), "endless", 2, 0,  # ConstantReward: reward 1, never ends
+                                env_fn=lambda render_mode: toy_envs.ConstantReward())
     assert returns.tolist() == [300.0, 300.0]
     assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err
 
