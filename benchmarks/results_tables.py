@@ -427,6 +427,7 @@ SUMMARY_TABLES = {  # table -> the headers of its row labels (a row's labels are
     "dreamer-v3-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
     "dreamer-v3-same-step": ("Actions", "Two-hot heads"),
     "dreamer-v3-twohot": ("Env", "Env steps", "Seeds", "Bin"),
+    "dreamer-v3-lr": ("Env", "Env steps", "Seeds", "Bin"),
     "td3-walker2d-300k-vs-sb3": ("Figure",),
     "sac-halfcheetah-100k-vs-sb3": ("Figure",),
     "learning-check": ("Algorithm",),
