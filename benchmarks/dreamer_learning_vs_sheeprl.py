@@ -300,6 +300,7 @@ def command_of(args) -> str:
     flags += [f'{flag}="{value}"' for flag, value in (("--heron-flags", args.heron_flags),
                                                        ("--sheeprl-flags", args.sheeprl_flags),
                                                        ("--variant", args.variant)) if value]
+    flags += [flag for flag, skip in (("--skip-heron", args.skip_heron), ("--skip-sheeprl", args.skip_sheeprl)) if skip]
     return " ".join(["python benchmarks/dreamer_learning_vs_sheeprl.py", *flags])
 
 

@@ -463,6 +463,7 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
                     "other,x,heron,2,1,m,,c,n\n")
     args = argparse.Namespace(algo="dreamer_v3", task="pendulum", seeds=[1, 2], steps=2000, bin=1000, eval_every=2500,
                               heron_flags="", sheeprl_flags="", variant="--twohot-space symlog", record_from=1000,
+                              skip_heron=False, skip_sheeprl=False,
                               record_table="dreamer-v3-twohot", machine="m",
                               runs=str(Path(learning.__file__).resolve().parent / "results" / "dreamer_curves.csv"))
     side = {"mean": -700.0, "se": 12.25, "n": 2}
@@ -482,6 +483,20 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
     assert got[0]["command"] == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum '
                                  '--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 '
                                  '--variant="--twohot-space symlog" --runs benchmarks/results/dreamer_curves.csv')
+
+
+def test_dreamer_learning_command_names_the_sides_it_skips(monkeypatch):
+    """A table without a side is remade by a command that skips it: the recorded command says so."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    learning = _script("dreamer_learning_vs_sheeprl")
+    args = argparse.Namespace(algo="dreamer_v3", task="cartpole", seeds=[1], steps=1000, bin=500, eval_every=5000,
+                              heron_flags="", sheeprl_flags="", variant="--world-lr 3e-4", skip_heron=False,
+                              skip_sheeprl=True)
+    assert learning.command_of(args) == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 '
+                                         '--task cartpole --seeds 1 --steps 1000 --variant="--world-lr 3e-4" '
+                                         '--skip-sheeprl')
 
 
 def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp_path, monkeypatch, capsys):
