@@ -20,8 +20,6 @@ from heron.algos.sac.train import make_update as sac_make_update
 from heron.algos.td3 import lean as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
-from heron.algos.dreamer_v2.config import PRESETS, Config
-from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
 from heron.cli import main
 from heron.core import acting, dist, offpolicy
 from heron.core import checkpoint as ckpt
@@ -35,7 +33,6 @@ from heron.core.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ppo_train = importlib.import_module("heron.algos.ppo.train")
-DEBUG = dict(PRESETS["debug"], progress="none")
 
 
 def _spaces(discrete: bool) -> dict:
@@ -46,7 +43,7 @@ def _spaces(discrete: bool) -> dict:
     return spaces
 
 
-def _batches(n: int, T: int, B: int, discrete: bool) -> list[dict[str, torch.Tensor]]:
+def _batches(n: int, T: int, B: int, discrete: bool, device: str = "cuda") -> list[dict[str, torch.Tensor]]:
     rng = np.random.default_rng(0)
     out = []
     for _ in range(n):
@@ -60,23 +57,35 @@ def _batches(n: int, T: int, B: int, discrete: bool) -> list[dict[str, torch.Ten
                 "state": rng.standard_normal((T, B, 4)).astype(np.float32), "action": action,
                 "reward": rng.standard_normal((T, B)).astype(np.float32), "is_first": first,
                 "is_terminal": rng.random((T, B)) < 0.05}
-        out.append({k: torch.from_numpy(v).cuda() for k, v in data.items()})
+        out.append({k: torch.from_numpy(v).to(device) for k, v in data.items()})
     return out
 
 
-def _train_steps(cuda_graphs: bool, discrete: bool, batches) -> tuple[list[dict[str, float]], dict]:
+def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreamer_v2",
+                 device: str = "cuda") -> tuple[list[dict[str, float]], dict]:
+    """DreamerV2's or DreamerV3's debug-size gradient steps on ``batches``, with what the loop does
+    between steps: DreamerV2 copies the critic to its target every second step, DreamerV3 moves its
+    slow critic toward the critic after each."""
     seed_everything(0, deterministic=True)
-    cfg = Config(**{**DEBUG, "use_continues": True, "device": "cuda", "cuda_graphs": cuda_graphs,
-                    "critic_target_update_freq": 2})
+    config = importlib.import_module(f"heron.algos.{algo}.config")
+    train = importlib.import_module(f"heron.algos.{algo}.train")
+    v2 = algo == "dreamer_v2"
+    extra = {"use_continues": True, "critic_target_update_freq": 2} if v2 else {}
+    cfg = config.Config(**{**config.PRESETS["debug"], "progress": "none", **extra, "device": device,
+                           "cuda_graphs": cuda_graphs})
     spaces = _spaces(discrete)
-    agent = build(cfg, spaces).cuda()
-    update = build_step(cfg, make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values()))
+    agent = train.build(cfg, spaces).to(device)
+    update = build_step(cfg, train.make_update(cfg, agent, spaces, *train.make_optimizers(cfg, agent).values()))
     history = []
     for i, batch in enumerate(batches):
         metrics = update(batch)
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
-        if (i + 1) % cfg.critic_target_update_freq == 0:  # as the training loop does, between steps
-            agent.target_critic.load_state_dict(agent.critic.state_dict())
+        with torch.no_grad():  # as the training loop does, between steps
+            if v2 and (i + 1) % cfg.critic_target_update_freq == 0:
+                agent.target_critic.load_state_dict(agent.critic.state_dict())
+            elif not v2:
+                for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
+                    slow.lerp_(fast, cfg.critic_tau)
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
 
 
@@ -96,13 +105,15 @@ def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, compil
 
 
 @needs_cuda
+@pytest.mark.parametrize("algo", ["dreamer_v2", "dreamer_v3"])
 @pytest.mark.parametrize("discrete", [True, False])
-def test_cuda_graph_steps_equal_eager_steps(discrete):
+def test_cuda_graph_steps_equal_eager_steps(discrete, algo):
     """The graphed step is the same computation: 3 eager warm-up steps, a capture, replays. Same
-    losses step by step (the Gumbel and truncated-normal noise included) and the same weights."""
+    losses step by step (the sampling noise included) and the same weights (DreamerV3's moving
+    percentiles of the returns among them)."""
     batches = _batches(8, 8, 4, discrete)
-    eager, eager_w = _train_steps(False, discrete, batches)
-    graphed, graphed_w = _train_steps(True, discrete, batches)
+    eager, eager_w = _train_steps(False, discrete, batches, algo)
+    graphed, graphed_w = _train_steps(True, discrete, batches, algo)
     for i, (a, b) in enumerate(zip(eager, graphed)):
         for k in a:
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (i, k)
@@ -112,10 +123,11 @@ def test_cuda_graph_steps_equal_eager_steps(discrete):
 
 
 @needs_cuda
-def test_cuda_graph_run_checkpoints_and_resumes(tmp_path):
+@pytest.mark.parametrize("algo", ["dreamer_v2", "dreamer_v3"])
+def test_cuda_graph_run_checkpoints_and_resumes(tmp_path, algo):
     """A whole run on the GPU with --cuda-graphs, then a resume, then eval of the saved policy."""
     run_dir = tmp_path / "g"
-    r = api.train("dreamer_v2", presets=["debug"], device="cuda", cuda_graphs=True, total_steps=300,
+    r = api.train(algo, presets=["debug"], device="cuda", cuda_graphs=True, total_steps=300,
                   env_id="Pendulum-v1", run_dir=str(run_dir), progress="none")
     assert r["step"] == 300 and np.isfinite(r["mean_return"])
     state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
@@ -128,21 +140,22 @@ def test_cuda_graph_run_checkpoints_and_resumes(tmp_path):
 
 
 @needs_cuda
+@pytest.mark.parametrize("algo", ["dreamer_v2", "dreamer_v3"])
 @pytest.mark.parametrize("extra", [[], ["--env-id", "dmc_walker_walk"], ["--env-id", "PongNoFrameskip-v4",
                                                                           "--action-repeat", "4"]])
-def test_debug_run_on_cuda(tmp_path, extra):
+def test_debug_run_on_cuda(tmp_path, extra, algo):
     if "dmc_walker_walk" in extra:
         pytest.importorskip("dm_control")
     if "PongNoFrameskip-v4" in extra:
         pytest.importorskip("ale_py")
     run_dir = tmp_path / "r"
-    assert main(["train", "dreamer_v2", "--preset", "debug", "--device", "cuda", "--run-dir", str(run_dir),
+    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--run-dir", str(run_dir),
                  "--progress", "none", "--total-steps", "200", *extra]) == 0
     assert "losses/world_model_loss" in (run_dir / "metrics.csv").read_text()
 
 
 @needs_cuda
-@pytest.mark.parametrize("algo", ["sac", "td3", "ppo", "dreamer_v2"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "ppo", "dreamer_v2", "dreamer_v3"])
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed", "tf32"])
 def test_precisions_on_cuda(tmp_path, algo, precision):
     """Every algorithm in every mixed precision on the GPU: finite losses, and in 16-mixed the

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from heron.algos.dreamer_v2.config import Config as DreamerConfig
+from heron.algos.dreamer_v3 import losses as v3_losses
+from heron.algos.dreamer_v3.config import Config as DreamerV3Config
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.td3 import losses as td3_losses
@@ -165,6 +167,58 @@ def test_value_heads_stay_float32():
     for name in ("critic", "target", "reward", "actor", "prior", "post", "decoder"):
         assert exact(heads[name], *seen[name], torch.float32), name
     assert exact(heads["hidden"], *seen["hidden"], torch.bfloat16)
+
+
+def test_dreamer_v3_heads_and_distributions_stay_float32():
+    """DreamerV3 under bf16-mixed: its two-hot heads (reward, critic, slow critic; 255 logits whose
+    softmax a bfloat16 would blur), the continue model, the latents' logits, the vector decoder and
+    the actor's parameters run in float32, and what is computed from them (the two-hot means, the
+    action distributions' log-probabilities and entropies, the imagined state) is float32. The layers
+    before them run in bfloat16."""
+    dreamer = _train_module("dreamer_v3")
+    cfg = DreamerV3Config(dense_units=16, mlp_layers=1, hidden_size=16, recurrent_state_size=16, stochastic_size=4,
+                          discrete_size=4)
+    bins = v3_losses.twohot_bins(cfg.bins)
+    for discrete in (True, False):
+        torch.manual_seed(2)
+        spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
+                  "discrete": discrete, "action_dim": 2}
+        if not discrete:
+            spaces.update(action_low=-torch.ones(2), action_high=torch.ones(2))
+        agent = dreamer.build(cfg, spaces)
+        world, rssm = agent.world, agent.world.rssm
+        with torch.no_grad():  # the reward and critic heads start at exactly 0, in any dtype: move them
+            for head in (world.reward[-1], agent.critic[-1], agent.target_critic[-1]):
+                head.weight.normal_(0, 0.3)
+        Precision("bf16-mixed", torch.device("cpu")).apply(agent)
+        heads = {"reward": world.reward[-1], "continue": world.continue_model[-1], "critic": agent.critic[-1],
+                 "slow": agent.target_critic[-1], "actor": agent.actor.net[-1], "prior": rssm.prior[-1],
+                 "post": rssm.post_out, "decoder": world.decoder.heads[0], "hidden": agent.critic[0]}
+        feat, h = torch.randn(7, rssm.feat_dim) * 3, torch.randn(7, 16)
+        seen = {}
+        hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+                 for name, m in heads.items()]
+        reward, value = v3_losses.twohot_mean(world.reward(feat), bins), v3_losses.twohot_mean(agent.critic(feat), bins)
+        slow = v3_losses.twohot_mean(agent.target_critic(feat), bins)
+        world.continue_model(feat), rssm.prior_logits(h), rssm.posterior_step(h, torch.randn(7, 16)), world.decoder(feat)
+        pi = agent.actor(feat)
+        for hook in hooks:
+            hook.remove()
+        def linear(name: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            layer = heads[name]
+            return F.linear(x.to(dtype), layer.weight.to(dtype), None if layer.bias is None else layer.bias.to(dtype))
+
+        for name, (x, y) in seen.items():
+            dtype = torch.bfloat16 if name == "hidden" else torch.float32
+            assert torch.equal(y, linear(name, x, dtype).float()), (discrete, name)
+            if name in ("reward", "critic", "hidden"):  # where the two dtypes give different numbers: can fail
+                other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+                assert not torch.equal(y, linear(name, x, other).float()), (discrete, name)
+        action = pi.rsample()
+        assert reward.dtype == value.dtype == slow.dtype == torch.float32
+        assert action.dtype == pi.log_prob(action).dtype == pi.entropy().dtype == torch.float32
+        h2, z2 = rssm.imagine_step(h, torch.zeros(7, rssm.z_dim), action)
+        assert h2.dtype == z2.dtype == torch.float32
 
 
 def test_16_mixed_needs_cuda(capsys, tmp_path):

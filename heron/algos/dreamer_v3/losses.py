@@ -159,7 +159,9 @@ def percentile_scale(returns: torch.Tensor, low: torch.Tensor, high: torch.Tenso
     start at 0 and are not debiased (the official code's ``debias: False``). Returns the new
     (low, high) and S."""
     x = returns.detach().float().flatten()
-    q = torch.quantile(x, torch.tensor(percentiles, dtype=x.dtype, device=x.device))
+    # the percentiles made on x's device, not copied from the host (a copy would make the step wait
+    # for the GPU, and a CUDA graph could not record it)
+    q = torch.quantile(x, torch.stack([x.new_full((), p) for p in percentiles]))
     low = decay * low + (1.0 - decay) * q[0]
     high = decay * high + (1.0 - decay) * q[1]
     return low, high, torch.clamp(high - low, min=limit)
