@@ -4,6 +4,8 @@ same sizes, vector observations.
 
     python benchmarks/dreamer_v3_vs_sheeprl.py --sizes vector --steps 20 --sheeprl-python VENV/bin/python
     python benchmarks/dreamer_v3_vs_sheeprl.py --sizes S --warmup 2 --steps 10 --sheeprl-python VENV/bin/python
+    python benchmarks/dreamer_v3_vs_sheeprl.py --device cuda --cuda-graphs --sheeprl-compile --sizes S --warmup 5 \
+        --steps 50 --sheeprl-python python3                    # on a GPU (benchmarks/gpu_check.sh dreamer-v3)
 
 Both sides time exactly their gradient step (world model, imagination, actor, critic, and the slow
 critic's update) on batches of 16 sequences x 64 steps of 4-dimensional observations with Discrete(2)
@@ -13,6 +15,14 @@ the Python of a venv that has sheeprl (this script again, with ``--sheeprl-side`
 composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, no compile; float32,
 or with ``--precision bf16-mixed`` both sides in bf16-mixed) and its batches from its own replay buffer. One torch thread each. Nothing else should run
 on the machine meanwhile.
+
+On a GPU (``--device cuda``) the batches are made on the device before the timer and each timed
+step ends with ``torch.cuda.synchronize()``. Both sides run with sheeprl's numerics there (TF32
+matrix products: its ``float32_matmul_precision: high``) unless ``--heron-defaults`` gives heron its
+own (full float32 products with ``--precision 32``). ``--cuda-graphs`` records heron's step and replays it
+(heron's ``--cuda-graphs``; the first ``--warmup`` steps include the eager steps and the capture),
+``--sheeprl-compile`` turns on sheeprl's ``algo.compile`` (``torch.compile`` of its losses, in its
+default ``reduce-overhead`` mode: CUDA graphs too; the compilation falls in the warm-up steps).
 
 Sizes: ``vector`` is heron's ``--preset vector`` (dense 64 x 2, 16x16 latents, GRU 128, hidden 128),
 ``S`` and ``XS`` the paper's sizes (sheeprl's ``dreamer_v3_S`` and ``_XS``).
@@ -79,13 +89,41 @@ def matmul_gflops(rounds: int = 20) -> float:
     return 2 * a.shape[0] * a.shape[1] * b.shape[1] * rounds / (time.perf_counter() - t0) / 1e9
 
 
+def timed(step, args) -> list[float]:
+    """Seconds of ``step(i)`` for i after the ``--warmup`` steps; on a GPU each ends when the device
+    has finished it."""
+    import torch
+
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    times = []
+    for i in range(args.warmup + args.steps):
+        sync()
+        t0 = time.perf_counter()
+        step(i)
+        sync()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
 def summary(impl: str, times: list[float], args, gflop: float | None = None) -> dict:
     flops = {} if gflop is None else {"gflop_per_step": round(gflop, 1),
                                       "gflops_reached": round(gflop / statistics.fmean(times), 1)}
     return {**flops, "impl": impl, "sizes": args.sizes, "sec_per_grad_step": statistics.fmean(times),
             "median_sec": statistics.median(times), "steps": len(times), "warmup": args.warmup,
             "batch": [args.sequence_length, args.batch_size], "continuous": args.continuous, "precision": args.precision,
-            "peak_rss_mb": peak_rss_mb()}
+            "device": args.device,
+            **({"cuda_graphs": args.cuda_graphs} if impl == "heron" else {"compile": args.sheeprl_compile}),
+            "peak_rss_mb": peak_rss_mb(), **gpu_memory(args)}
+
+
+def gpu_memory(args) -> dict:
+    """The peak GPU memory the side's tensors took (on a GPU)."""
+    if args.device != "cuda":
+        return {}
+    import torch
+
+    return {"peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)}
 
 
 def heron_side(args) -> dict:
@@ -95,29 +133,35 @@ def heron_side(args) -> dict:
     from heron.algos.dreamer_v3.config import Config
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
     from heron.core.precision import Precision
+    from heron.core.update import build_step
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = Config(**SIZES[args.sizes], per_rank_batch_size=args.batch_size, sequence_length=args.sequence_length)
+    device = torch.device(args.device)
+    cfg = Config(**SIZES[args.sizes], per_rank_batch_size=args.batch_size, sequence_length=args.sequence_length,
+                 device=args.device, cuda_graphs=args.cuda_graphs)
     A = 1 if args.continuous else 2
     spaces = {"obs_spec": {"state": [[OBS_DIM], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
               "discrete": not args.continuous, "action_dim": A}
     if args.continuous:
         spaces.update(action_low=torch.tensor([-2.0]), action_high=torch.tensor([2.0]))
-    agent = build(cfg, spaces)
+    agent = build(cfg, spaces).to(device)
     optimizers = make_optimizers(cfg, agent)
-    prec = Precision(args.precision, torch.device("cpu"))
+    prec = Precision(args.precision, device)
+    if device.type == "cuda" and not args.heron_defaults:  # sheeprl's numerics, over Precision's
+        torch.backends.cuda.matmul.allow_tf32 = True
     prec.apply(agent)  # as heron's training does
-    update = make_update(cfg, agent, spaces, *optimizers.values(), prec)
+    update = build_step(cfg, make_update(cfg, agent, spaces, *optimizers.values(), prec))  # --cuda-graphs: recorded
     rng = np.random.default_rng(args.seed)
     T, B = args.sequence_length, args.batch_size
 
     def batch() -> dict:
         actions = rng.uniform(-1, 1, (T, B, A)) if args.continuous else np.eye(A)[rng.integers(0, A, (T, B))]
-        return {"state": torch.as_tensor(rng.normal(size=(T, B, OBS_DIM)), dtype=torch.float32),
-                "action": torch.as_tensor(actions, dtype=torch.float32),
-                "reward": torch.as_tensor(rng.choice([0.0, 1.0], (T, B)), dtype=torch.float32),
-                "is_first": torch.zeros(T, B, dtype=torch.bool), "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
+        return {"state": torch.as_tensor(rng.normal(size=(T, B, OBS_DIM)), dtype=torch.float32, device=device),
+                "action": torch.as_tensor(actions, dtype=torch.float32, device=device),
+                "reward": torch.as_tensor(rng.choice([0.0, 1.0], (T, B)), dtype=torch.float32, device=device),
+                "is_first": torch.zeros(T, B, dtype=torch.bool, device=device),
+                "is_terminal": torch.zeros(T, B, dtype=torch.bool, device=device)}
 
     def step(b: dict) -> None:
         update(b)
@@ -126,12 +170,7 @@ def heron_side(args) -> dict:
                 slow.lerp_(fast, cfg.critic_tau)
 
     batches = [batch() for _ in range(args.warmup + args.steps + args.flops)]
-    times = []
-    for i, b in enumerate(batches[:args.warmup + args.steps]):
-        t0 = time.perf_counter()
-        step(b)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
+    times = timed(lambda i: step(batches[i]), args)
     return summary("heron", times, args, count_flops(lambda: step(batches[-1])) if args.flops else None)
 
 
@@ -158,9 +197,9 @@ def sheeprl_side(args) -> dict:
     log_dir = tempfile.mkdtemp(prefix="sheeprl_dv3_bench_")
     sizes = SIZES[args.sizes]
     overrides = ["exp=dreamer_v3", "env=gym", "env.id=CartPole-v1", "env.num_envs=1", "env.capture_video=False",
-                 "fabric.accelerator=cpu", "fabric.devices=1",
+                 f"fabric.accelerator={args.device}", "fabric.devices=1",
                  f"fabric.precision={'32-true' if args.precision == '32' else args.precision}", "~fabric.callbacks",
-                 "num_threads=1", f"seed={args.seed}", "algo.compile.enabled=False", "algo.run_test=False",
+                 "num_threads=1", f"seed={args.seed}", f"algo.compile.enabled={args.sheeprl_compile}", "algo.run_test=False",
                  "algo.cnn_keys.encoder=[]", "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]",
                  "algo.mlp_keys.decoder=[state]", f"algo.per_rank_batch_size={args.batch_size}",
                  f"algo.per_rank_sequence_length={args.sequence_length}", "buffer.size=4096", "buffer.memmap=False",
@@ -209,18 +248,13 @@ def sheeprl_side(args) -> dict:
         train(fabric, world_model, actor, critic, target_critic, world_opt, actor_opt, critic_opt, batch, None, cfg,
               is_continuous, actions_dim, moments)
 
-    times = []
-    for i, batch in enumerate(batches[:args.warmup + args.steps]):
-        t0 = time.perf_counter()
-        step(i, batch)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
+    times = timed(lambda i: step(i, batches[i]), args)
     gflop = count_flops(lambda: step(len(batches) - 1, batches[-1])) if args.flops else None
     shutil.rmtree(log_dir, ignore_errors=True)
     return summary("sheeprl", times, args, gflop)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", choices=sorted(SIZES), default="vector")
     p.add_argument("--warmup", type=int, default=3)
@@ -230,11 +264,26 @@ def main() -> None:
     p.add_argument("--continuous", action="store_true")
     p.add_argument("--precision", default="32", help="both sides: 32 (sheeprl's 32-true) or bf16-mixed")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides")
+    p.add_argument("--cuda-graphs", action="store_true", help="heron records its step (--device cuda)")
+    p.add_argument("--heron-defaults", action="store_true",
+                   help="on CUDA, heron's own numerics instead of sheeprl's TF32 products (module doc)")
+    p.add_argument("--sheeprl-compile", action="store_true",
+                   help="sheeprl compiles its losses, algo.compile (--device cuda)")
     p.add_argument("--flops", action="store_true", help="count each side's operations per step (module doc)")
     p.add_argument("--sheeprl-python", default="", help="the Python of a venv with sheeprl 0.8.4")
     p.add_argument("--skip-sheeprl", action="store_true")
     p.add_argument("--sheeprl-side", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main() -> None:
+    p = parser()
     args = p.parse_args()
+    if (args.cuda_graphs or args.sheeprl_compile) and args.device != "cuda":
+        p.error("--cuda-graphs and --sheeprl-compile need --device cuda")
+    if args.flops and args.device != "cpu":
+        p.error("--flops compares the step with this CPU core's rate: it needs --device cpu")
     if args.sheeprl_side:
         print(json.dumps(sheeprl_side(args)), flush=True)
         return

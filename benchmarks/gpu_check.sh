@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu_check.sh tests   and   bash benchmarks/gpu_check.sh sps
 # or both in one run of about 8 minutes: SPS_SECONDS=50 bash benchmarks/gpu_check.sh all
 #   1. tests/test_cuda.py: every algorithm on CUDA; --cuda-graphs against the eager steps (SAC, TD3,
-#      PPO, DreamerV2) and through whole runs with a resume; every precision.
+#      PPO, DreamerV2, DreamerV3) and through whole runs with a resume; every precision.
 #   2. Env steps per second of SAC, TD3 and PPO on HalfCheetah-v5, eager and --cuda-graphs, with
 #      logging, evaluation (10 episodes every 10k steps) and checkpoints on, beside LeanRL's
 #      published H100 figures (SAC 725, TD3 936, PPO continuous 1774 env steps/s, with those off).
@@ -34,12 +34,19 @@
 #   bash benchmarks/gpu_check.sh atari   with .whl_atari copied along instead of .whl (54 MB)
 # where .whl_atari holds gymnasium==1.4.0 farama-notifications ale-py==0.12.1 and
 # opencv-python-headless==4.11.0.86 (evaluation's resize), downloaded as above.
+#
+# DreamerV3's gradient step beside sheeprl 0.8.4's dreamer_v3 (benchmarks/dreamer_v3_vs_sheeprl.py):
+#   bash benchmarks/gpu_check.sh dreamer-v3   with .whl (for Gymnasium) and .whl_sheeprl copied along
+# where .whl_sheeprl holds what sheeprl needs beyond the GPU machine's own packages (lightning,
+# torchmetrics, rich and OpenCV are there): sheeprl==0.8.4 hydra-core==1.3.8 omegaconf==2.3.1
+# python-dotenv==1.2.4, downloaded as above, and antlr4-python3-runtime==4.9.3, which PyPI has as
+# source only: python3 -m pip wheel --no-deps antlr4-python3-runtime==4.9.3 -w .whl_sheeprl (1 MB in all).
 set -o pipefail
 # the wheels once per machine (a second run, or a second part of one, finds them in $SITE);
 # GPU_CHECK_SITE and GPU_CHECK_RUNS (where the timed runs go) move them, for tests/test_benchmark_scripts.py
 SITE=${GPU_CHECK_SITE:-/tmp/site} RUNS=${GPU_CHECK_RUNS:-/tmp/runs}
 mkdir -p "$SITE"
-wheels=$(ls .whl/*.whl .whl_atari/*.whl 2>/dev/null)
+wheels=$(ls .whl/*.whl .whl_atari/*.whl .whl_sheeprl/*.whl 2>/dev/null)
 if [ "$(cat $SITE/.wheels 2>/dev/null)" != "$(echo $wheels | md5sum)" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE \
         $wheels || exit 1
@@ -139,6 +146,25 @@ if [ "$mode" = precision ]; then
         timed sac-$p "sac --cuda-graphs --precision $p" ${SPS_SECONDS:-60} 8000 sac --preset mujoco \
             --env-id HalfCheetah-v5 --device cuda --cuda-graphs true --precision $p --total-steps 20000 \
             --learning-starts 5000 --eval-every 0 --checkpoint-every 0 --torch-threads 4
+    done
+    exit
+fi
+
+if [ "$mode" = dreamer-v3 ]; then
+    # heron's recorded step (--cuda-graphs) against sheeprl's compiled losses (algo.compile, its
+    # reduce-overhead mode), then both eager (DV3_MODES: which), at the paper's size S and heron's
+    # vector preset (DV3_SIZES); batch 16 x 64, vector observations, Discrete(2) actions, sheeprl's
+    # TF32 products on both sides. Each pair at most DV3_TIMEOUT seconds (240): sheeprl's first
+    # compile takes the longest; both warm-ups fall outside the timed steps.
+    echo "== DreamerV3 gradient step beside sheeprl 0.8.4's dreamer_v3 (s per step)" | tee "$OUT/dreamer_v3.txt"
+    for m in ${DV3_MODES:-recorded eager}; do
+        for size in ${DV3_SIZES:-S vector}; do
+            flags=""
+            [ "$m" = recorded ] && flags="--cuda-graphs --sheeprl-compile"
+            timeout ${DV3_TIMEOUT:-240} python3 benchmarks/dreamer_v3_vs_sheeprl.py --device cuda --sizes $size \
+                --warmup 8 --steps 40 --sheeprl-python python3 $flags > "$OUT/dreamer_v3-$size-$m.log" 2>&1
+            echo "$size $m (exit $?): $(tail -1 "$OUT/dreamer_v3-$size-$m.log")" | tee -a "$OUT/dreamer_v3.txt"
+        done
     done
     exit
 fi

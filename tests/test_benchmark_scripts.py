@@ -179,7 +179,8 @@ with open(os.environ["LEANRL_STEPS"], "a") as f:
 
 def _stubbed(tmp_path, **env):
     """The environment to run a GPU script in, here: python3's pip and version prints do nothing,
-    its heron and LeanRL calls go to the stubs above, and everything else to this Python."""
+    its heron and LeanRL calls go to the stubs above, the DreamerV3 step benchmark's calls are
+    recorded (in CALLS.dv3) and answered with a ratio of 2, and everything else goes to this Python."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "heron_stub.py").write_text(_HERON_STUB)
@@ -189,6 +190,8 @@ def _stubbed(tmp_path, **env):
         '[ "$1 $2" = "-m pip" ] || [ "$1" = -c ] && exit 0\n'  # the install, and the versions printed
         f'[ "$1 $2" = "-m heron" ] && {{ shift 2; exec {sys.executable} {tmp_path / "heron_stub.py"} "$@"; }}\n'
         f'case "$1" in .leanrl/*) exec {sys.executable} {tmp_path / "leanrl_stub.py"} "$@";; esac\n'
+        '[ "$1" = benchmarks/dreamer_v3_vs_sheeprl.py ] && '
+        '{ echo "$*" >> "$CALLS.dv3"; echo \'{"ratio_sheeprl_over_heron": 2.0}\'; exit 0; }\n'
         f'exec {sys.executable} "$@"\n')
     (bin_dir / "nvidia-smi").write_text("#!/bin/bash\necho 'a stub GPU, 1 MiB'\n")
     for f in bin_dir.iterdir():
@@ -227,6 +230,30 @@ def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
         else:
             assert "--act-ahead" not in line
             assert line.endswith("(exit 0): 1000 env steps/s over steps 20480-40960"), line
+
+
+def test_gpu_check_times_dreamer_v3_as_its_labels_name(tmp_path):
+    """gpu_check.sh dreamer-v3: each size and mode once, on CUDA; "recorded" is heron's
+    --cuda-graphs against sheeprl's --sheeprl-compile and "eager" neither; each line of the summary
+    names its size and mode and ends with the benchmark's ratio."""
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "dreamer-v3"], cwd=tmp_path,
+                          env=_stubbed(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (tmp_path / "calls.jsonl.dv3").read_text().splitlines()
+    lines = (tmp_path / "out" / "dreamer_v3.txt").read_text().splitlines()[1:]
+    expected = [("S", "recorded"), ("vector", "recorded"), ("S", "eager"), ("vector", "eager")]
+    assert len(calls) == len(lines) == len(expected), (calls, lines)
+    for call, line, (size, mode) in zip(calls, lines, expected):
+        argv = call.split()
+        assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--sizes") + 1] == size
+        assert ("--cuda-graphs" in argv) == ("--sheeprl-compile" in argv) == (mode == "recorded"), call
+        assert line == f'{size} {mode} (exit 0): {{"ratio_sheeprl_over_heron": 2.0}}', line
+    # and the benchmark takes those flags (parsed by its own parser, in a process of their own)
+    parse = ("import sys; sys.path.insert(0, 'benchmarks'); import dreamer_v3_vs_sheeprl as b; "
+             "[b.parser().parse_args(line.split()[1:]) for line in sys.stdin.read().splitlines()]")
+    parsed = subprocess.run([sys.executable, "-c", parse], cwd=ROOT, input="\n".join(calls), capture_output=True,
+                            text=True, timeout=60)
+    assert parsed.returncode == 0, parsed.stderr
 
 
 def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
