@@ -2,6 +2,7 @@
 numpy's quantiles, each loss on a tiny batch, the networks' initial state and zero-predicting
 heads, and the CLI end to end (exact resume is in test_determinism.py)."""
 
+import importlib.util
 import math
 
 import numpy as np
@@ -238,6 +239,10 @@ def test_cli_debug_train_then_eval(tmp_path, capsys, env_id, extra):
     assert {"moments.low", "moments.high", "target_critic.0.weight"} <= set(state["agent"])
     assert main(["eval", str(run), "--episodes", "1"]) == 0
     assert "dreamer_v3 on " in capsys.readouterr().out
+    if not extra and importlib.util.find_spec("pygame"):  # and a video of the saved policy (CartPole draws with pygame)
+        assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
+        video = run / "videos" / "eval_dreamer_v3_step_200.mp4"
+        assert video.stat().st_size > 1000 and str(video) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, needle", [

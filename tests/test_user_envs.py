@@ -138,7 +138,7 @@ def test_check_env_on_a_good_env(capsys):
     code, out = _check_env(capsys, "user_envs:Target-v0")
     assert code == 0, out
     assert "FAIL" not in out and "no problems found" in out
-    for algo in ("sac", "td3", "ppo", "dreamer_v2"):
+    for algo in ("sac", "td3", "ppo", "dreamer_v2", "dreamer_v3"):
         assert any(line.split() == [algo, "yes"] for line in out.splitlines()), out
 
 
