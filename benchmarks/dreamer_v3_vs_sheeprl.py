@@ -12,15 +12,16 @@ critic's update) on batches of 16 sequences x 64 steps of 4-dimensional observat
 actions (CartPole's; ``--continuous``: 1-dimensional actions in [-1, 1], Pendulum's), made before
 the timer. heron runs first, in this process; then sheeprl's own ``train`` runs in a subprocess with
 the Python of a venv that has sheeprl (this script again, with ``--sheeprl-side``), its configuration
-composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, no compile; float32,
+composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, no compile unless
+``--sheeprl-compile``; float32,
 or with ``--precision bf16-mixed`` both sides in bf16-mixed) and its batches from its own replay buffer. One torch thread each. Nothing else should run
 on the machine meanwhile.
 
 On a GPU (``--device cuda``) the batches are made on the device before the timer and each timed
 step ends with ``torch.cuda.synchronize()``. Both sides run with sheeprl's numerics there (TF32
 matrix products: its ``float32_matmul_precision: high``) unless ``--heron-defaults`` gives heron its
-own (full float32 products with ``--precision 32``). ``--cuda-graphs`` records heron's step and replays it
-(heron's ``--cuda-graphs``; the first ``--warmup`` steps include the eager steps and the capture),
+own (full float32 products with ``--precision 32``, deterministic kernels). ``--cuda-graphs`` records heron's step and replays it
+(heron's ``--cuda-graphs``: 3 eager steps, then the capture, so ``--warmup`` 4 or more),
 ``--sheeprl-compile`` turns on sheeprl's ``algo.compile`` (``torch.compile`` of its losses, in its
 default ``reduce-overhead`` mode: CUDA graphs too; the compilation falls in the warm-up steps).
 
@@ -133,10 +134,11 @@ def heron_side(args) -> dict:
     from heron.algos.dreamer_v3.config import Config
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
     from heron.core.precision import Precision
+    from heron.core.setup import seed_everything
     from heron.core.update import build_step
 
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
+    seed_everything(args.seed, deterministic=args.heron_defaults)  # heron's runs: deterministic kernels
     device = torch.device(args.device)
     cfg = Config(**SIZES[args.sizes], per_rank_batch_size=args.batch_size, sequence_length=args.sequence_length,
                  device=args.device, cuda_graphs=args.cuda_graphs)
@@ -147,7 +149,7 @@ def heron_side(args) -> dict:
         spaces.update(action_low=torch.tensor([-2.0]), action_high=torch.tensor([2.0]))
     agent = build(cfg, spaces).to(device)
     optimizers = make_optimizers(cfg, agent)
-    prec = Precision(args.precision, device)
+    prec = Precision(args.precision, device, deterministic=args.heron_defaults)
     if device.type == "cuda" and not args.heron_defaults:  # sheeprl's numerics, over Precision's
         torch.backends.cuda.matmul.allow_tf32 = True
     prec.apply(agent)  # as heron's training does
@@ -282,6 +284,8 @@ def main() -> None:
     args = p.parse_args()
     if (args.cuda_graphs or args.sheeprl_compile) and args.device != "cuda":
         p.error("--cuda-graphs and --sheeprl-compile need --device cuda")
+    if args.cuda_graphs and args.warmup < 4:
+        p.error("--cuda-graphs records heron's step at its 4th call: give --warmup 4 or more")
     if args.flops and args.device != "cpu":
         p.error("--flops compares the step with this CPU core's rate: it needs --device cpu")
     if args.sheeprl_side:

@@ -151,13 +151,16 @@ if [ "$mode" = precision ]; then
 fi
 
 if [ "$mode" = dreamer-v3 ]; then
-    # heron's recorded step (--cuda-graphs) against sheeprl's compiled losses (algo.compile, its
-    # reduce-overhead mode), then both eager (DV3_MODES: which), at the paper's size S and heron's
+    # both eager, then heron's recorded step (--cuda-graphs) against sheeprl's compiled losses
+    # (algo.compile, its reduce-overhead mode) (DV3_MODES: which), at the paper's size S and heron's
     # vector preset (DV3_SIZES); batch 16 x 64, vector observations, Discrete(2) actions, sheeprl's
-    # TF32 products on both sides. Each pair at most DV3_TIMEOUT seconds (240): sheeprl's first
-    # compile takes the longest; both warm-ups fall outside the timed steps.
+    # TF32 products on both sides. Each pair at most DV3_TIMEOUT seconds (240); the warm-ups, sheeprl's
+    # compilation among them, fall outside the timed steps. The eager pairs should take about a minute
+    # each; sheeprl compiles again for each size (its world-model loss unrolls 64 steps: minutes on a
+    # fresh machine), so give the recorded pairs a call of their own if the eager ones were slow:
+    # DV3_MODES=recorded bash benchmarks/gpu_check.sh dreamer-v3
     echo "== DreamerV3 gradient step beside sheeprl 0.8.4's dreamer_v3 (s per step)" | tee "$OUT/dreamer_v3.txt"
-    for m in ${DV3_MODES:-recorded eager}; do
+    for m in ${DV3_MODES:-eager recorded}; do
         for size in ${DV3_SIZES:-S vector}; do
             flags=""
             [ "$m" = recorded ] && flags="--cuda-graphs --sheeprl-compile"

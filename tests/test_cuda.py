@@ -3,6 +3,9 @@ Skipped where there is no GPU (CI), except a CPU check of a helper the GPU tests
 machine: ``python -m pytest -q tests/test_cuda.py``."""
 
 import importlib
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -81,9 +84,9 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
         metrics = update(batch)
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
         with torch.no_grad():  # as the training loop does, between steps
-            if v2 and (i + 1) % cfg.critic_target_update_freq == 0:
+            if (i + 1) % cfg.critic_target_update_freq == 0 and v2:
                 agent.target_critic.load_state_dict(agent.critic.state_dict())
-            elif not v2:
+            elif (i + 1) % cfg.critic_target_update_freq == 0:
                 for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
                     slow.lerp_(fast, cfg.critic_tau)
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
@@ -102,6 +105,21 @@ def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, compil
     assert (note is not None) == told
     if told:
         assert "--cuda-graphs true" in note and "\n" not in note
+
+
+def test_the_dreamer_steps_helper_runs_on_the_cpu():
+    """The graphed-step tests' helper, eager on the CPU (GPU time is scarce: a broken helper fails
+    here first), in a process of its own (it makes the kernels deterministic): two steps, each
+    batch with a loss of its own."""
+    check = """
+import test_cuda as t
+for algo, discrete in (("dreamer_v2", True), ("dreamer_v3", True), ("dreamer_v3", False)):
+    history, _ = t._train_steps(False, discrete, t._batches(2, 8, 4, discrete, "cpu"), algo, "cpu")
+    assert len({round(h["losses/world_model_loss"], 6) for h in history}) == 2, algo
+"""
+    done = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).parent, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @needs_cuda
