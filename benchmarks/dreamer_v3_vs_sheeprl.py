@@ -13,17 +13,18 @@ actions (CartPole's; ``--continuous``: 1-dimensional actions in [-1, 1], Pendulu
 the timer. heron runs first, in this process; then sheeprl's own ``train`` runs in a subprocess with
 the Python of a venv that has sheeprl (this script again, with ``--sheeprl-side``), its configuration
 composed with Hydra from the package's configs as its CLI does (``exp=dreamer_v3``, no compile unless
-``--sheeprl-compile``; float32,
-or with ``--precision bf16-mixed`` both sides in bf16-mixed) and its batches from its own replay buffer. One torch thread each. Nothing else should run
-on the machine meanwhile.
+``--sheeprl-compile``; float32, or with ``--precision bf16-mixed`` both sides in bf16-mixed) and its
+batches from its own replay buffer. One torch thread each. Nothing else should run on the machine
+meanwhile.
 
 On a GPU (``--device cuda``) the batches are made on the device before the timer and each timed
 step ends with ``torch.cuda.synchronize()``. Both sides run with sheeprl's numerics there (TF32
 matrix products: its ``float32_matmul_precision: high``) unless ``--heron-defaults`` gives heron its
-own (full float32 products with ``--precision 32``, deterministic kernels). ``--cuda-graphs`` records heron's step and replays it
-(heron's ``--cuda-graphs``: 3 eager steps, then the capture, so ``--warmup`` 4 or more),
-``--sheeprl-compile`` turns on sheeprl's ``algo.compile`` (``torch.compile`` of its losses, in its
-default ``reduce-overhead`` mode: CUDA graphs too; the compilation falls in the warm-up steps).
+own (full float32 products with ``--precision 32``, deterministic kernels). ``--cuda-graphs``
+records heron's step and replays it (heron's ``--cuda-graphs``: 3 eager steps, then the capture, so
+``--warmup`` 4 or more); ``--sheeprl-compile`` turns on sheeprl's ``algo.compile`` (``torch.compile``
+of its losses, in its default ``reduce-overhead`` mode: CUDA graphs too; the compilation falls in
+the warm-up steps).
 
 Sizes: ``vector`` is heron's ``--preset vector`` (dense 64 x 2, 16x16 latents, GRU 128, hidden 128),
 ``S`` and ``XS`` the paper's sizes (sheeprl's ``dreamer_v3_S`` and ``_XS``).

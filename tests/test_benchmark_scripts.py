@@ -256,6 +256,19 @@ def test_gpu_check_times_dreamer_v3_as_its_labels_name(tmp_path):
     assert parsed.returncode == 0, parsed.stderr
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["--cuda-graphs"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
+    (["--sheeprl-compile"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
+    (["--device", "cuda", "--cuda-graphs", "--warmup", "3"], "give --warmup 4 or more"),
+    (["--device", "cuda", "--flops"], "--flops compares the step with this CPU core's rate"),
+])
+def test_dreamer_v3_step_benchmark_refuses_settings_it_cannot_time(argv, needle):
+    """Refused before anything is built (exit 2): a mistake found on the GPU costs device time."""
+    done = subprocess.run([sys.executable, "benchmarks/dreamer_v3_vs_sheeprl.py", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
     """gpu_vs_leanrl.sh's modes combine by name: features-* turns evaluation and checkpoints on,
     *compiled* --compile, *behind* acting ahead off and *autograd* the hand-written step off; each

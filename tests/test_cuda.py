@@ -68,7 +68,7 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
                  device: str = "cuda") -> tuple[list[dict[str, float]], dict]:
     """DreamerV2's or DreamerV3's debug-size gradient steps on ``batches``, with what the loop does
     between steps: DreamerV2 copies the critic to its target every second step, DreamerV3 moves its
-    slow critic toward the critic after each."""
+    slow critic toward the critic (every step, its default)."""
     seed_everything(0, deterministic=True)
     config = importlib.import_module(f"heron.algos.{algo}.config")
     train = importlib.import_module(f"heron.algos.{algo}.train")
@@ -83,12 +83,13 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
     for i, batch in enumerate(batches):
         metrics = update(batch)
         history.append({k: float(v) for k, v in metrics.items()})  # graph outputs are overwritten next step
-        with torch.no_grad():  # as the training loop does, between steps
-            if (i + 1) % cfg.critic_target_update_freq == 0 and v2:
+        if (i + 1) % cfg.critic_target_update_freq == 0:  # as the training loop does, between steps
+            if v2:
                 agent.target_critic.load_state_dict(agent.critic.state_dict())
-            elif (i + 1) % cfg.critic_target_update_freq == 0:
-                for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
-                    slow.lerp_(fast, cfg.critic_tau)
+            else:
+                with torch.no_grad():
+                    for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
+                        slow.lerp_(fast, cfg.critic_tau)
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
 
 

@@ -123,23 +123,27 @@ def test_ppo_and_dreamer_distributions_are_float32():
     assert h2.dtype == z2.dtype == torch.float32
 
 
+def outputs(modules: dict, run) -> dict:
+    """Each named layer's (input, output) during ``run()``."""
+    seen = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+             for name, m in modules.items()]
+    run()
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def exact(layer, x, y, dtype) -> bool:
+    """Whether the linear ``layer`` gave ``y`` from ``x`` computing in ``dtype``."""
+    bias = None if layer.bias is None else layer.bias.to(dtype)
+    return torch.equal(y, F.linear(x.to(dtype), layer.weight.to(dtype), bias).float())
+
+
 def test_value_heads_stay_float32():
     """PPO's value head and DreamerV2's reward and critic heads (heron.core.nets.float32_out) run in
     float32 under bf16-mixed: a bfloat16 value near 300 moves in steps of 2. The layers before them
     still run in bfloat16."""
-    def outputs(modules, run):
-        seen = {}
-        hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
-                 for name, m in modules.items()]
-        run()
-        for h in hooks:
-            h.remove()
-        return seen
-
-    def exact(layer, x, y, dtype):
-        want = F.linear(x.to(dtype), layer.weight.to(dtype), layer.bias.to(dtype)).float()
-        return torch.equal(y, want)
-
     torch.manual_seed(1)
     ppo = _train_module("ppo")
     spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
@@ -172,7 +176,7 @@ def test_value_heads_stay_float32():
 def test_dreamer_v3_heads_and_distributions_stay_float32():
     """DreamerV3 under bf16-mixed: its two-hot heads (reward, critic, slow critic; 255 logits whose
     softmax a bfloat16 would blur), the continue model, the latents' logits, the vector decoder and
-    the actor's parameters run in float32, and what is computed from them (the two-hot means, the
+    the actor's output layer run in float32, and what is computed from them (the two-hot means, the
     action distributions' log-probabilities and entropies, the imagined state) is float32. The layers
     before them run in bfloat16."""
     dreamer = _train_module("dreamer_v3")
@@ -195,27 +199,24 @@ def test_dreamer_v3_heads_and_distributions_stay_float32():
                  "slow": agent.target_critic[-1], "actor": agent.actor.net[-1], "prior": rssm.prior[-1],
                  "post": rssm.post_out, "decoder": world.decoder.heads[0], "hidden": agent.critic[0]}
         feat, h = torch.randn(7, rssm.feat_dim) * 3, torch.randn(7, 16)
-        seen = {}
-        hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
-                 for name, m in heads.items()]
-        reward, value = v3_losses.twohot_mean(world.reward(feat), bins), v3_losses.twohot_mean(agent.critic(feat), bins)
-        slow = v3_losses.twohot_mean(agent.target_critic(feat), bins)
-        world.continue_model(feat), rssm.prior_logits(h), rssm.posterior_step(h, torch.randn(7, 16)), world.decoder(feat)
-        pi = agent.actor(feat)
-        for hook in hooks:
-            hook.remove()
-        def linear(name: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-            layer = heads[name]
-            return F.linear(x.to(dtype), layer.weight.to(dtype), None if layer.bias is None else layer.bias.to(dtype))
+        made = {}  # the two-hot means and the policy
 
+        def run():
+            for name, net in (("reward", world.reward), ("critic", agent.critic), ("slow", agent.target_critic)):
+                made[name] = v3_losses.twohot_mean(net(feat), bins)
+            world.continue_model(feat), rssm.prior_logits(h), rssm.posterior_step(h, torch.randn(7, 16))
+            world.decoder(feat)
+            made["pi"] = agent.actor(feat)
+
+        seen = outputs(heads, run)
         for name, (x, y) in seen.items():
             dtype = torch.bfloat16 if name == "hidden" else torch.float32
-            assert torch.equal(y, linear(name, x, dtype).float()), (discrete, name)
+            assert exact(heads[name], x, y, dtype), (discrete, name)
             if name in ("reward", "critic", "hidden"):  # where the two dtypes give different numbers: can fail
-                other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
-                assert not torch.equal(y, linear(name, x, other).float()), (discrete, name)
+                assert not exact(heads[name], x, y, torch.float32 if dtype == torch.bfloat16 else torch.bfloat16)
+        pi = made["pi"]
         action = pi.rsample()
-        assert reward.dtype == value.dtype == slow.dtype == torch.float32
+        assert made["reward"].dtype == made["critic"].dtype == made["slow"].dtype == torch.float32
         assert action.dtype == pi.log_prob(action).dtype == pi.entropy().dtype == torch.float32
         h2, z2 = rssm.imagine_step(h, torch.zeros(7, rssm.z_dim), action)
         assert h2.dtype == z2.dtype == torch.float32
