@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The time of one gradient all-reduce (``heron.core.dist.all_reduce_grads``) for each optimizer
+"""The time of one gradient all-reduce (``heron.ops.dist.all_reduce_grads``) for each optimizer
 of each algorithm, at the sizes of its preset, under torchrun: what data parallelism adds to every
 optimizer step. Run it with as many processes as you would train with:
 
@@ -20,7 +20,7 @@ import time
 import torch
 
 from heron import api
-from heron.core import dist
+from heron.ops import dist
 
 # (algorithm, presets, env, optimizers as attribute paths into what _build/build returns)
 CASES = [

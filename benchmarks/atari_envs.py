@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Env steps per second of heron's three Atari backends, the envs alone (random actions, no
-learner): the Gymnasium stack (``--env-backend gymnasium``: ``heron.core.atari.wrap`` on
+learner): the Gymnasium stack (``--env-backend gymnasium``: ``heron.envs.atari.wrap`` on
 Gymnasium's sync vector env), EnvPool (``envpool``) and ALE's own vector env (``ale``), each through
 heron's wrapper class, so what PPO's rollout pays per step is what is timed (episodic life,
 reward clipping, whole-game scores, copies of the arrays).
@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from heron.core import atari
-from heron.core.envs import VecEnv
+from heron.envs import atari
+from heron.envs.make import VecEnv
 
 
 def make(backend: str, env_id: str, n: int, threads: int):

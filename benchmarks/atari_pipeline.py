@@ -30,7 +30,7 @@ import torch
 def make_envs(env_id: str, n: int, seed: int):
     """ALE's vector env of ``n`` envs on ``n`` threads, as heron's ``AleVecEnv`` makes it (its
     bare env: the halves loop sends and receives on it)."""
-    from heron.core.atari import AleVecEnv
+    from heron.envs.atari import AleVecEnv
 
     envs = AleVecEnv(env_id, n, seed, threads=n).envs
     envs.reset(seed=(seed + np.arange(n)).astype(np.int64))

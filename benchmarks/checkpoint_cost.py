@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a checkpoint with its replay buffer costs on this machine's disk, by buffer size.
 
-Times ``heron.core.checkpoint.save_checkpoint`` (state file + replay file, each written to a
+Times ``heron.runtime.checkpoint.save_checkpoint`` (state file + replay file, each written to a
 temporary file, fsynced and renamed) for a SAC-sized state and a full ``ReplayBuffer`` of Hopper-v5
 transitions (obs 11, action 3: 108 bytes per transition), and optionally of 3 x 64 x 64 uint8
 pixel observations (DreamerV2/Atari scale). With it: the wall-time share of timed checkpoints at
@@ -20,9 +20,9 @@ import time
 import numpy as np
 import torch
 
-from heron.core import checkpoint as ckpt
-from heron.core.buffers import ReplayBuffer
-from heron.core.run import CHECKPOINT_SHARE
+from heron.runtime import checkpoint as ckpt
+from heron.rl.buffers import ReplayBuffer
+from heron.runtime.run import CHECKPOINT_SHARE
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ def report(prof: profile, steps: int, wall: float) -> None:
 
 def profile_training(args: list[str], skip: int, window: int) -> None:
     from heron.cli import main as heron_main
-    from heron.core.run import Run
+    from heron.runtime.run import Run
 
     # (no record_shapes: with it, some copies and products took 20-40x longer under the profiler)
     prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=window, repeat=1))
@@ -97,7 +97,7 @@ def profile_training(args: list[str], skip: int, window: int) -> None:
 def profile_dreamer(sizes: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     bench = importlib.import_module("dreamer_vs_sheeprl")
-    steps = importlib.import_module("heron.core.update")
+    steps = importlib.import_module("heron.accel.step")
     prof = profile(activities=[ProfilerActivity.CPU])
     wrap, calls, clock = steps.build_step, {"n": 0}, {}
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What watching every update for NaN/inf costs: heron SAC with the divergence guard on and off.
 
-The guard (``heron.core.faults.DivergenceGuard``) adds a few device-side tensor ops per gradient
+The guard (``heron.runtime.faults.DivergenceGuard``) adds a few device-side tensor ops per gradient
 step and reads its flag only where the run syncs anyway (logging, evaluation, checkpoints). This
 script trains the same SAC run (Hopper-v5 sizes of the offpolicy_vs_sb3 benchmark: 256 x 256
 networks, batch 256) with the guard as shipped and with ``Run.watch`` replaced by a no-op,
@@ -26,8 +26,8 @@ import time
 import torch
 
 import heron
-from heron.core.faults import DivergenceGuard
-from heron.core.run import Run
+from heron.runtime.faults import DivergenceGuard
+from heron.runtime.run import Run
 
 
 def micro(threads: int, calls: int = 20000) -> None:

@@ -285,6 +285,7 @@ def run_sheeprl(args, scfg, batches, action_dim):
 
 def run_heron(args, scfg, batches, action_dim, weights, twohot: str):
     import torch
+    from heron.accel.precision import Precision
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
 
     cfg = heron_config(args, scfg, twohot)
@@ -307,7 +308,7 @@ def run_heron(args, scfg, batches, action_dim, weights, twohot: str):
     grads = {k: [] for k in ("world", "actor", "critic")}
     for k, opt in zip(grads, optimizers.values()):
         grad_recorder(opt, {f"{k}.{n}": p for n, p in getattr(agent, k).named_parameters()}, grads[k])
-    update = make_update(cfg, agent, spaces, *optimizers.values())
+    update = make_update(cfg, agent, spaces, *optimizers.values(), Precision("32", torch.device("cpu")))
     metrics = []
     for _, batch in batches:
         out = update({k: v.clone() for k, v in batch.items()})

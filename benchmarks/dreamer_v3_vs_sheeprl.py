@@ -134,9 +134,9 @@ def heron_side(args) -> dict:
 
     from heron.algos.dreamer_v3.config import Config
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
-    from heron.core.precision import Precision
-    from heron.core.setup import seed_everything
-    from heron.core.update import build_step
+    from heron.accel.precision import Precision
+    from heron.runtime.setup import seed_everything
+    from heron.accel.step import build_step
 
     torch.set_num_threads(1)
     seed_everything(args.seed, deterministic=args.heron_defaults)  # heron's runs: deterministic kernels

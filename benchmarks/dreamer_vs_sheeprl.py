@@ -29,7 +29,7 @@ sheeprl's float32 has on CUDA (its ``float32_matmul_precision: high``). On CUDA 
 most memory its tensors held (``peak_gpu_mb``). ``--cuda-graphs`` times heron's
 ``--cuda-graphs`` step (3 eager steps, a capture, then replays: give ``--warmup`` 4 or more).
 
-``--precision`` runs heron's step in that ``--precision`` (``heron.core.precision``) and sheeprl's
+``--precision`` runs heron's step in that ``--precision`` (``heron.accel.precision``) and sheeprl's
 with the same Fabric precision (``32`` is sheeprl's ``32-true``); ``--sheeprl-precision`` gives
 sheeprl another one, e.g. heron in bf16-mixed beside sheeprl's float32 default.
 """
@@ -73,10 +73,10 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
 
     from heron.algos.dreamer_v2.config import Config
     from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
-    from heron.core.update import build_step
-    from heron.core.memory import keep_freed_memory
-    from heron.core.precision import Precision
-    from heron.core.setup import seed_everything
+    from heron.accel.step import build_step
+    from heron.runtime.memory import keep_freed_memory
+    from heron.accel.precision import Precision
+    from heron.runtime.setup import seed_everything
 
     keep_freed_memory()  # as the heron command does
     torch.set_num_threads(1)

@@ -25,7 +25,7 @@ import time
 import torch
 
 import heron
-from heron.core.episodes import evaluate
+from heron.runtime.episodes import evaluate
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from heron.cli import main as heron_main
-from heron.core import envs
+from heron.envs import make as envs
 
 WARMUP = 20
 

@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
     from heron.api import make_config
-    from heron.core.envids import check_env_id
+    from heron.envs.ids import check_env_id
     from heron.errors import HeronError
 
     overrides = {}
@@ -205,7 +205,7 @@ def _norm(v):
 
 
 class SB3Policy:
-    """An SB3 model behind the interface heron's evaluation loop plays (``heron.core.episodes``):
+    """An SB3 model behind the interface heron's evaluation loop plays (``heron.runtime.episodes``):
     its deterministic actions, from the same start states as heron's."""
 
     def __init__(self, model):
@@ -226,8 +226,8 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.noise import NormalActionNoise
 
-    from heron.core.envs import make_env
-    from heron.core.episodes import EVAL_SEED_OFFSET, evaluate
+    from heron.envs.make import make_env
+    from heron.runtime.episodes import EVAL_SEED_OFFSET, evaluate
 
     torch.set_num_threads(args.threads)
     cfg = heron_config(args, seed, run_dir)

@@ -88,8 +88,8 @@ import numpy as np
 import torch
 
 import heron
-from heron.core.envs import make_env
-from heron.core.episodes import EVAL_SEED_OFFSET
+from heron.envs.make import make_env
+from heron.runtime.episodes import EVAL_SEED_OFFSET
 
 ALGOS = ("sac", "td3")
 LOSS_ROW = "losses/qf_loss"  # written every --log-every steps by both heron algorithms once learning starts
@@ -281,7 +281,7 @@ def evaluate(predict, reset, env_id: str, episodes: int, seed: int) -> np.ndarra
 def cpu_name() -> str:
     """The CPU's model name and the vector instructions torch uses on it (VMs that report the same
     "AMD EPYC" name may have AVX512-BF16 or AVX2 only, and the ratios differ between them)."""
-    from heron.core.precision import native_bf16
+    from heron.accel.precision import native_bf16
 
     name = platform.processor() or platform.machine()
     try:

@@ -31,7 +31,7 @@ from collections import defaultdict
 import torch
 
 from heron.cli import main as heron_main
-from heron.core.run import Run
+from heron.runtime.run import Run
 
 ppo = importlib.import_module("heron.algos.ppo.train")  # the module (the package's ``train`` is its function)
 

@@ -92,8 +92,8 @@ def sb3_side(args: argparse.Namespace, seed: int) -> tuple[float | None, int | N
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import Logger
 
-    from heron.core.envs import make_env
-    from heron.core.episodes import EVAL_SEED_OFFSET, evaluate
+    from heron.envs.make import make_env
+    from heron.runtime.episodes import EVAL_SEED_OFFSET, evaluate
     from offpolicy_curves_vs_sb3 import SB3Policy  # (benchmarks/, this script's folder)
 
     algo, env_id, _, threshold = TASKS[args.task]

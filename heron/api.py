@@ -12,16 +12,16 @@ import gymnasium as gym
 
 from heron import registry
 from heron.config import apply_overrides
-from heron.core import checkpoint as ckpt
-from heron.core import dist, evalworker
-from heron.core.envids import (callable_env_id, check_env_id, instance_env_id, is_callable_id, takes_num_envs,
-                                use_callable)
-from heron.core.episodes import EVAL_SEED_OFFSET
-from heron.core.episodes import evaluate as run_episodes
-from heron.core.policy import Policy
-from heron.core.run import Run
-from heron.core.rundir import check_state, read_config, read_yaml
-from heron.core.setup import resolve_device
+from heron.runtime import checkpoint as ckpt
+from heron.ops import dist
+from heron.runtime import evalworker
+from heron.envs.ids import callable_env_id, check_env_id, instance_env_id, is_callable_id, takes_num_envs, use_callable
+from heron.runtime.episodes import EVAL_SEED_OFFSET
+from heron.runtime.episodes import evaluate as run_episodes
+from heron.accel.acting import Policy
+from heron.runtime.run import Run
+from heron.runtime.rundir import check_state, read_config, read_yaml
+from heron.runtime.setup import resolve_device
 from heron.errors import EnvCrashed, Fault, HeronError, WriteFailed, first_line
 
 
@@ -91,10 +91,10 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     What the run changes in this process it puts back when it returns or raises: torch's thread
     count, the deterministic-algorithms mode, cuDNN's and the TF32 flags, ``CUBLAS_WORKSPACE_CONFIG``,
     the SIGINT/SIGTERM handlers and the state of Python's, NumPy's and torch's global random
-    generators (``heron.core.process``). It does not change glibc's allocator, as the ``heron``
-    command does for its own process (``heron.core.memory``: freed memory kept in the heap, faster
+    generators (``heron.runtime.process``). It does not change glibc's allocator, as the ``heron``
+    command does for its own process (``heron.runtime.memory``: freed memory kept in the heap, faster
     for PPO from pixels on a CPU); a script that trains in a process of its own can call
-    ``heron.core.memory.keep_freed_memory()`` first.
+    ``heron.runtime.memory.keep_freed_memory()`` first.
 
     Under torchrun (several processes) every rank calls this with the same arguments: data-parallel
     training (docs/guide/distributed.md)."""

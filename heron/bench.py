@@ -36,9 +36,9 @@ from typing import Any, Iterable
 
 from heron import __version__
 from heron._commit import COMMIT
-from heron.core.cores import busy_cores, others_now, usable_cpus
-from heron.core.logger import complete_rows, write_csv
-from heron.core.rundir import best_logged_eval, read_config
+from heron.runtime.cores import busy_cores, others_now, usable_cpus
+from heron.runtime.logger import complete_rows, write_csv
+from heron.runtime.rundir import best_logged_eval, read_config
 from heron.errors import HeronError
 
 RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
@@ -158,7 +158,7 @@ class Job:
 
     def checkpoint_step(self) -> int | None:
         """The step of the run's latest checkpoint (what a resume continues from), or None."""
-        from heron.core import checkpoint as ckpt
+        from heron.runtime import checkpoint as ckpt
 
         found = ckpt.step_checkpoints(self.run_dir / "checkpoints")
         return found[-1][0] if found and (self.run_dir / "config.yaml").is_file() else None
@@ -250,7 +250,7 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
     """Every entry's config and env, before anything starts: a missing extra or a bad value is one
     line and exit 2, not a failed run an hour in."""
     from heron import api, registry
-    from heron.core.envids import check_env_id
+    from heron.envs.ids import check_env_id
 
     for e in entries:
         cfg = api.make_config(e.algo, e.presets, None, env_id=e.env_id, total_steps=steps or e.total_steps,
@@ -296,7 +296,7 @@ def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel:
     """Run (or continue) a suite; returns the exit code: 0 when every run finished, 1 when some
     failed (the others still ran), 130 when interrupted (every running child checkpoints first).
     ``precision`` is every run's ``--precision``; its runs go under ``suite_label``."""
-    from heron.core.precision import check
+    from heron.accel.precision import check
 
     check(precision, device)
     if parallel < 1:

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from heron import registry
-from heron.core.envids import check_env_id
-from heron.core.envs import make_env
+from heron.envs.ids import check_env_id
+from heron.envs.make import make_env
 from heron.errors import HeronError, first_line
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -234,7 +234,7 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
     """For an id with a vector entry point: what ``--vector-mode native`` will read of it (its
     autoreset mode and outputs; for a tensor env, that its steps keep the tensor contract), from
     ``steps`` random steps of ``num_envs`` envs; None otherwise."""
-    from heron.core.native import NativeVecEnv, require_vector_entry_point
+    from heron.envs.native import NativeVecEnv, require_vector_entry_point
 
     try:
         require_vector_entry_point(env_id)

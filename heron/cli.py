@@ -1,7 +1,7 @@
 """``heron train|eval|check-env|list|plot``. No per-algorithm branches: flags come from each algorithm's
 Config dataclass (kebab-case field names, help from field metadata).
 
-Every user error is one line on stderr and exit code 2; a run ended by a fault (heron.core.faults)
+Every user error is one line on stderr and exit code 2; a run ended by a fault (heron.runtime.faults)
 is one line too: 3 when it diverged, 1 when an env crashed or a write failed; a stop request 130.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 from heron import registry
 from heron.config import field_types, flag, type_name
-from heron.core import dist
-from heron.core.memory import keep_freed_memory
+from heron.ops import dist
+from heron.runtime.memory import keep_freed_memory
 from heron.errors import Fault, HeronError, Interrupted, first_line
 
 USAGE = """usage: heron <command> ...
@@ -225,7 +225,7 @@ def cmd_plot(argv: list[str]) -> int:
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, ["--out", "--metric", "--bands"])
     if args.bands:
-        from heron.core.rundir import read_config
+        from heron.runtime.rundir import read_config
         from heron.plot import plot_bands
 
         groups: dict[str, list[str]] = {}
@@ -287,7 +287,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_tune(argv: list[str]) -> int:
     from heron import tune
-    from heron.core.cores import busy_cores, choose_threads, others_now
+    from heron.runtime.cores import busy_cores, choose_threads, others_now
 
     p = _Parser(prog="heron tune", allow_abbrev=False, description="Search hyperparameters with Optuna (TPE, "
                 "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "
@@ -363,7 +363,7 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "l
 
 def entry() -> int:
     """The ``heron`` command (and ``python -m heron``): a process of its own, whose allocator it may
-    set for training (``heron.core.memory``; a library call leaves the caller's alone), then ``main``.
+    set for training (``heron.runtime.memory``; a library call leaves the caller's alone), then ``main``.
 
     Under torchrun a rank ends with ``os._exit`` once ``main`` has returned: by then the run has
     closed its logs, checkpoints, envs and process group, and what is left is the interpreter's

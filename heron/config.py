@@ -80,7 +80,7 @@ class RunConfig:
         if self.env_id.startswith("envpool/") and self.vector_mode != "native":
             raise HeronError(f"{self.env_id} is EnvPool's vector env: train on it with --vector-mode native")
         if self.precision == "16-mixed":
-            from heron.core.precision import check
+            from heron.accel.precision import check
 
             check(self.precision, self.device)
         if self.cuda_graphs:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from heron.core.logger import complete_rows
+from heron.runtime.logger import complete_rows
 from heron.errors import HeronError, install_hint
 
 Curve = tuple[list[int], list[float]]  # steps, values

@@ -3,7 +3,7 @@
 Each module exposes ``Config`` (a dataclass extending ``heron.config.RunConfig``), ``PRESETS``
 (name -> overrides), ``DESCRIPTION``, ``check(cfg)`` (rejects unsupported spaces before a run
 directory exists), ``train(cfg, run) -> dict`` and ``load_policy(cfg, state, device) -> Policy``
-(``heron.core.policy``).
+(``heron.accel.acting``).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def load_space(algo: str, space_file: str | None = None) -> dict[str, dict]:
     module = registry.get(algo)
     space = dict(module.SEARCH_SPACE)
     if space_file:
-        from heron.core.rundir import read_yaml
+        from heron.runtime.rundir import read_yaml
 
         data = read_yaml(space_file)
         for name, spec in data.items():
@@ -231,8 +231,8 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
                           **({"env_id": opts.env_id} if opts.env_id else {}), **opts.overrides)
     if not cfg.eval_every and opts.pruner == "median":
         echo("heron tune: note: --eval-every 0: no evaluations before the end, so nothing to prune on")
-    from heron.core import evalworker
-    from heron.core.envids import check_env_id
+    from heron.runtime import evalworker
+    from heron.envs.ids import check_env_id
 
     check_env_id(cfg.env_id)
     registry.get(opts.algo).check(cfg)
@@ -326,7 +326,7 @@ def report(opts: Options, plot: bool = False, echo: Any = print) -> None:
     if src.is_file():
         import yaml
 
-        from heron.core.rundir import read_yaml
+        from heron.runtime.rundir import read_yaml
 
         data = read_yaml(src)
         data.pop("run_dir", None)

@@ -124,14 +124,14 @@ def _registry_changes(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
 def _heron_state() -> dict[str, Any]:
     """heron's own process-level memory: the callables ``heron.train(env=fn)`` was given, and the
-    fault-injection points' counts and stop signal (``heron.core.faults``)."""
+    fault-injection points' counts and stop signal (``heron.runtime.faults``)."""
     state = {}
-    envids, faults = sys.modules.get("heron.core.envids"), sys.modules.get("heron.core.faults")
+    envids, faults = sys.modules.get("heron.envs.ids"), sys.modules.get("heron.runtime.faults")
     if envids is not None:
-        state["heron.core.envids._CALLABLES (forget_callable)"] = dict(envids._CALLABLES)
+        state["heron.envs.ids._CALLABLES (forget_callable)"] = dict(envids._CALLABLES)
     if faults is not None:
-        state["heron.core.faults._counts"] = dict(faults._counts)
-        state["heron.core.faults._released.is_set()"] = faults._released.is_set()
+        state["heron.runtime.faults._counts"] = dict(faults._counts)
+        state["heron.runtime.faults._released.is_set()"] = faults._released.is_set()
     return state
 
 

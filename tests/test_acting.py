@@ -1,4 +1,4 @@
-"""Acting in numpy (heron/core/acting.py) against the torch acting it replaces: SAC's and TD3's
+"""Acting in numpy (heron/accel/acting.py) against the torch acting it replaces: SAC's and TD3's
 actors on fixed observations, their eligibility, and whole short runs from one seed either way;
 Policy.predict's deterministic numpy step for SAC, TD3 and PPO. PPO's numpy acting in training has
 its tests in test_ppo_lean.py and test_ppo_runs.py."""
@@ -19,11 +19,12 @@ from heron.algos.ppo.train import _build as ppo_build
 from heron.algos.sac.networks import NumpyActor, build, draw
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
-from heron.core import acting, offpolicy
-from heron.core.envs import VecEnv
-from heron.core.checkpoint import latest_checkpoint
-from heron.core.policy import Policy
-from heron.core.precision import Precision
+from heron.accel import acting
+from heron.accel.step import Learn
+from heron.envs.make import VecEnv
+from heron.runtime.checkpoint import latest_checkpoint
+from heron.accel.acting import Policy
+from heron.accel.precision import Precision
 
 LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
 
@@ -196,7 +197,7 @@ def record_loop(monkeypatch, acting_call: tuple) -> list:
         method = getattr(cls, name)
         monkeypatch.setattr(cls, name, lambda self, *args: (events.append(event(*args)), method(self, *args))[1])
 
-    record(offpolicy.Learn, "__call__", lambda update_actor, average: update_actor)
+    record(Learn, "__call__", lambda update_actor, average: update_actor)
     record(VecEnv, "step", lambda actions: "env")
     record(*acting_call, lambda obs: "act")
     return events
@@ -260,7 +261,7 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
 
 
 class _EagerGraph:
-    """heron.core.graphs.GraphedActor's contract without a GPU: ``fn`` on the inputs as tensors."""
+    """heron.accel.acting.GraphedActor's contract without a GPU: ``fn`` on the inputs as tensors."""
 
     def __init__(self, fn, device):
         self.fn = fn
@@ -276,10 +277,10 @@ def test_ppo_recorded_acting_unpacks_what_the_step_acts(monkeypatch, body, actio
     values into one float32 output for one copy back to the host: unpacked, they are the eager
     step's, integer actions as int64 and Gaussian samples clipped for the env alone. (The graph
     itself against the eager step: tests/test_cuda.py.)"""
-    import heron.core.graphs as graphs
+    import heron.accel.acting as acting_module
     from heron.algos.ppo.networks import RecordedActing
 
-    monkeypatch.setattr(graphs, "GraphedActor", _EagerGraph)
+    monkeypatch.setattr(acting_module, "GraphedActor", _EagerGraph)
     space = {"discrete": {"kind": "discrete", "n": 6},
              "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 4]},
              "box": {"kind": "box", "low": torch.tensor([-1.0, -0.5]), "high": torch.tensor([1.0, 0.5])}}[action]

@@ -24,8 +24,8 @@ def test_train_returns_summary_and_load_predicts_single_and_batch(tmp_path, tiny
 
 def test_loaded_policy_reproduces_the_training_evaluation(tmp_path, tiny):
     result = heron.train("td3", run_dir=str(tmp_path / "r"), **{**tiny, "eval_episodes": 2})
-    from heron.core.episodes import evaluate
-    from heron.core.episodes import EVAL_SEED_OFFSET
+    from heron.runtime.episodes import evaluate
+    from heron.runtime.episodes import EVAL_SEED_OFFSET
     returns = evaluate(heron.load(tmp_path / "r", device="cpu"), "Pendulum-v1", 2, tiny.get("seed", 1) + EVAL_SEED_OFFSET)
     assert returns.mean() == pytest.approx(result["mean_return"])
 

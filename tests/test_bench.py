@@ -15,7 +15,7 @@ import torch
 
 from heron import bench
 from heron.cli import main
-from heron.core import checkpoint as ckpt
+from heron.runtime import checkpoint as ckpt
 from cli_helpers import cli_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ def _dmc_pixels() -> bool:
     """Whether dm_control renders here (EGL, or OSMesa with MUJOCO_GL=osmesa)."""
     import gymnasium as gym
 
-    from heron.core import dmc
+    from heron.envs import dmc
 
     dmc.register("dmc_cartpole_swingup")
     try:

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from heron.core.buffers import ReplayBuffer
+from heron.rl.buffers import ReplayBuffer
 
 
 def _row(buf, t, n_envs=2, obs_shape=(3,), dtype=np.float32):
@@ -87,7 +87,7 @@ def test_rollout_ring_checkpointed_mid_rollout_keeps_the_whole_rollouts_oldest_f
     """An env crash mid-rollout checkpoints the ring without the half-overwritten slot, oldest first,
     so that after resume the next rollout is written after the newest and evicts the oldest."""
     import torch
-    from heron.core.buffers import RolloutBuffer
+    from heron.rl.buffers import RolloutBuffer
 
     buf = RolloutBuffer(3, 2, 1, {"x": ((), torch.float32)}, {})
     for k in (1.0, 2.0, 3.0, 4.0):  # rollout 4 overwrote rollout 1 in slot 0

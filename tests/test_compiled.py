@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_cuda import _assert_same, _offpolicy_steps, _ppo_steps
 
-from heron.core.fused import ReluMLP, TanhMLP
-from heron.core.nets import EnsembleMLP
+from heron.ops.fused import ReluMLP, TanhMLP
+from heron.rl.nets import EnsembleMLP
 
 
 @pytest.mark.parametrize("make", [lambda: TanhMLP(5, (16, 16)), lambda: ReluMLP(5, (16, 16), 3),

@@ -1,4 +1,4 @@
-"""heron.core.cores: other processes' load from /proc, the automatic thread count, and the
+"""heron.runtime.cores: other processes' load from /proc, the automatic thread count, and the
 governor that follows the load during a run."""
 
 import os
@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from heron.core import cores
+from heron.runtime import cores
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/stat") or not hasattr(os, "sched_setaffinity"),
                            reason="reads Linux's /proc")

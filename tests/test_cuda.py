@@ -17,22 +17,25 @@ from test_ppo_lean import _spaces as ppo_spaces
 from test_sac_lean import A, B, D, make_batch, make_nets, make_td3_nets, td3_batches
 
 from heron import api
-from heron.algos.sac import lean as sac_lean
+from heron.accel.handwritten import sac as sac_lean
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
-from heron.algos.td3 import lean as td3_lean
+from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
 from heron.cli import main
-from heron.core import acting, dist, offpolicy
-from heron.core import checkpoint as ckpt
-from heron.core.buffers import ReplayBuffer
-from heron.core.graphs import GraphedActor, GraphedStep, GraphedSteps, capturable
-from heron.core.nets import Polyak, adam
-from heron.core.precision import Precision
-from heron.core.setup import cuda_graphs_note, seed_everything
-from heron.core.update import build_step, compile_step
-from heron.core.schedules import set_lr
+from heron.accel import acting
+from heron.ops import dist
+from heron.runtime import checkpoint as ckpt
+from heron.rl.buffers import ReplayBuffer
+from heron.accel.acting import GraphedActor
+from heron.accel.graphs import GraphedStep, GraphedSteps, capturable
+from heron.rl.nets import Polyak
+from heron.ops.adam import adam
+from heron.accel.precision import Precision
+from heron.runtime.setup import cuda_graphs_note, seed_everything
+from heron.accel.step import Learn, build_step, compile_step
+from heron.rl.schedules import set_lr
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ppo_train = importlib.import_module("heron.algos.ppo.train")
@@ -78,7 +81,8 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
                            "cuda_graphs": cuda_graphs})
     spaces = _spaces(discrete)
     agent = train.build(cfg, spaces).to(device)
-    update = build_step(cfg, train.make_update(cfg, agent, spaces, *train.make_optimizers(cfg, agent).values()))
+    update = build_step(cfg, train.make_update(cfg, agent, spaces, *train.make_optimizers(cfg, agent).values(),
+                                              Precision(cfg.precision, torch.device(device))))
     history = []
     for i, batch in enumerate(batches):
         metrics = update(batch)
@@ -266,7 +270,7 @@ def test_offpolicy_graphed_steps_equal_eager_steps(algo, lean):
 
 def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, device: str = "cuda",
                  manual: bool = False, lean: bool = False) -> tuple[list[dict[str, float]], list]:
-    """n gradient steps as the loop takes them (``offpolicy.Learn``: sample, update, average the
+    """n gradient steps as the loop takes them (``heron.accel.step.Learn``: sample, update, average the
     targets) from a replay buffer that gets a new env step after each, wrapping around. ``manual``:
     the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
     sac = algo == "sac"
@@ -283,7 +287,7 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
         add()
     fields, polyak = getattr(update, "fields", None), Polyak(*targets)
     cfg = SimpleNamespace(tau=0.05, cuda_graphs=graphed, n_step=1, gamma=0.99)
-    learn = offpolicy.Learn(cfg, update, rb, (B, 1) if sac else (B,), polyak, opts if graphed else ())
+    learn = Learn(cfg, update, rb, (B, 1) if sac else (B,), polyak, opts if graphed else ())
     torch.manual_seed(1)
     history = []
     for i in range(n):
@@ -308,7 +312,7 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
 @pytest.mark.parametrize("lean", [False, True], ids=["autograd", "lean"])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_learn_takes_the_loops_steps(algo, lean):
-    """(On the CPU, for CI.) ``offpolicy.Learn`` without graphs is the loop's sample, update and
+    """(On the CPU, for CI.) ``heron.accel.step.Learn`` without graphs is the loop's sample, update and
     Polyak step, in that order, on the same rows: equal to them written out, to the last bit."""
     manual, manual_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", manual=True, lean=lean)
     learn, learn_w = _learn_steps(algo, False, "cpu", n=6, device="cpu", lean=lean)

@@ -1,6 +1,6 @@
 """Same seed -> bitwise-identical parameters; a run killed right after a checkpoint and resumed
 ends bitwise where the uninterrupted run ends (CPU). The thread count is fixed: float results
-depend on it, and the automatic count follows the machine's load (heron.core.cores)."""
+depend on it, and the automatic count follows the machine's load (heron.runtime.cores)."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import heron
-from heron.core.checkpoint import latest_checkpoint
+from heron.runtime.checkpoint import latest_checkpoint
 
 # Pendulum-v1 episodes last 200 steps; checkpoints every 1000 fall on episode boundaries.
 ARGS = ["--env-id", "Pendulum-v1", "--total-steps", "2000", "--learning-starts", "500", "--checkpoint-every", "1000",

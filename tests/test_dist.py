@@ -1,4 +1,4 @@
-"""heron.core.dist's collectives with two CPU processes over gloo (one spawn runs every check), and
+"""heron.ops.dist's collectives with two CPU processes over gloo (one spawn runs every check), and
 world size 1 as a no-op."""
 
 import os
@@ -9,7 +9,7 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from heron.core import dist
+from heron.ops import dist
 from heron.errors import Fault, HeronError
 
 
@@ -91,7 +91,7 @@ def _td3_half_batches_equal_the_whole_batch(rank: int) -> None:
     parameters within float tolerance, identical bits across ranks."""
     from heron.algos.td3 import losses
     from heron.algos.td3.networks import build
-    from heron.core.nets import adam
+    from heron.ops.adam import adam
 
     def make():
         torch.manual_seed(0)
@@ -140,7 +140,8 @@ def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
     from unittest import mock
 
     from heron.algos.ppo.config import Config
-    from heron.core.nets import adam
+    from heron.accel.precision import Precision
+    from heron.ops.adam import adam
 
     ppo = importlib.import_module("heron.algos.ppo.train")  # the module (the package exports its train())
     cfg = Config(norm_adv=True, clip_vloss=True, max_grad_norm=0.5, hidden_sizes=(16,))
@@ -150,7 +151,7 @@ def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
         torch.manual_seed(0)
         model = ppo._build(cfg, spaces)
         opt = adam(model.parameters(), 1e-2, eps=1e-5)
-        return model, ppo.make_update(cfg, model, opt)
+        return model, ppo.make_update(cfg, model, opt, Precision("32", torch.device("cpu")))
 
     (split, split_update), (whole, whole_update) = make(), make()
     for i in range(3):
@@ -196,7 +197,7 @@ def test_torchrun_environment_is_read_and_checked():
 
 
 def test_a_normalizer_fed_global_moments_equals_one_fed_the_whole_batch():
-    from heron.core.nets import RunningNorm
+    from heron.rl.nets import RunningNorm
 
     history, batch = torch.randn(6, 3, dtype=torch.float64), torch.randn(10, 3, dtype=torch.float64) * 3 + 1
     whole, merged = RunningNorm((3,)), RunningNorm((3,))

@@ -1,4 +1,4 @@
-"""DeepMind Control Suite ids (heron.core.dmc): registry, spaces, seeding, episode ends, pixels."""
+"""DeepMind Control Suite ids (heron.envs.dmc): registry, spaces, seeding, episode ends, pixels."""
 
 import gymnasium as gym
 import numpy as np
@@ -8,7 +8,7 @@ pytest.importorskip("dm_control")
 
 import dm_env  # a dm_control dependency
 
-from heron.core import dmc
+from heron.envs import dmc
 from heron.errors import HeronError
 
 
@@ -126,7 +126,7 @@ def test_pixels():
 
 
 def test_frame_skip_sums_rewards_and_dreamer_caps_episodes_in_agent_steps():
-    from heron.core.dreamer_envs import make
+    from heron.envs.dreamer import make
 
     one, two = dmc.DMCEnv("cartpole", "swingup"), dmc.DMCEnv("cartpole", "swingup", frame_skip=2)
     try:
@@ -165,7 +165,7 @@ def test_triton_loads_after_pixels_were_rendered():
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("no triton here (a CPU build of torch)")
-    code = ("import gymnasium as gym; from heron.core import dmc; dmc.register('dmc_cartpole_swingup'); "
+    code = ("import gymnasium as gym; from heron.envs import dmc; dmc.register('dmc_cartpole_swingup'); "
             "env = gym.make('dmc_cartpole_swingup', from_pixels=True); obs, _ = env.reset(seed=0); "
             "assert obs.shape[-1] == 3 or obs.shape[0] == 3, obs.shape; import triton; print('loaded')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

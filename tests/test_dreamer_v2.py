@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from heron.algos.dreamer_v2 import losses
-from heron.core.returns import lambda_return
+from heron.rl.returns import lambda_return
 
 
 def loop_lambda_return(r, v, d, boot, lam):

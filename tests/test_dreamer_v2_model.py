@@ -9,12 +9,12 @@ import torch
 import toy_envs
 
 from heron import api
-from heron.core import dreamer_envs as denvs
+from heron.envs import dreamer as denvs
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
 from heron.cli import main
-from heron.core import checkpoint as ckpt
-from heron.core.precision import Precision
+from heron.runtime import checkpoint as ckpt
+from heron.accel.precision import Precision
 from heron.errors import HeronError
 
 DEBUG = dict(PRESETS["debug"], progress="none")
@@ -114,7 +114,7 @@ def test_sampled_windows_start_like_episodes():
     """The references mark the first step of every sampled window as an episode start: zero state and
     zero previous action, whatever the replay holds there."""
     from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
-    from heron.core.dreamer import spaces_of
+    from heron.algos.dreamer import spaces_of
 
     cfg = small_cfg(sequence_length=6, per_rank_batch_size=3)
     env = denvs.make("CartPole-v1")
@@ -124,7 +124,7 @@ def test_sampled_windows_start_like_episodes():
     def world_loss(batch):
         torch.manual_seed(0)
         agent = build(cfg, spaces)
-        update = make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values())
+        update = make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), Precision("32", torch.device("cpu")))
         torch.manual_seed(1)
         return update({k: v.clone() for k, v in batch.items()})["losses/world_model_loss"].item()
 
@@ -349,7 +349,7 @@ def test_atari_episodes_are_reported_through_dreamers_own_env_stack():
     vector env must report its episode ends as they come."""
     import functools
 
-    from heron.core.envs import VecEnv
+    from heron.envs.make import VecEnv
 
     pytest.importorskip("ale_py")
     fn = functools.partial(denvs.make, "PongNoFrameskip-v4", 4, max_episode_steps=50)  # agent steps

@@ -14,8 +14,8 @@ from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import PRESETS, Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
 from heron.cli import main
-from heron.core import checkpoint as ckpt
-from heron.core.dreamer import DreamerPolicy
+from heron.runtime import checkpoint as ckpt
+from heron.algos.dreamer import DreamerPolicy
 
 DEBUG = dict(PRESETS["debug"], progress="none")
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import toy_envs  # noqa: F401  (registers heron-test/ ids)
 
-from heron.core.envids import check_env_id
-from heron.core.envs import VecEnv, make_env
+from heron.envs.ids import check_env_id
+from heron.envs.make import VecEnv, make_env
 from heron.errors import HeronError
 
 
@@ -43,12 +43,12 @@ def test_float64_observations_become_float32():
 MUJOCO_UNSTABLE = """
 import sys
 import gymnasium as gym
-from heron.core.envids import callable_env_id
-from heron.core.envs import make_env
+from heron.envs.ids import callable_env_id
+from heron.envs.make import make_env
 env_id = "Hopper-v5"
 if sys.argv[1] == "factory":  # a user's factory, whose constructor would load MuJoCo: routed before it
-    from heron.core.envids import gym_env_id
-    from heron.core.envs import route_mujoco_warnings
+    from heron.envs.ids import gym_env_id
+    from heron.envs.make import route_mujoco_warnings
     env_id = callable_env_id(lambda: gym.make("Hopper-v5"))
     assert "mujoco" not in sys.modules
     route_mujoco_warnings(gym_env_id(env_id))
@@ -165,7 +165,7 @@ class _ZeroPolicy:
 
 def test_mujoco_video_renders_headless(tmp_path):
     pytest.importorskip("mujoco")
-    from heron.core.episodes import evaluate
+    from heron.runtime.episodes import evaluate
     video = tmp_path / "hopper.mp4"
     returns = evaluate(_ZeroPolicy(3), "Hopper-v5", 1, seed=0, video_path=str(video), max_episode_steps=50)
     assert len(returns) == 1 and video.stat().st_size > 1000
@@ -185,8 +185,8 @@ def test_velocity_masked_pomdp_ids():
 def test_atari_standard_wrappers():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    from heron.core import atari
-    from heron.core.envs import VecEnv, make_env
+    from heron.envs import atari
+    from heron.envs.make import VecEnv, make_env
 
     train_env = make_env("BreakoutNoFrameskip-v4", training=True)
     names = []
@@ -238,7 +238,7 @@ def test_serial_envs_give_gymnasium_sync_vector_env_transitions(env_id, num_envs
     episodes over several episodes each, and the same RNG states (what resume saves)."""
     import gymnasium as gym
 
-    from heron.core import envs as heron_envs
+    from heron.envs import make as heron_envs
 
     ours = VecEnv(env_id, num_envs=num_envs, seed=3, max_episode_steps=60)
     theirs = VecEnv(env_id, num_envs=num_envs, seed=3, max_episode_steps=60)
@@ -305,7 +305,7 @@ def test_envpool_backend_resets_finished_envs_and_reports_whole_games(monkeypatc
     import sys
     import types
 
-    from heron.core.atari import EnvPoolVecEnv
+    from heron.envs.atari import EnvPoolVecEnv
 
     pools = []
     fake = types.SimpleNamespace(make=lambda game, seed, **kw: pools.append(_FakePool(kw["num_envs"])) or pools[-1])
@@ -336,7 +336,7 @@ def test_ale_vector_frames_equal_the_gymnasium_stack():
     _ale_vector()
     import gymnasium as gym
 
-    from heron.core.atari import AleVecEnv
+    from heron.envs.atari import AleVecEnv
 
     ours = AleVecEnv("BreakoutNoFrameskip-v4", 1, seed=5, noop_max=0, fire_reset=False)
     theirs = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(
@@ -366,7 +366,7 @@ def test_ale_vector_reports_whole_games_with_raw_scores():
     vector = _ale_vector()
     from gymnasium.vector import AutoresetMode
 
-    from heron.core.atari import AleVecEnv
+    from heron.envs.atari import AleVecEnv
 
     ours = AleVecEnv("ALE/Breakout-v5", 2, seed=3)
     bare = vector.AtariVectorEnv("breakout", 2, num_threads=1, repeat_action_probability=0.25, reward_clipping=False,
@@ -408,8 +408,8 @@ def test_env_backend_choice():
     """``--env-backend``: auto takes EnvPool for Atari ids when it is installed, else the Gymnasium
     stack; on resume it keeps the backend the checkpoint's envs ran on; a named backend that is
     missing or not for the id is a one-line error."""
-    from heron.core import atari
-    from heron.core.atari import choose_backend
+    from heron.envs import atari
+    from heron.envs.atari import choose_backend
 
     assert choose_backend("ALE/Pong-v5", "auto") == ("envpool" if atari.envpool_available() else "gymnasium")
     assert choose_backend("CartPole-v1", "auto") == "gymnasium"
@@ -430,7 +430,7 @@ def test_ale_vector_rom_names_seeds_and_resume():
     wrapped (env i gets seed + i), and a resume that restarts the games from a seed derived from
     the step without changing the run's own."""
     _ale_vector()
-    from heron.core.atari import AleVecEnv, ale_spec
+    from heron.envs.atari import AleVecEnv, ale_spec
 
     assert ale_spec("UpNDownNoFrameskip-v4")["game"] == ale_spec("ALE/UpNDown-v5")["game"] == "up_n_down"
     envs = AleVecEnv("PongNoFrameskip-v4", 2, seed=2**31 - 1)
@@ -470,7 +470,7 @@ class _Lean:
 
 
 def test_episodes_played_together_return_what_they_return_one_after_another():
-    from heron.core.episodes import evaluate
+    from heron.runtime.episodes import evaluate
 
     alone, together = _Lean(), _Lean()
     one = evaluate(alone, "CartPole-v1", 7, seed=3, at_once=1)
@@ -493,7 +493,7 @@ def test_episodes_played_together_return_what_they_return_one_after_another():
 def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
     import torch
 
-    from heron.core.policy import Policy
+    from heron.accel.acting import Policy
 
     class Actor(torch.nn.Module):
         def __init__(self):
@@ -521,7 +521,7 @@ def test_a_host_copy_of_a_policy_acts_as_the_actor_after_each_refresh():
 def test_an_evaluation_closes_every_env_it_made_however_it_ends():
     import gymnasium as gym
 
-    from heron.core.episodes import evaluate
+    from heron.runtime.episodes import evaluate
 
     made, closed = [], []
 

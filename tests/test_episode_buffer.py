@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from heron.core.buffers import EpisodeBuffer
+from heron.rl.buffers import EpisodeBuffer
 from heron.errors import HeronError
 
 FIELDS = {"step": ((), np.int64), "env": ((), np.int64), "ep": ((), np.int64),

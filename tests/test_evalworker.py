@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from heron import registry
-from heron.core import cores, evalworker
-from heron.core.checkpoint import latest_checkpoint
+from heron.runtime import cores, evalworker
+from heron.runtime.checkpoint import latest_checkpoint
 from heron.errors import HeronError
 
 # PPO (the algorithm whose evaluations cost most of a GPU run) on Pendulum; an evaluation and a
@@ -215,8 +215,8 @@ def test_a_worker_that_cannot_make_the_env_says_why_and_the_run_evaluates_itself
 
 
 def test_resume_drops_only_the_rows_of_the_evaluations_it_plays_again(tmp_path):
-    from heron.core.logger import METRICS_HEADER, write_csv
-    from heron.core.rundir import EVAL_HEADER, drop_eval_rows
+    from heron.runtime.logger import METRICS_HEADER, write_csv
+    from heron.runtime.rundir import EVAL_HEADER, drop_eval_rows
 
     write_csv(tmp_path / "eval.csv", EVAL_HEADER, [[1000, -5, 1, 2, 0], [2000, -4, 1, 2, 0], [2500, -3, 1, 2, 0]])
     write_csv(tmp_path / "metrics.csv", METRICS_HEADER, [[2000, 0, "losses/value_loss", 1.0],

@@ -19,8 +19,8 @@ import torch
 import toy_envs  # registers the heron-test/ ids at import, as the suite's other modules do
 
 from heron.cli import main
-from heron.core import faults
-from heron.core.checkpoint import latest_checkpoint, step_checkpoints
+from heron.runtime import faults
+from heron.runtime.checkpoint import latest_checkpoint, step_checkpoints
 
 TESTS = Path(__file__).parent
 TINY = ["--total-steps", "1200", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000",
@@ -324,7 +324,7 @@ def test_sigkill_at_a_random_moment_leaves_recent_logs_and_a_checkpoint_to_resum
 
 def test_closing_envs_that_hang_ends_the_process_within_the_bound():
     code = ("import threading, time\n"
-            "from heron.core.faults import close_bounded\n"
+            "from heron.runtime.faults import close_bounded\n"
             "close_bounded(threading.Event().wait, 'the stuck envs', timeout=1.0)\n"
             "print('not reached')\n")
     t0 = time.time()
@@ -336,7 +336,7 @@ def test_closing_envs_that_hang_ends_the_process_within_the_bound():
 def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch, capsys):
     import numpy as np
 
-    from heron.core import episodes
+    from heron.runtime import episodes
 
     class Zero:
         def reset(self):

@@ -1,4 +1,4 @@
-"""The fast paths of the off-policy update against the plain ones: heron.core.fused's one-node ReLU
+"""The fast paths of the off-policy update against the plain ones: heron.ops.fused's one-node ReLU
 MLPs (ReLU for SAC/TD3, tanh for PPO's bodies) give the outputs and gradients of the same layers
 run one by one through autograd (float32 and bf16-mixed), and Adam's lean step gives torch's Adam step bit for bit."""
 
@@ -8,12 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from heron.core.fused import ReluMLP, TanhMLP
-from heron.core.graphs import capturable
-from heron.core import nets
-from heron.core.nets import EnsembleMLP, RecurrentCore, RunningNorm, adam
-from heron.core.precision import Precision, clip_grad_norm
-from heron.core.schedules import set_lr
+from heron.ops.fused import ReluMLP, TanhMLP
+from heron.accel.graphs import capturable
+from heron.rl import nets
+from heron.rl.nets import EnsembleMLP, RecurrentCore, RunningNorm
+from heron.ops.adam import adam
+from heron.accel.precision import Precision, clip_grad_norm
+from heron.rl.schedules import set_lr
 
 
 def _reference(ens: EnsembleMLP, x: torch.Tensor, i: int, dtype=None) -> torch.Tensor:
@@ -128,7 +129,7 @@ def test_bf16_mixed_equals_autocast_around_each_layer():
     assert y.dtype == torch.float32
     ref = torch.stack([_reference(ens, x, i, torch.bfloat16) for i in range(2)])
     # ReLU commutes with rounding: bfloat16 activations between the hidden layers are the same; the
-    # last layer is float32 (heron.core.fused: a bfloat16 Q value would move in steps of 2 near 300)
+    # last layer is float32 (heron.ops.fused: a bfloat16 Q value would move in steps of 2 near 300)
     assert torch.equal(y, ref)
     all_bf16 = F.linear(F.linear(F.linear(x.bfloat16(), ens.layers[0].weight[0].t().bfloat16(),
                                           ens.layers[0].bias[0].bfloat16()).relu(),
@@ -173,7 +174,7 @@ def test_lean_adam_step_is_torchs_step():
 
 
 def test_capturable_adam_follows_set_lr_and_saves_plain_groups():
-    """--cuda-graphs' optimizers (heron.core.graphs.capturable): the learning rate a tensor that
+    """--cuda-graphs' optimizers (heron.accel.graphs.capturable): the learning rate a tensor that
     set_lr fills in place (the recorded step reads it there), the same updates as float learning
     rates, and checkpoints that hold plain floats and capturable off, so they resume either way."""
     torch.manual_seed(6)

@@ -27,17 +27,17 @@ from test_ppo_lean import _spaces as ppo_spaces
 from test_sac_lean import make_batch, make_nets, make_td3_nets, td3_batches
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from heron.algos.ppo import lean as ppo_lean
-from heron.algos.sac import lean as sac_lean
+from heron.accel.handwritten import ppo as ppo_lean
+from heron.accel.handwritten import sac as sac_lean
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
-from heron.algos.td3 import lean as td3_lean
+from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
-from heron.core import nets
-from heron.core.lean import LeanCritics
-from heron.core.nets import adam
-from heron.core.precision import Precision
+from heron.rl import nets
+from heron.accel.handwritten.common import LeanCritics
+from heron.ops.adam import adam
+from heron.accel.precision import Precision
 
 CPU = torch.device("cpu")
 READ, FROM_HOST, SIZED = "reads a tensor on the host", "makes a tensor from host data", "has a data-dependent size"

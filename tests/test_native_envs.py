@@ -1,4 +1,4 @@
-"""--vector-mode native (heron.core.native): a vector env that steps its sub-envs itself gives the
+"""--vector-mode native (heron.envs.native): a vector env that steps its sub-envs itself gives the
 loops the same transitions as heron's own vector path, in each of Gymnasium's autoreset modes; the
 rows that are no transition are never stored or sampled; bad input is one line and exit code 2."""
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from heron.core.buffers import ReplayBuffer
-from heron.core.envs import VecEnv
-from heron.core.native import NativeVecEnv
-from heron.core.vecwrap import autoreset_mode
+from heron.rl.buffers import ReplayBuffer
+from heron.envs.make import VecEnv
+from heron.envs.native import NativeVecEnv
+from heron.envs.user_vector import autoreset_mode
 from heron.errors import HeronError
-from heron.vector.pendulum import TorchPendulum
+from heron.envs.torch_pendulum import TorchPendulum
 
 N, LIMIT = 3, 5  # short episodes: every env ends several of them
 
@@ -240,12 +240,12 @@ def test_ppo_learns_from_transitions_only_on_a_next_step_vector_env(counter_id, 
 
 
 def test_envpool_ids_step_envpool_reseeded_by_the_run_and_read_in_next_step_mode():
-    from heron.core.atari import envpool_available
-    from heron.core.envids import check_env_id
+    from heron.envs.atari import envpool_available
+    from heron.envs.ids import check_env_id
 
     if not envpool_available():
         pytest.skip("envpool is not installed (pip install -e '.[envpool]')")
-    from heron.vector.envpool import EnvPoolVector
+    from heron.envs.envpool import EnvPoolVector
 
     pool = EnvPoolVector("Pendulum-v1", 3, seed=1)
     first, again, other = (pool.reset(seed=s)[0].copy() for s in (3, 3, 4))
@@ -276,7 +276,7 @@ def test_envpool_ids_step_envpool_reseeded_by_the_run_and_read_in_next_step_mode
 
 def test_dreamer_v2_stores_whole_episodes_of_a_next_step_vector_env(counter_id, monkeypatch, tmp_path):
     import heron
-    from heron.core.buffers import EpisodeBuffer
+    from heron.rl.buffers import EpisodeBuffer
 
     stored, store = [], EpisodeBuffer.store_episode
 

@@ -12,9 +12,9 @@ from heron.algos.ppo import losses
 from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.spaces import action_info
 from heron.algos.ppo.train import as_sequences, targets, value_pass
-from heron.core import returns
-from heron.core.nets import RunningNorm
-from heron.core.returns import RewardScaler, gae, nstep_returns
+from heron.rl import returns
+from heron.rl.nets import RunningNorm
+from heron.rl.returns import RewardScaler, gae, nstep_returns
 
 
 def _col(*xs):
@@ -342,7 +342,7 @@ def test_sample_logp_matches_sample_then_log_prob():
 def test_nature_cnn_scales_frames_without_touching_its_input():
     """uint8 frames are scaled in the network's own float copy; a float input (the caller's tensor)
     gives the same features and is left as it was."""
-    from heron.core.nets import NatureCNN
+    from heron.rl.nets import NatureCNN
     torch.manual_seed(0)
     cnn = NatureCNN(4)
     frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)

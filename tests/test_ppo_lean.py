@@ -1,4 +1,4 @@
-"""The hand-written PPO step (heron/algos/ppo/lean.py) against the autograd step it replaces: the same
+"""The hand-written PPO step (heron/accel/handwritten/ppo.py) against the autograd step it replaces: the same
 losses, gradients and parameters after several optimizer steps on fixed minibatches, over every
 option the lean step covers; and which models fall back to autograd."""
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from heron.algos.ppo import lean
+from heron.accel.handwritten import ppo as lean
 from heron.algos.ppo.config import Config
-from heron.core import acting
-from heron.core.nets import adam
-from heron.core.precision import Precision
+from heron.accel import acting
+from heron.ops.adam import adam
+from heron.accel.precision import Precision
 
 ppo_train = importlib.import_module("heron.algos.ppo.train")
 CPU = torch.device("cpu")
@@ -61,7 +61,7 @@ def test_lean_step_equals_the_autograd_step(case):
         model.norm.update(torch.randn(100, 5) * 3 + 1)
     twin = copy.deepcopy(model)
     plain = ppo_train.make_update(cfg, model, adam(model.parameters(), 1e-3, eps=1e-5), Precision("32", CPU))
-    assert lean.supported(twin, Precision("32", CPU), compiled=False) is None
+    assert lean.supported(_cfg(), _nets(twin), Precision("32", CPU)) is None
     fused = lean.LeanUpdate(cfg, twin, adam(twin.parameters(), 1e-3, eps=1e-5))
     g = torch.Generator().manual_seed(1)
     clipped = 0.0
@@ -81,15 +81,24 @@ def test_lean_step_equals_the_autograd_step(case):
 def test_lean_step_applies_only_where_it_is_exact():
     f32, bf16 = Precision("32", CPU), Precision("bf16-mixed", CPU)
     box = ppo_train._build(Config(), _spaces("box"))
-    assert lean.supported(box, f32, compiled=False) is None
-    assert "compile" in lean.supported(box, f32, compiled=True)
-    assert "bf16-mixed" in lean.supported(box, bf16, compiled=False)
-    assert "recurrent" in lean.supported(ppo_train._build(Config(recurrent="gru"), _spaces("box")), f32, False)
-    assert "shared" in lean.supported(ppo_train._build(Config(shared_network=True), _spaces("box")), f32, False)
+    assert lean.supported(_cfg(), _nets(box), f32) is None
+    assert "compile" in lean.supported(_cfg(compile=True), _nets(box), f32)
+    assert "records the autograd step" in lean.supported(_cfg(cuda_graphs=True), _nets(box), f32)
+    assert "bf16-mixed" in lean.supported(_cfg(), _nets(box), bf16)
+    assert "recurrent" in lean.supported(_cfg(), _nets(ppo_train._build(Config(recurrent="gru"), _spaces("box"))), f32)
+    assert "shared" in lean.supported(_cfg(), _nets(ppo_train._build(Config(shared_network=True), _spaces("box"))), f32)
     multi = {**_spaces("box"), "action": {"kind": "multidiscrete", "nvec": [2, 3]}}
-    assert "MultiDiscrete" in lean.supported(ppo_train._build(Config(), multi), f32, False)
+    assert "MultiDiscrete" in lean.supported(_cfg(), _nets(ppo_train._build(Config(), multi)), f32)
     image = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
-    assert "image" in lean.supported(ppo_train._build(Config(hidden_sizes=()), image), f32, False)
+    assert "image" in lean.supported(_cfg(), _nets(ppo_train._build(Config(hidden_sizes=()), image)), f32)
+
+
+def _cfg(**kw):
+    return Config(**kw)
+
+
+def _nets(model):
+    return ppo_train.Nets(model, adam(model.parameters(), 1e-3, eps=1e-5))
 
 
 @pytest.mark.parametrize("kind,overrides", [("discrete", {}), ("box", dict(obs_norm=True)),
@@ -175,7 +184,7 @@ def test_numpy_acting_samples_what_the_torch_step_samples(kind, overrides):
 
 
 def test_a_cpu_twin_acts_as_the_model_after_each_refresh():
-    """A model on a GPU acts through a CPU twin refreshed once per rollout (heron.core.acting.CpuTwin):
+    """A model on a GPU acts through a CPU twin refreshed once per rollout (heron.accel.acting.CpuTwin):
     after a refresh the twin's numpy acting is the model's, weights, free log-std and observation
     statistics moved since included; before it, the twin keeps the previous rollout's."""
     torch.manual_seed(0)

@@ -49,7 +49,7 @@ def test_flags(env_id, flags, tmp_path):
 
 def toy_obs(env_id):
     import gymnasium as gym
-    from heron.core.envs import make_env
+    from heron.envs.make import make_env
     env = make_env(env_id)
     obs, _ = env.reset(seed=0)
     env.close()
@@ -95,13 +95,13 @@ def test_atari_pong_with_the_standard_wrappers(tmp_path):
 
 
 def test_envpool_backend(tmp_path, monkeypatch):
-    from heron.core.atari import envpool_available
+    from heron.envs.atari import envpool_available
 
     if not envpool_available():  # (not importorskip: EnvPool's import sets matplotlib's variables for the process)
         pytest.skip("envpool is not installed (pip install -e '.[envpool]')")
     # the final evaluation is not what this test is about: an untrained deterministic Breakout player
     # that never presses FIRE after a lost life plays to the 27,000-step limit (minutes)
-    monkeypatch.setattr("heron.core.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
+    monkeypatch.setattr("heron.runtime.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
     # 512 steps per env: a random Breakout player loses lives (EnvPool's resets) and whole games
     r = heron.train("ppo", presets=["atari"], env_id="ALE/Breakout-v5", env_backend="envpool", total_steps=1024,
                     num_envs=2, num_steps=128, num_minibatches=2, update_epochs=1, eval_every=0, eval_episodes=1,
@@ -118,7 +118,7 @@ def test_ale_vector_backend_trains_and_resumes(tmp_path, monkeypatch):
     pytest.importorskip("ale_py.vector_env", reason="ALE's vector env needs ale-py 0.11 or later")
     pytest.importorskip("cv2")
     # as in test_envpool_backend: an untrained Breakout player's final evaluation can take minutes
-    monkeypatch.setattr("heron.core.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
+    monkeypatch.setattr("heron.runtime.evaluation.run_episodes", lambda policy, env_id, mine, *a, **k: np.zeros(len(mine)))
     flags = dict(presets=["atari"], env_id="ALE/Breakout-v5", num_envs=2, num_steps=128, num_minibatches=2,
                  update_epochs=1, eval_every=0, eval_episodes=1, progress="none", torch_threads=1,
                  checkpoint_every=512, run_dir=str(tmp_path / "a"))
@@ -151,7 +151,7 @@ def test_numpy_acting_collects_what_torch_acting_collects(env_id, tmp_path, monk
     fast, plain = returns("numpy"), returns("torch")
     assert len(fast) == len(plain) > 0
     torch.testing.assert_close(torch.tensor(fast), torch.tensor(plain), rtol=1e-4, atol=1e-3)
-    from heron.core.checkpoint import latest_checkpoint
+    from heron.runtime.checkpoint import latest_checkpoint
     a, b = (torch.load(latest_checkpoint(tmp_path / run / "checkpoints"), weights_only=True)["actor"]
             for run in ("numpy", "torch"))
     for name in a:
@@ -166,7 +166,7 @@ def test_rollout_next_obs_are_the_envs(env_id, flags, tmp_path, monkeypatch):
     Pendulum): every stored next obs must be the one the env returned."""
     import importlib
 
-    from heron.core.envs import VecEnv
+    from heron.envs.make import VecEnv
 
     ppo_train = importlib.import_module("heron.algos.ppo.train")
     returned, stored = [], []

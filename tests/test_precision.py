@@ -16,7 +16,7 @@ from heron.algos.dreamer_v3.config import Config as DreamerV3Config
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.td3 import losses as td3_losses
-from heron.core.precision import Precision
+from heron.accel.precision import Precision
 from cli_helpers import cli_error
 
 
@@ -141,7 +141,7 @@ def exact(layer, x, y, dtype) -> bool:
 
 
 def test_value_heads_stay_float32():
-    """PPO's value head and DreamerV2's reward and critic heads (heron.core.nets.float32_out) run in
+    """PPO's value head and DreamerV2's reward and critic heads (heron.rl.nets.float32_out) run in
     float32 under bf16-mixed: a bfloat16 value near 300 moves in steps of 2. The layers before them
     still run in bfloat16."""
     torch.manual_seed(1)

@@ -1,26 +1,27 @@
-"""SAC's and TD3's hand-written gradient steps (heron/algos/{sac,td3}/lean.py) against the autograd
+"""SAC's and TD3's hand-written gradient steps (heron/accel/handwritten/{sac,td3}.py) against the autograd
 steps of their train.py: the same metrics, gradients and parameters, step after step, over the
 options they cover; and where they apply."""
 
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 import math
 
 import pytest
 import torch
 
-from heron.algos.sac import lean
+from heron.accel.handwritten import sac as lean
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import build
 from heron.algos.sac.train import Nets, make_update
-from heron.algos.td3 import lean as td3_lean
+from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.networks import build as td3_build
 from heron.algos.td3.train import Nets as TD3Nets
 from heron.algos.td3.train import make_update as td3_make_update
-from heron.core.nets import adam
-from heron.core.precision import Precision
+from heron.ops.adam import adam
+from heron.accel.precision import Precision
 
 CPU = torch.device("cpu")
 D, A, B = 5, 3, 32
@@ -135,7 +136,7 @@ def test_td3_lean_step_equals_the_autograd_step(mix):
 @pytest.mark.parametrize("mode", ["32", "bf16-mixed"])
 def test_td3_lean_step_follows_weights_loaded_or_moved_between_steps(mode):
     """The hand-written step keeps its layer views (under bf16-mixed, its cast weights) between
-    steps (``heron.core.lean.LayerViews``): weights loaded in place (a checkpoint) and a parameter
+    steps (``heron.accel.handwritten.common.LayerViews``): weights loaded in place (a checkpoint) and a parameter
     whose storage was replaced must both reach the next step, as the autograd step sees them."""
     cfg = TD3Config(hidden_sizes=(32, 32))
     ref, mine = make_td3_nets(cfg), make_td3_nets(cfg)
@@ -189,16 +190,17 @@ def test_bf16_lean_step_equals_the_autograd_bf16_step(algo):
 def test_where_the_lean_step_applies():
     cfg = Config(hidden_sizes=(16,))
     nets = make_nets(cfg)
-    assert lean.supported(nets.actor, Precision("32", CPU), compiled=False) is None
-    assert "compile" in lean.supported(nets.actor, Precision("32", CPU), compiled=True)
-    assert lean.supported(nets.actor, Precision("bf16-mixed", CPU), compiled=False) is None
+    compiled = Config(hidden_sizes=(16,), compile=True)
+    assert lean.supported(cfg, nets, Precision("32", CPU)) is None
+    assert "compile" in lean.supported(compiled, nets, Precision("32", CPU))
+    assert lean.supported(cfg, nets, Precision("bf16-mixed", CPU)) is None
     actor, _ = build(D, -torch.ones(A), torch.ones(A), (16,), False, "gru", 8)
-    assert "recurrent" in lean.supported(actor, Precision("32", CPU), compiled=False)
-    assert td3_lean.supported(Precision("32", CPU), compiled=False) is None
-    assert "compile" in td3_lean.supported(Precision("32", CPU), compiled=True)
-    assert td3_lean.supported(Precision("bf16-mixed", CPU), compiled=False) is None
+    assert "recurrent" in lean.supported(cfg, SimpleNamespace(actor=actor), Precision("32", CPU))
+    assert td3_lean.supported(cfg, None, Precision("32", CPU)) is None
+    assert "compile" in td3_lean.supported(compiled, None, Precision("32", CPU))
+    assert td3_lean.supported(cfg, None, Precision("bf16-mixed", CPU)) is None
     if torch.cuda.is_available():  # loss scaling goes through autograd's GradScaler
-        assert "16-mixed" in td3_lean.supported(Precision("16-mixed", torch.device("cuda")), compiled=False)
+        assert "16-mixed" in td3_lean.supported(cfg, None, Precision("16-mixed", torch.device("cuda")))
 
 
 def test_min_input_grad_split_rows_equal_masks_and_autograd():
@@ -227,7 +229,7 @@ def test_bf16_layer_views_follow_a_parameter_replaced_twice_between_steps():
     """Under bf16-mixed the kept casts are keyed on data pointers and version counters: a parameter
     whose storage is replaced twice between two calls must not come back at a freed address with
     the same version and pass for unchanged (the views hold the cast storage)."""
-    from heron.core.lean import LayerViews
+    from heron.accel.handwritten.common import LayerViews
     torch.manual_seed(0)
     w, b, w2, b2 = (torch.nn.Parameter(torch.randn(*shape)) for shape in ((8, 4), (8,), (1, 8), (1,)))
     views = LayerViews([w, b, w2, b2], torch.bfloat16)

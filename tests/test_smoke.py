@@ -69,7 +69,7 @@ def test_capture_video_and_plot(tmp_path, tiny):
 
 
 def test_the_progress_bar_is_drawn_at_most_every_tenth_of_a_second_and_ends_full(tmp_path):
-    from heron.core.logger import Logger
+    from heron.runtime.logger import Logger
 
     logger = Logger(tmp_path, total_steps=5000, progress="bar", tensorboard=False)
     drawn = []

@@ -1,9 +1,9 @@
 """What a training process sets up, and what it leaves alone.
 
 A run that does not compile never imports torch's compiler stack: importing torch._dynamo and
-Inductor's config cost every run 1-3 s of startup on a 2-core AMD EPYC VM (heron.core.nets.Adam,
-heron.core.setup._deterministic_algorithms). The ``heron`` command keeps freed memory in the heap
-(heron.core.memory: PPO from pixels page-faulted about 2,500 times per vector step without it);
+Inductor's config cost every run 1-3 s of startup on a 2-core AMD EPYC VM (heron.ops.adam.Adam,
+heron.runtime.setup._deterministic_algorithms). The ``heron`` command keeps freed memory in the heap
+(heron.runtime.memory: PPO from pixels page-faulted about 2,500 times per vector step without it);
 ``heron.train()`` leaves the caller's allocator as it was."""
 
 import subprocess
@@ -12,7 +12,7 @@ import sys
 SCRIPT = """
 import sys, tempfile
 import heron
-from heron.core import memory
+from heron.runtime import memory
 before = memory._done
 for algo, flags in (("sac", dict(env_id="Pendulum-v1", learning_starts=100, batch_size=16)),
                     ("ppo", dict(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2))):
@@ -27,7 +27,7 @@ print("KEPT", before, memory._done)
 
 COMMAND = """
 import sys
-from heron.core import memory
+from heron.runtime import memory
 sys.argv = ["heron", "train", "sac", "--preset", "debug", "--total-steps", "1", "--progress", "none",
             "--run-dir", sys.argv[1]]
 from heron.cli import entry

@@ -1,4 +1,4 @@
-"""Every private torch API heron uses (heron.core.torch_private) against the public behaviour it
+"""Every private torch API heron uses (heron.ops.torch_private) against the public behaviour it
 stands in for: a torch release that renames or changes one fails here, by name."""
 
 import copy
@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from heron.core import torch_private as private
+from heron.ops import torch_private as private
 
 
 def test_the_fused_adam_kernel_and_initializer_step_as_torch_adam_does():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from heron.cli import main
-from heron.core.checkpoint import latest_checkpoint, step_checkpoints
+from heron.runtime.checkpoint import latest_checkpoint, step_checkpoints
 
 TESTS = Path(__file__).parent
 CLEAN = ("HERON_FAULT", "HERON_FAULT_MARKER", "HERON_TEST_FAULT", "HERON_TEST_FAULT_RANK", "HERON_CRASH_AFTER_CHECKPOINT",

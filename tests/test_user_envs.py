@@ -14,7 +14,7 @@ import yaml
 import heron
 import user_envs
 from heron.cli import main
-from heron.core import envids
+from heron.envs import ids as envids
 
 TESTS = Path(__file__).resolve().parent
 TINY = ["--total-steps", "400", "--learning-starts", "100", "--batch-size", "32", "--buffer-size", "1000",

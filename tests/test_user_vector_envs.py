@@ -13,17 +13,17 @@ import yaml
 from gymnasium.vector import AutoresetMode
 
 import heron
-from heron.core.envids import callable_env_id, forget_callable, instance_env_id
-from heron.core.native import NativeVecEnv
-from heron.core.vecwrap import OneOfVector
+from heron.envs.ids import callable_env_id, forget_callable, instance_env_id
+from heron.envs.native import NativeVecEnv
+from heron.envs.user_vector import OneOfVector
 from heron.errors import HeronError
-from heron.vector.pendulum import TorchPendulum
+from heron.envs.torch_pendulum import TorchPendulum
 
 DEBUG = dict(presets=["debug"], total_steps=600, learning_starts=200, eval_every=300, checkpoint_every=300)
 
 
 def _latest(run_dir) -> dict:
-    from heron.core.checkpoint import latest_checkpoint
+    from heron.runtime.checkpoint import latest_checkpoint
 
     return torch.load(latest_checkpoint(run_dir / "checkpoints"), weights_only=False)
 
@@ -112,7 +112,7 @@ def test_bad_vector_envs_are_refused_in_one_line(forget):
 
 def test_a_module_factory_of_vector_envs_on_the_command_line(tmp_path):
     (tmp_path / "mysim.py").write_text(
-        "from heron.vector.pendulum import TorchPendulum\n\n\ndef make(num_envs):\n    return TorchPendulum(num_envs)\n")
+        "from heron.envs.torch_pendulum import TorchPendulum\n\n\ndef make(num_envs):\n    return TorchPendulum(num_envs)\n")
     done = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--env-id", "mysim:make", "--vector-mode",
                            "native", "--num-envs", "2", "--preset", "debug", "--total-steps", "400",
                            "--learning-starts", "200", "--run-dir", str(tmp_path / "run")],

@@ -1,4 +1,4 @@
-"""heron's tensor Pendulum (heron.vector.pendulum): Gymnasium's Pendulum-v1 dynamics, reward and
+"""heron's tensor Pendulum (heron.envs.torch_pendulum): Gymnasium's Pendulum-v1 dynamics, reward and
 episode length, batched in torch, in each of Gymnasium's autoreset modes, and resumable exactly."""
 
 import gymnasium as gym
@@ -7,8 +7,8 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-import heron.core.envids  # noqa: F401  (registers heron/TorchPendulum-v1)
-from heron.vector.pendulum import TorchPendulum
+import heron.envs.ids  # noqa: F401  (registers heron/TorchPendulum-v1)
+from heron.envs.torch_pendulum import TorchPendulum
 
 
 def test_it_steps_as_gymnasiums_pendulum():

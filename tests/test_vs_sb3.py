@@ -15,12 +15,13 @@ import torch
 
 sb3 = pytest.importorskip("stable_baselines3")
 
-from heron.algos.td3 import lean  # noqa: E402
+from heron.accel.handwritten import td3 as lean  # noqa: E402
 from heron.algos.td3.config import Config  # noqa: E402
 from heron.algos.td3.networks import build  # noqa: E402
 from heron.algos.td3.train import Nets, make_update  # noqa: E402
-from heron.core.nets import Polyak, adam  # noqa: E402
-from heron.core.precision import Precision  # noqa: E402
+from heron.rl.nets import Polyak
+from heron.ops.adam import adam
+from heron.accel.precision import Precision  # noqa: E402
 
 D, A, B, H = 6, 2, 64, (32, 32)
 

@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass
 
 from heron.config import opt
-from heron.core.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
+from heron.algos.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
 from heron.errors import HeronError
 
 

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from heron.core.returns import lambda_return
+from heron.rl.returns import lambda_return
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from heron.core.nets import float32_out
+from heron.rl.nets import float32_out
 
 
 def mlp(in_dim: int, units: int, layers: int, out_dim: int | None = None) -> nn.Sequential:
@@ -342,7 +342,7 @@ class WorldModel(nn.Module):
         feat = self.rssm.feat_dim
         self.decoder = Decoder(obs_spec, cnn_keys, mlp_keys, feat, depth, units, layers)
         self.reward = mlp(feat, units, layers, 1)
-        float32_out(self.reward[-1])  # --precision: rewards in float32 (heron.core.nets.float32_out)
+        float32_out(self.reward[-1])  # --precision: rewards in float32 (heron.rl.nets.float32_out)
         self.continue_model = mlp(feat, units, layers, 1) if cfg.use_continues else None
         if self.continue_model is not None:
             float32_out(self.continue_model[-1])

@@ -1,6 +1,6 @@
 """DreamerV2, read top to bottom (Hafner et al. 2021; sheeprl's DreamerV2).
 
-Data: ``heron.core.dreamer`` (the replay layout and the loop that this module's gradient step
+Data: ``heron.algos.dreamer`` (the replay layout and the loop that this module's gradient step
 serves, shared with DreamerV3).
 
 One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (no ``.item()``):
@@ -24,17 +24,21 @@ takes the reward and continue predicted at s_t, as the paper's eq. 4 and its cod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from heron.algos.dreamer_v2 import losses
 from heron.algos.dreamer_v2.config import Config
 from heron.algos.dreamer_v2.networks import Agent, Player, image_to_float
-from heron.core import dreamer
-from heron.core.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
-from heron.core.policy import Policy
-from heron.core.precision import Precision
-from heron.core.run import Run
-from heron.core.update import build_step
+from heron.algos import dreamer
+from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
+from heron.accel.acting import Policy
+from heron.runtime.run import Run
+from heron.accel.step import build_step
+
+if TYPE_CHECKING:
+    from heron.accel.precision import Precision
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
@@ -62,7 +66,7 @@ def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimize
 
 
 def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
-                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision | None = None):
+                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
     agent and its optimizers (the benchmark times it alone)."""
     world, actor, critic, target_critic = agent.world, agent.actor, agent.critic, agent.target_critic
@@ -71,7 +75,6 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
     current = cfg.lambda_rewards == "current"
 
-    prec = prec or Precision("32", torch.device("cpu"))
 
     def update(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on sequences [T, B, ...] (module doc)."""

@@ -2,7 +2,7 @@
 official code and sheeprl 0.8.4's ``dreamer_v3`` configuration hold them, with sheeprl's flag names
 in kebab-case. The model sizes are the paper's XS to XL (``--preset S`` and so on: depth, widths
 and GRU size); the default is S, sheeprl's default experiment. The env and replay options are
-DreamerV2's (``heron.core.dreamer.DreamerConfig``); docs/algorithms/dreamer_v3.md has every
+DreamerV2's (``heron.algos.dreamer.DreamerConfig``); docs/algorithms/dreamer_v3.md has every
 default's source."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass
 
 from heron.config import opt
-from heron.core.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
+from heron.algos.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
 from heron.errors import HeronError
 
 

@@ -20,7 +20,7 @@ from heron.algos.dreamer_v2.networks import RSSM as V2RSSM
 from heron.algos.dreamer_v2.networks import Player as V2Player
 from heron.algos.dreamer_v2.networks import LayerNormGRUCell, OneHotST, image_to_float
 from heron.algos.dreamer_v3.losses import symlog, unimix_logits
-from heron.core.nets import float32_out
+from heron.rl.nets import float32_out
 
 EPS = 1e-3  # the LayerNorms' epsilon (the official code's and sheeprl's)
 

@@ -1,7 +1,7 @@
 """DreamerV3, read top to bottom (Hafner et al. 2023; the official code, danijar/dreamerv3, and
 sheeprl 0.8.4's ``dreamer_v3``).
 
-Data and the experience loop: ``heron.core.dreamer`` (DreamerV2's replay layout and loop).
+Data and the experience loop: ``heron.algos.dreamer`` (DreamerV2's replay layout and loop).
 
 One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (no ``.item()``):
 
@@ -24,6 +24,8 @@ Training frequency: ``--replay-ratio`` gradient steps per agent step, from ``--l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from heron.algos.dreamer_v2.losses import actor_steps, imagination_targets
@@ -31,12 +33,15 @@ from heron.algos.dreamer_v2.networks import image_to_float
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
-from heron.core import dist, dreamer
-from heron.core.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
-from heron.core.policy import Policy
-from heron.core.precision import Precision
-from heron.core.run import Run
-from heron.core.update import build_step
+from heron.ops import dist
+from heron.algos import dreamer
+from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
+from heron.accel.acting import Policy
+from heron.runtime.run import Run
+from heron.accel.step import build_step
+
+if TYPE_CHECKING:
+    from heron.accel.precision import Precision
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
@@ -63,7 +68,7 @@ def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimize
 
 
 def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
-                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision | None = None):
+                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
     agent and its optimizers (the benchmark times it alone)."""
     world, actor, critic, target_critic, moments = agent.world, agent.actor, agent.critic, agent.target_critic, \
@@ -74,7 +79,6 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     clip = 0.0 if spaces["discrete"] else cfg.action_clip
     bins = losses.twohot_bins(cfg.bins).to(next(agent.parameters()).device)
     space = cfg.twohot_space
-    prec = prec or Precision("32", torch.device("cpu"))
 
     def update(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on sequences [T, B, ...] (module doc)."""

@@ -4,14 +4,14 @@ Each call is ``ActorCritic.step`` and ``ActionHead.sample_logp`` on the step's o
 the rollout's sampling noise, taken the fastest way that gives the same numbers:
 
 * in numpy (``networks.NumpyActing``) for feed-forward MLPs with float32 weights on the CPU; a model
-  on a GPU acts so on a CPU copy of itself (``heron.core.acting.CpuTwin``), refreshed once per
+  on a GPU acts so on a CPU copy of itself (``heron.accel.acting.CpuTwin``), refreshed once per
   rollout (the weights and statistics move only between rollouts: one copy to the host per
   rollout, no kernel launch per env step);
 * else, under --cuda-graphs, as a recorded CUDA graph (``networks.RecordedActing``: CNNs, a shared
   body, mixed precision);
 * else in torch on the training device, the recurrent bodies included.
 
-A tensor env's observations (``heron.core.native``) are acted on in torch, and its actions handed
+A tensor env's observations (``heron.envs.native``) are acted on in torch, and its actions handed
 back as tensors: nothing of such an env becomes a numpy array.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from heron.algos.ppo.networks import ActorCritic, RecordedActing
-from heron.core.acting import CpuTwin
+from heron.accel.acting import CpuTwin
 
 
 class RolloutActing:

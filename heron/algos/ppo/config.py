@@ -49,7 +49,7 @@ class Config(RunConfig):
     recurrent: str = opt("none", "recurrent body: hidden state carried across steps, reset at episode starts",
                          ("none", "lstm", "gru"))
     rnn_hidden_size: int = opt(128, "recurrent state size (with --recurrent)")
-    fused_update: bool = opt(True, "the hand-written gradient step (heron/algos/ppo/lean.py) where it applies: "
+    fused_update: bool = opt(True, "the hand-written gradient step (heron/accel/handwritten/ppo.py) where it applies: "
                              "feed-forward MLPs on vector observations, separate actor and critic, float32; "
                              "off: autograd")
     # -- off-policy mode

@@ -1,10 +1,10 @@
 """PPO's losses: pure functions of tensors (no config, no optimizer), each with a hand-computed test.
 
-Each loss has its derivative beside it (``*_and_grad``: the value and its derivative, scaled by
-the loss's weight in the total as ``scale``, from one pass over the terms they share): the
-hand-written gradient step (``heron/algos/ppo/lean.py``) calls those, the autograd step the value
-alone, and ``tests/test_losses.py`` holds every derivative to ``torch.autograd.grad`` of its value.
-The policy head's log-probs and entropy and their derivative are ``heron.algos.ppo.networks``'."""
+The readable step (``heron.algos.ppo.train.make_update``) differentiates them with autograd. The
+hand-written step (``heron.accel.handwritten.ppo``) takes their values, and the terms they are made
+of (``policy_terms``, ``value_terms``), from here, and their derivatives from its own ``*_grad``; it
+steps aside where an edit here leaves those behind. The policy head's log-probs and entropy are
+``heron.algos.ppo.networks``'."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, c
     Returns (loss, approximate KL(old || new) by the (r - 1) - log r estimator, fraction of
     clipped ratios), all scalars without host syncs.
     """
-    return _policy_terms(logp, logp_old, adv, clip_coef, dual_clip)[:3]
+    return policy_terms(logp, logp_old, adv, clip_coef, dual_clip)[:3]
 
 
-def _policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
+def policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
                   dual_clip: float) -> tuple[torch.Tensor, ...]:
     """``policy_loss``'s three values, then what its derivative reuses: r, r A, clip(r) A."""
     assert logp.shape == logp_old.shape == adv.shape, (logp.shape, logp_old.shape, adv.shape)
@@ -56,19 +56,6 @@ def _policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
     return clipped.mean(), approx_kl, clipfrac, ratio, surr1, surr2
 
 
-def policy_loss_and_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
-                         dual_clip: float = 0.0, scale: float = 1.0) -> tuple[torch.Tensor, ...]:
-    """``policy_loss``'s values and d(scale * loss)/dlogp, from one pass: -A r / n where the
-    unclipped term is the minimum (and the dual clip does not bound it), 0 where the clipped term
-    or the bound is taken (n: the elements). Where the two terms tie (r within the clip range),
-    both give this same derivative."""
-    loss, approx_kl, clipfrac, ratio, surr1, surr2 = _policy_terms(logp, logp_old, adv, clip_coef, dual_clip)
-    through = surr1 <= surr2  # where min() takes the unclipped term
-    if dual_clip:
-        through &= ~((adv < 0) & (-torch.minimum(surr1, surr2) > -dual_clip * adv))
-    return loss, approx_kl, clipfrac, torch.where(through, adv * ratio, 0.0).mul_(-scale / logp.numel())
-
-
 def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
                clip: bool = True) -> torch.Tensor:
     """0.5 * mean squared error to the returns; with ``clip``, the pessimistic maximum of the plain
@@ -77,10 +64,10 @@ def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Te
 
         L = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))
     """
-    return _value_terms(values, values_old, returns, clip_coef, clip)[0]
+    return value_terms(values, values_old, returns, clip_coef, clip)[0]
 
 
-def _value_terms(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+def value_terms(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
                  clip: bool) -> tuple[torch.Tensor, ...]:
     """``value_loss``, then what its derivative reuses: V - R, (V - R)^2, and with ``clip`` the
     clipped value's error V_clipped - R, its square and V - V_old (else None)."""
@@ -93,16 +80,6 @@ def _value_terms(values: torch.Tensor, values_old: torch.Tensor, returns: torch.
         diff_c = values_old + delta.clamp(-clip_coef, clip_coef) - returns
         err_c = diff_c.pow(2)
     return 0.5 * (torch.max(err, err_c) if clip else err).mean(), diff, err, diff_c, err_c, delta
-
-
-def value_loss_and_grad(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
-                        clip: bool = True, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``value_loss`` and d(scale * loss)/dvalues, from one pass: (V - R) / n, or with ``clip``
-    where the clipped error is the larger, (V_clipped - R) / n inside the clip range and 0 outside
-    it (n: the elements)."""
-    loss, diff, err, diff_c, err_c, delta = _value_terms(values, values_old, returns, clip_coef, clip)
-    g = torch.where(err_c > err, diff_c * (delta.abs() <= clip_coef), diff) if clip else diff
-    return loss, g.mul(scale / values.numel())
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from heron.core import acting
-from heron.core.nets import NatureCNN, RecurrentCore, RunningNorm, float32_out, orthogonal_, tanh_mlp
+from heron.accel import acting
+from heron.rl.nets import NatureCNN, RecurrentCore, RunningNorm, float32_out, orthogonal_, tanh_mlp
 
 LOG_2PI = math.log(2 * math.pi)
 LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and numpy acting)
@@ -169,10 +169,6 @@ class ActionHead(nn.Module):
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
         return self.terms(params).entropy()
 
-    def log_prob_entropy_grad(self, params: torch.Tensor, actions: torch.Tensor, g_logp: torch.Tensor,
-                              g_ent: float) -> torch.Tensor:
-        return self.terms(params).log_prob_entropy_grad(actions, g_logp, g_ent)
-
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """What the environment receives: Gaussian samples clipped to the action bounds."""
         return torch.maximum(torch.minimum(actions, self.high), self.low) if self.kind == "box" else actions
@@ -186,8 +182,9 @@ def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
 
 class HeadTerms:
     """An action head's distribution on a batch of parameters [B, P] (``ActionHead.forward``'s),
-    with the pieces its log-probs, entropy and their derivative share computed once: the
-    log-softmaxes of the categoricals, or the Gaussian's mean and clamped log-std."""
+    with the pieces its log-probs and entropy share computed once: the log-softmaxes of the
+    categoricals, or the Gaussian's mean and clamped log-std (the hand-written step's derivatives
+    read them too: ``heron.accel.handwritten.ppo.head_grad``)."""
 
     def __init__(self, head: ActionHead, params: torch.Tensor, log_std: torch.Tensor | None = None):
         """``log_std``: a free log-std [A] (then ``params`` are the means [B, A], not joined to it)."""
@@ -221,41 +218,10 @@ class HeadTerms:
         self.entropies = [-(p * lp).sum(-1) for p, lp in zip(self.probs, self.logps)]
         return _total(self.entropies)
 
-    def log_prob_entropy_grad(self, actions: torch.Tensor, g_logp: torch.Tensor, g_ent: float) -> torch.Tensor:
-        """d(sum_b g_logp[b] log_prob[b] + g_ent sum_b entropy[b]) / dparams [B, P], for the
-        discrete and box heads (what the hand-written PPO step covers): actions [B, ...], g_logp [B],
-        g_ent the loss's weight of each entropy. Reuses what ``log_prob`` and ``entropy`` computed.
-
-        discrete: dlog p_a/dlogits = onehot(a) - p, dH/dlogits = -p (log p + H).
-        box: dlog p/dmean = z / std, dlog p/dlog std = z^2 - 1, dH/dlog std = 1 (z = (a - mean) / std),
-        through the clamp of the log-std only inside its bounds."""
-        kind = self.head.kind
-        if kind == "discrete":
-            if self.probs is None:
-                self.entropy()
-            lp, p, ent = self.logps[0], self.probs[0], self.entropies[0]
-            g = p * (-g_logp).unsqueeze(1)
-            if g_ent:
-                g.sub_(p * (lp + ent.unsqueeze(1)), alpha=g_ent)
-            return g.scatter_add_(1, actions.reshape(-1, 1).long(), g_logp.unsqueeze(1))
-        if kind != "box":
-            raise NotImplementedError(f"the {kind} head's derivative (the autograd step covers it)")
-        return torch.cat(self.box_grads(actions, g_logp, g_ent), 1)
-
-    def box_grads(self, actions: torch.Tensor, g_logp: torch.Tensor, g_ent: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """``log_prob_entropy_grad`` of a Gaussian head as (d/dmean, d/dlog-std), each [B, A]."""
-        if self.z is None:
-            self.log_prob(actions.reshape(self.mean.shape))
-        lo, hi = LOG_STD_BOUNDS
-        g = g_logp.unsqueeze(1)
-        inside = (self.raw_log_std >= lo) & (self.raw_log_std <= hi)  # clamp passes gradients at its bounds
-        g_std = (g * (self.z.pow(2) - 1) + g_ent) * inside
-        return g * self.z / self.std, g_std
-
 
 def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
     """x [B, D] through tanh layers and a linear head, without gradients: the operations
-    ``TanhMLP`` (heron.core.fused) and ``nn.Linear`` run, so the same numbers, with a few
+    ``TanhMLP`` (heron.ops.fused) and ``nn.Linear`` run, so the same numbers, with a few
     microseconds of Python per layer less (PPO acts at every env step)."""
     h = x
     for layer in layers[:-1]:
@@ -265,7 +231,7 @@ def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
 
 
 class NumpyActing:
-    """PPO's acting step for feed-forward MLPs on the CPU in numpy (``heron.core.acting``): obs
+    """PPO's acting step for feed-forward MLPs on the CPU in numpy (``heron.accel.acting``): obs
     [N, D] (float64 or float32 arrays, as envs return them) and the step's noise [N, K]
     (``ActionHead.noise``) -> the actions for the env, the actions, their log-probs and the
     normalized values, as arrays: ``ActorCritic.step`` and ``ActionHead.sample_logp``'s operations
@@ -326,7 +292,7 @@ class RecordedActing:
     travel as float32, exact below 2^24."""
 
     def __init__(self, model: "ActorCritic", device: torch.device | str):
-        from heron.core.graphs import GraphedActor
+        from heron.accel.acting import GraphedActor
 
         head = self.head = model.pi_head
         self.width = head.dim if head.kind == "box" else len(head.sizes)  # action entries per env
@@ -394,14 +360,14 @@ class ActorCritic(nn.Module):
 
     def numpy_mode(self, batch: int):
         """``act(obs, state, deterministic=True)`` in numpy for ``batch`` observations
-        (``heron.core.policy.Policy``: evaluations and ``heron.load``), or None where it stays in torch."""
+        (``heron.accel.acting.Policy``: evaluations and ``heron.load``), or None where it stays in torch."""
         acting_step = self.numpy_acting(batch)
         return None if acting_step is None else acting_step.mode
 
     def numpy_acting(self, num_envs: int) -> NumpyActing | None:
         """The numpy acting step for one rollout (``NumpyActing``: it keeps the rollout's clamped
         log-std), or None where acting stays in torch: recurrent, CNN or shared bodies, mixed
-        precision, a GPU (training then acts on a CPU twin: ``heron.core.acting.CpuTwin``), or
+        precision, a GPU (training then acts on a CPU twin: ``heron.accel.acting.CpuTwin``), or
         products large enough for numpy's BLAS to take more threads than the run's."""
         if self._direct is None or not acting.eligible(num_envs, self._direct[0] + self._direct[1],
                                                         self.pi_body.mlp.amp_dtype):

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from heron.algos.ppo.config import Config
-from heron.core import atari
-from heron.core.envs import VecEnv, probe_spaces
-from heron.core.native import NativeVecEnv, require_vector_entry_point
-from heron.core.run import Run
+from heron.envs import atari
+from heron.envs.make import VecEnv, probe_spaces
+from heron.envs.native import NativeVecEnv, require_vector_entry_point
+from heron.runtime.run import Run
 from heron.errors import HeronError
 
 

@@ -18,25 +18,38 @@ function ``minibatch -> metrics`` (no ``.item()``), so ``--compile`` can wrap it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
-from heron.algos.ppo import lean, losses
+from heron.algos.ppo import losses
 from heron.algos.ppo.config import Config
 from heron.algos.ppo.acting import RolloutActing
 from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.spaces import make_envs, spaces_of
-from heron.core import dist, offpolicy
-from heron.core import checkpoint as ckpt
-from heron.core.buffers import RolloutBuffer
-from heron.core.nets import adam
-from heron.core.policy import Policy
-from heron.core.precision import Precision
-from heron.core.returns import RewardScaler, gae, nstep_returns
-from heron.core.run import Run
-from heron.core.schedules import set_lr
-from heron.core.update import build_step
+from heron.ops import dist
+from heron.algos import offpolicy
+from heron.ops.rng import set_rng_state
+from heron.rl.buffers import RolloutBuffer
+from heron.ops.adam import adam
+from heron.accel.acting import Policy
+from heron.rl.returns import RewardScaler, gae, nstep_returns
+from heron.runtime.run import Run
+from heron.rl.schedules import set_lr
+from heron.accel.step import build_step
 from heron.errors import HeronError
+
+if TYPE_CHECKING:
+    from heron.accel.precision import Precision
+
+
+@dataclass
+class Nets:
+    """What a gradient step works on."""
+    model: ActorCritic
+    opt: torch.optim.Optimizer
 
 
 def _build(cfg: Config, spaces: dict) -> ActorCritic:
@@ -108,13 +121,12 @@ def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: tor
     return adv, adv + values
 
 
-def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, prec: Precision | None = None):
+def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, prec: Precision):
     """One gradient step on a minibatch of sequences [B, L]: ``update(minibatch) -> metrics``. Under
     torchrun each rank holds its share of the minibatch, with the global minibatch's advantage
     statistics (``adv_mean``, ``adv_std``: ``dist.mean_std``), and the gradients are averaged, so
     the step equals one process's on the whole minibatch."""
     head = model.pi_head
-    prec = prec or Precision("32", torch.device("cpu"))
     weights = list(model.parameters())
 
     def update(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -163,8 +175,8 @@ def train(cfg: Config, run: Run) -> dict:
     # sequences (recurrent) or steps per minibatch: this process's share of each global minibatch
     mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
-    update = build_step(cfg, make_update(cfg, model, opt, run.precision), lambda: lean.LeanUpdate(cfg, model, opt),
-                        lean.supported(model, run.precision, cfg.compile, cfg.cuda_graphs), log=run.logger.print,
+    update = build_step(cfg, make_update(cfg, model, opt, run.precision), "ppo", Nets(model, opt), run.precision,
+                        log=run.logger.print,
                         optimizers=(opt,))
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -200,7 +212,7 @@ def train(cfg: Config, run: Run) -> dict:
             if run.resume_buffer is None:
                 raise HeronError(f"{run.run_dir}: the latest checkpoint has no rollout replay file")
             buf.load_state_dict(run.resume_buffer)
-        ckpt.set_rng_state(s["rng"])
+        set_rng_state(s["rng"])
         obs = envs.load_state_dict(s["envs"])  # every env begins an episode (or replays its reset)
         global_step, iteration = int(s["step"]), int(s["n_updates"])
         state = s["rnn_state"].to(device)

@@ -4,6 +4,6 @@ from heron.algos.sac.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.sac.train import check, load_policy, train
 
 DESCRIPTION = "Soft Actor-Critic: tanh-Gaussian actor, twin soft Q, automatic entropy tuning (Box actions)"
-# its deterministic policy draws nothing: an evaluation may run in a worker process (heron.core.evalworker)
+# its deterministic policy draws nothing: an evaluation may run in a worker process (heron.runtime.evalworker)
 EVAL_IN_WORKER = True
 __all__ = ["Config", "PRESETS", "SEARCH_SPACE", "DESCRIPTION", "EVAL_IN_WORKER", "check", "load_policy", "train"]

@@ -24,7 +24,7 @@ class Config(OffPolicyConfig):
     rnn_hidden_size: int = opt(128, "recurrent state size (with --recurrent)")
     sequence_length: int = opt(16, "length of sampled training sequences (with --recurrent)")
     burn_in: int = opt(0, "leading steps of each sequence that only warm up the recurrent state")
-    fused_update: bool = opt(True, "the hand-written gradient step (heron/algos/sac/lean.py) where it applies: "
+    fused_update: bool = opt(True, "the hand-written gradient step (heron/accel/handwritten/sac.py) where it applies: "
                              "feed-forward networks, float32 or bf16-mixed, no --compile; off: autograd")
 
     def validate(self) -> None:

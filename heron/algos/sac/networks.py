@@ -9,9 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from heron.core import acting
-from heron.core.nets import (LOG_STD_MAX, LOG_STD_MIN, Encoder, EnsembleMLP, RunningNorm, mlp, squash, squash_log_std,
-                            tanh_normal_sample)
+from heron.accel import acting
+from heron.rl.nets import (LOG_STD_MAX, LOG_STD_MIN, Encoder, EnsembleMLP, RunningNorm, mlp, squash, squash_log_std, tanh_normal_sample)
 
 
 class Actor(nn.Module):
@@ -54,7 +53,7 @@ class Actor(nn.Module):
 
     def numpy_mode(self, batch: int):
         """``act(obs, state, deterministic=True)`` in numpy for ``batch`` observations
-        (``heron.core.policy.Policy``), or None where it stays in torch (``NumpyActor.of``)."""
+        (``heron.accel.acting.Policy``), or None where it stays in torch (``NumpyActor.of``)."""
         actor = NumpyActor.of(self, batch)
         return None if actor is None else actor.mode
 
@@ -70,7 +69,7 @@ def draw(gaussian: Any, normals: Any, scale: Any, bias: Any) -> Any:
 
 class NumpyActor:
     """``Actor.act`` (sampled actions, feed-forward) in numpy for acting on the CPU
-    (``heron.core.acting``): obs [N, D] arrays and standard normals [N, A] -> actions [N, A],
+    (``heron.accel.acting``): obs [N, D] arrays and standard normals [N, A] -> actions [N, A],
     float32: the torch path's operations in its order, given the normals ``torch.randn_like`` would
     draw there."""
 
@@ -81,7 +80,7 @@ class NumpyActor:
     @staticmethod
     def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
         """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None.
-        ``mixed``: under mixed precision too, in float32 (training's acting; ``heron.core.acting``)."""
+        ``mixed``: under mixed precision too, in float32 (training's acting; ``heron.accel.acting``)."""
         amp = None if mixed else actor.net.amp_dtype
         ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net), amp)
         return NumpyActor(actor) if ok else None

@@ -12,26 +12,31 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from heron.algos.sac import lean, losses
+from heron.algos.sac import losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
-from heron.core import dist, offpolicy
-from heron.core.acting import Acting, as_like
-from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
-from heron.core.native import require_vector_entry_point, vector_env
-from heron.core.nets import Polyak, adam, requires_grad
-from heron.core.policy import Policy
-from heron.core.precision import Precision
-from heron.core.run import Run
-from heron.core.schedules import lr_lambda, set_lr
-from heron.core.update import build_step
+from heron.ops import dist
+from heron.algos import offpolicy
+from heron.accel.acting import Acting, as_like
+from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
+from heron.envs.native import require_vector_entry_point, vector_env
+from heron.rl.nets import Polyak, requires_grad
+from heron.ops.adam import adam
+from heron.accel.acting import Policy
+from heron.runtime.run import Run
+from heron.rl.schedules import lr_lambda, set_lr
+from heron.rl.buffers import discount
+from heron.accel.step import Learn, build_step
 from heron.errors import HeronError
+
+if TYPE_CHECKING:
+    from heron.accel.precision import Precision
 
 
 def check(cfg: Config) -> dict:
@@ -75,8 +80,9 @@ def _flat(x: torch.Tensor | float) -> torch.Tensor | float:
 
 
 def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
-    """The autograd gradient step: ``update(batch, update_actor) -> metrics`` (``lean.LeanUpdate`` is
-    the same step written out, for the feed-forward float32 case)."""
+    """The readable gradient step, through autograd: ``update(batch, update_actor) -> metrics``
+    (``heron.accel.handwritten.sac`` is the same step written out, for feed-forward networks; the
+    step builder checks the two agree before a run takes it)."""
     actor, critic, critic_target = nets.actor, nets.critic, nets.critic_target
     log_alpha, current_alpha, target_entropy = nets.log_alpha, nets.current_alpha, nets.target_entropy
     actor_opt, q_opt, alpha_opt = nets.actor_opt, nets.q_opt, nets.alpha_opt
@@ -103,7 +109,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             next_q = critic_target.values(tq_feats, next_actions)  # [E, B*L]
             target = losses.soft_q_target(batch["rewards"].flatten(), batch["terminated"].flatten(),
                                           next_q, next_log_prob, current_alpha(),
-                                          _flat(offpolicy.discount(batch, cfg.gamma))).view(B, L)
+                                          _flat(discount(batch, cfg.gamma))).view(B, L)
 
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
@@ -177,14 +183,13 @@ def train(cfg: Config, run: Run) -> dict:
 
     # -- one gradient step --------------------------------------------------------------------------
     nets = Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)
-    update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
-                        lean.supported(actor, prec, cfg.compile), record=False, log=run.logger.print)
+    update = build_step(cfg, make_update(cfg, nets, prec), "sac", nets, prec, record=False, log=run.logger.print)
     batch_size = run.local(cfg.batch_size)  # this process's share of every batch
     # --batch-size counts transitions: batch_size / sequence_length windows [B, L], or [B, 1]
     shape = (max(1, batch_size // cfg.sequence_length), cfg.sequence_length) if S else (batch_size, 1)
     polyak = Polyak((critic_target, critic))
     # sample, update, average the targets
-    learn = offpolicy.Learn(cfg, update, rb, shape, polyak, (actor_opt, q_opt, alpha_opt), sequences=bool(S))
+    learn = Learn(cfg, update, rb, shape, polyak, (actor_opt, q_opt, alpha_opt), sequences=bool(S))
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}

@@ -22,7 +22,7 @@ class Config(OffPolicyConfig):
     exploration_noise: float = opt(0.1, "std of Gaussian exploration noise, as a fraction of the action half-range")
     policy_noise: float = opt(0.2, "std of target policy smoothing noise (fraction of the action half-range)")
     noise_clip: float = opt(0.5, "clip of the target smoothing noise (fraction of the action half-range)")
-    fused_update: bool = opt(True, "the hand-written gradient step (heron/algos/td3/lean.py) where it applies: "
+    fused_update: bool = opt(True, "the hand-written gradient step (heron/accel/handwritten/td3.py) where it applies: "
                              "on the CPU, float32 or bf16-mixed, no --compile; off: autograd")
 
     def validate(self) -> None:

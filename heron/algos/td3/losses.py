@@ -1,10 +1,9 @@
 """TD3 losses and target: pure functions of tensors (Fujimoto, van Hoof, Meger 2018, "Addressing
 Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477; Algorithm 1).
 
-Each loss has its derivative beside it (``*_grad``): the hand-written gradient step
-(``heron/algos/td3/lean.py``) calls both, the autograd step the value alone, and
-``tests/test_losses.py`` holds every derivative to ``torch.autograd.grad`` of its value. A change to
-a loss is a change to its pair here."""
+The readable step (``heron.algos.td3.train.make_update``) differentiates them with autograd; the
+hand-written step (``heron.accel.handwritten.td3``) computes the same values with them and their
+derivatives with its own ``*_grad``, and steps aside where an edit here leaves them behind."""
 
 from __future__ import annotations
 
@@ -33,16 +32,6 @@ def critic_losses(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (q - target.detach()).pow(2).mean(1)
 
 
-def critic_losses_grad(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """d(sum of ``critic_losses``)/dq: 2 (q - target) / B, [E, B]."""
-    return (q - target).mul(2.0 / q.shape[1])
-
-
 def actor_loss(q1: torch.Tensor) -> torch.Tensor:
     """Deterministic policy gradient through the first critic only (step 13): -mean Q1(s, pi(s))."""
     return -q1.mean()
-
-
-def actor_loss_grad(q1: torch.Tensor) -> torch.Tensor:
-    """d ``actor_loss`` / dq1: -1/B for every row, [B]."""
-    return torch.full_like(q1, -1.0 / q1.shape[0])

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from heron.core import acting
-from heron.core.nets import EnsembleMLP, RunningNorm, mlp, squash
+from heron.accel import acting
+from heron.rl.nets import EnsembleMLP, RunningNorm, mlp, squash
 
 
 class Actor(nn.Module):
@@ -26,18 +26,18 @@ class Actor(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy interface (heron.core.policy): the greedy action; exploration noise is added by
+        """Policy interface (heron.accel.acting): the greedy action; exploration noise is added by
         the training loop."""
         return self(obs), state
 
     def numpy_mode(self, batch: int):
-        """``act`` in numpy for ``batch`` observations (``heron.core.policy.Policy``), or None where
+        """``act`` in numpy for ``batch`` observations (``heron.accel.acting.Policy``), or None where
         it stays in torch (``NumpyActor.of``)."""
         return NumpyActor.of(self, batch)
 
 
 class NumpyActor:
-    """``Actor.forward`` in numpy for acting on the CPU (``heron.core.acting``): obs [N, D] arrays
+    """``Actor.forward`` in numpy for acting on the CPU (``heron.accel.acting``): obs [N, D] arrays
     -> greedy actions [N, A], float32, within float32 rounding of the torch forward."""
 
     def __init__(self, actor: Actor):
@@ -47,7 +47,7 @@ class NumpyActor:
     @staticmethod
     def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
         """The numpy actor where it applies (``acting.eligible``), else None. ``mixed``: under mixed
-        precision too, in float32 (training's acting; ``heron.core.acting``)."""
+        precision too, in float32 (training's acting; ``heron.accel.acting``)."""
         amp = None if mixed else actor.net.amp_dtype
         return NumpyActor(actor) if acting.eligible(num_envs, acting.linears(actor.net), amp) else None
 

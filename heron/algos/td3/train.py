@@ -11,23 +11,28 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
-from heron.algos.td3 import lean, losses
+from heron.algos.td3 import losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
-from heron.core import dist, offpolicy
-from heron.core.acting import Acting, as_like
-from heron.core.envs import probe_spaces, require_box_actions, require_vector_obs
-from heron.core.native import require_vector_entry_point, vector_env
-from heron.core.nets import Polyak, adam, requires_grad
-from heron.core.policy import Policy
-from heron.core.precision import Precision
-from heron.core.run import Run
-from heron.core.update import build_step
+from heron.ops import dist
+from heron.algos import offpolicy
+from heron.accel.acting import Acting, as_like
+from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
+from heron.envs.native import require_vector_entry_point, vector_env
+from heron.rl.nets import Polyak, requires_grad
+from heron.ops.adam import adam
+from heron.accel.acting import Policy
+from heron.rl.buffers import STEP_FIELDS, discount
+from heron.runtime.run import Run
+from heron.accel.step import Learn, build_step
+
+if TYPE_CHECKING:
+    from heron.accel.precision import Precision
 
 
 def check(cfg: Config) -> dict:
@@ -64,8 +69,9 @@ class Nets:
 
 
 def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
-    """The autograd gradient step: ``update(batch, update_actor) -> metrics`` (``lean.LeanUpdate`` is
-    the same step written out, in float32)."""
+    """The readable gradient step, through autograd: ``update(batch, update_actor) -> metrics``
+    (``heron.accel.handwritten.td3`` is the same step written out; the step builder checks the two
+    agree before a run takes it)."""
     actor, critic, actor_target, critic_target = nets.actor, nets.critic, nets.actor_target, nets.critic_target
     actor_opt, q_opt = nets.actor_opt, nets.q_opt
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
@@ -79,7 +85,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
                                                           scale, low, high)  # steps 5-6
             next_q = critic_target(next_obs, next_actions)  # step 7: [2, B]
             target = losses.td_target(batch["rewards"], batch["terminated"], next_q,
-                                      offpolicy.discount(batch, cfg.gamma))  # steps 8-9
+                                      discount(batch, cfg.gamma))  # steps 8-9
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)  # step 12
@@ -95,7 +101,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
         prec.update()
         return metrics
 
-    update.fields = offpolicy.STEP_FIELDS  # what it reads of a batch
+    update.fields = STEP_FIELDS  # what it reads of a batch
     return update
 
 
@@ -123,11 +129,10 @@ def train(cfg: Config, run: Run) -> dict:
     np_rng = np.random.default_rng(run.rank_seed())  # random actions before learning starts, exploration noise
 
     nets = Nets(actor, critic, actor_target, critic_target, actor_opt, q_opt)
-    update = build_step(cfg, make_update(cfg, nets, prec), lambda: lean.LeanUpdate(cfg, nets, prec.dtype),
-                        lean.supported(prec, cfg.compile), record=False, log=run.logger.print)
+    update = build_step(cfg, make_update(cfg, nets, prec), "td3", nets, prec, record=False, log=run.logger.print)
     polyak = Polyak((actor_target, actor), (critic_target, critic))
     # steps 4-15: sample, update, and after a delayed actor step average the targets
-    learn = offpolicy.Learn(cfg, update, rb, (run.local(cfg.batch_size),), polyak, (actor_opt, q_opt))
+    learn = Learn(cfg, update, rb, (run.local(cfg.batch_size),), polyak, (actor_opt, q_opt))
 
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}

@@ -1,1 +1,0 @@
-"""Pieces every algorithm shares: environments, buffers, returns, networks, logging, checkpoints."""

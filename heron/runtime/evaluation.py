@@ -1,0 +1,200 @@
+"""A run's evaluations: the deterministic episodes every --eval-every env steps, played in the
+training process or sent to a worker process (--eval-async, ``heron.runtime.evalworker``), concluded
+in step order into the logs, eval.csv and ``best.pt``. ``Evaluations`` is the part of ``Run``
+(``heron.runtime.run``) that does this; its state (the worker, the unconcluded evaluations, the best
+score) is the run's."""
+
+from __future__ import annotations
+
+import csv
+import time
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from heron.runtime import checkpoint as ckpt
+from heron.ops import dist
+from heron.runtime import evalworker
+from heron.envs.ids import gym_env_id
+from heron.runtime.episodes import EVAL_SEED_OFFSET
+from heron.runtime.episodes import evaluate as run_episodes
+from heron.runtime.faults import inject
+from heron.runtime.rundir import EVAL_HEADER, attempt
+from heron.errors import EnvCrashed, WriteFailed
+
+
+def on_host(policy: Any) -> Any:
+    """The policy an evaluation acts with: ``Policy.on_host()`` where the policy has it."""
+    return policy.on_host() if hasattr(policy, "on_host") else policy
+
+
+def registered_spec(env_id: str) -> Any:
+    """The Gymnasium spec ``env_id`` resolves to here, for a worker process that cannot register it
+    by importing (a test's or a notebook's ``gym.register``); None when there is none."""
+    try:
+        return gym.spec(gym_env_id(env_id))
+    except Exception:
+        return None
+
+
+class Evaluations:
+    """``Run``'s evaluation methods (module doc)."""
+
+    def evaluate(self, step: int, policy: Any,
+                 state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
+        """Deterministic evaluation: logs ``eval/mean_return``, appends to eval.csv and saves
+        ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None.
+        Under torchrun the episodes are dealt round the ranks (rank r plays episodes r, r + N, ...,
+        with the seeds one process would give them) and gathered; rank 0 films and writes."""
+        self.check_finite()
+        inject("eval")
+        episodes, size = self.cfg.eval_episodes, self.world.size
+        mine = list(range(self.world.rank, episodes, size))
+        video_path = str(self.run_dir / "videos" / f"eval_step_{step}.mp4") if video and self.world.is_main else None
+        returns: np.ndarray | None = np.zeros(0)
+        if mine:  # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
+            with torch.random.fork_rng(devices=self._rng_devices()):
+                returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
+                                       video_path=video_path, env_fn=self.eval_env_fn,
+                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
+        parts = dist.gather(None if returns is None else returns.tolist())
+        if any(part is None for part in parts):
+            self.logger.print(f"evaluation at step {step} cut short by the stop request")
+            return None
+        returns = np.zeros(episodes)
+        for rank, part in enumerate(parts):
+            returns[rank::size] = part
+        return self._conclude(step, returns, state_fn)
+
+    def _conclude(self, step: int, returns: np.ndarray, state_fn: Callable[[], dict] | None) -> dict:
+        """An evaluation's returns into the logs, eval.csv and (improved, given ``state_fn``: the
+        policy state of ``step``) ``best.pt``; then the callback."""
+        result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
+                  "episodes": len(returns)}
+        improved = result["mean_return"] > self.best_eval
+        if improved:
+            self.best_eval = result["mean_return"]
+        dist.agree(attempt(self._record_eval, result, state_fn if improved else None) if self.world.is_main else None)
+        self.last_eval = result
+        if self.on_eval is not None and self.world.is_main:
+            self.on_eval(dict(result))  # may raise to end the run (heron tune's pruning)
+        return result
+
+    # -- evaluations in a worker process (--eval-async; heron.runtime.evalworker) -------------------------
+    def start_worker(self, policy: Any) -> None:
+        """At the first step: start the worker, unless the policy evaluates on the accelerator
+        (convolutions on pixels: ``Policy.on_host``), where the results are the accelerator's and its
+        evaluations stay in this process."""
+        if not getattr(policy, "evaluates_on_host", lambda: True)():
+            if self.cfg.eval_async == "on":
+                self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
+                                  "so its evaluations stay in the training process")
+            self.evaluator = None
+            return
+        try:
+            self.evaluator.start()
+        except (OSError, evalworker.WorkerLost) as exc:
+            self._lose_worker(f"cannot start an evaluation worker ({exc})")
+
+    def evaluate_elsewhere(self, step: int, state_fn: Callable[[], dict]) -> None:
+        """The evaluation of ``step``, with a snapshot of the policy state, to the worker once the one
+        before it has been concluded (one in flight at a time). A stop request while waiting for that
+        one leaves both unconcluded: the checkpoint that follows keeps them."""
+        self.check_finite()
+        inject("eval")
+        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
+        self.pump_evals(wait=True, keep=1)                                 # while waiting keeps it
+        self.pump_evals(wait=False)
+
+    def pump_evals(self, wait: bool, keep: int = 0) -> None:
+        """Move the unconcluded evaluations along, in step order: conclude the first when its returns
+        are in, send the next. ``wait``: until ``keep`` are left, or a stop request. Without a worker
+        (it was lost, or a resumed run has none) they are played here."""
+        while len(self.evals) > keep:
+            step, blob = self.evals[0]
+            if self.evaluator is None:
+                try:
+                    if self._conclude_here(step, blob) is None:
+                        return  # cut short by a stop request: it stays, for the checkpoint
+                except EnvCrashed:
+                    self.evals.pop(0)  # as an evaluation here: the run ends on it, and a resume goes on
+                    raise
+                self.evals.pop(0)
+                continue
+            if not self.eval_sent:
+                if not self.evaluator.started_up(0.1 if wait else 0.0):
+                    if not wait or self.stop_requested:
+                        return
+                    continue
+                try:
+                    self.evaluator.submit(step, blob)
+                except evalworker.WorkerLost as exc:
+                    self._lose_worker(str(exc))
+                    continue
+                self.eval_sent = True
+            if not self.evaluator.ready(0.1 if wait else 0.0):
+                if not wait or self.stop_requested:
+                    return
+                continue
+            try:
+                returns = self.evaluator.receive()
+            except evalworker.WorkerLost as exc:
+                self._lose_worker(str(exc))  # its evaluation is played here, next time round
+                continue
+            except EnvCrashed:
+                self.evals.pop(0)  # as an evaluation here: the run ends on it (a checkpoint of the last step)
+                self.eval_sent = False
+                raise
+            self.evals.pop(0)
+            self.eval_sent = False
+            self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
+
+    def _lose_worker(self, reason: str) -> None:
+        self.logger.warn(f"{reason}; evaluations run in the training process from now on")
+        self.evaluator.close()
+        self.evaluator, self.eval_sent = None, False
+
+    def _conclude_here(self, step: int, blob: bytes) -> dict | None:
+        """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
+        if self.stop_requested:
+            return None
+        state = evalworker.load_snapshot(blob)
+        with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
+            returns = evalworker.play(self.module, self.cfg, state, self.device, self.eval_env_fn,
+                                      lambda: self.stop_requested)
+        if returns is None:
+            self.logger.print(f"evaluation at step {step} cut short by the stop request")
+            return None
+        return self._conclude(step, returns, lambda: state)
+
+    def _rng_devices(self) -> list[int]:
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    def _record_eval(self, result: dict, state_fn: Callable[[], dict] | None) -> None:
+        """Rank 0: the evaluation into the logs and eval.csv, and ``best.pt`` (given ``state_fn``)."""
+        step = result["step"]
+        self.logger.log(step, {"eval/mean_return": result["mean_return"], "eval/std_return": result["std_return"]})
+        path = self.run_dir / "eval.csv"
+        new = not path.exists()
+        try:
+            with open(path, "a", newline="") as f:
+                w = csv.writer(f)
+                if new:
+                    w.writerow(EVAL_HEADER)
+                w.writerow([step, result["mean_return"], result["std_return"], result["episodes"],
+                            f"{time.time():.3f}"])
+        except OSError as exc:
+            raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
+        if state_fn is not None:
+            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
+                             self.ckpt_dir / "best.pt", "best")
+        self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
+                          f"over {result['episodes']} episodes")
+
+    def film(self, step: int, policy: Any) -> None:
+        """One episode on video (--capture-video), where the final evaluation ran at this step already."""
+        path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
+        run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
+                     env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
