@@ -113,19 +113,19 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
             mode = hyperparameters.setdefault("vector_mode", "native")
             if mode != "native":
                 raise HeronError(f"a vector env trains with vector_mode='native', not {mode!r}")
-    elif eval_env is not None:
-        raise HeronError("eval_env goes with env= a vector env instance")
         if is_callable_id(hyperparameters["env_id"]):
             print(f"heron: note: env {hyperparameters['env_id']} cannot be imported by another process: "
                   "`heron eval` and `heron train --resume` of this run will ask for it; in Python pass it again "
                   "(heron.evaluate(run_dir, env=...), heron.resume(run_dir, env=...))", file=sys.stderr)
+    elif eval_env is not None:
+        raise HeronError("eval_env goes with env= a vector env instance")
     cfg = make_config(algo, presets, config_file, **hyperparameters)
     module = registry.get(algo)
     check_env_id(cfg.env_id)
     module.check(cfg)
     check_world(module, cfg)
     run = Run.start(module, cfg)
-    run.on_eval = callback
+    run.evaluations.on_eval = callback
     return _run(module, run)
 
 

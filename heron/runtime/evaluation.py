@@ -1,13 +1,20 @@
 """A run's evaluations: the deterministic episodes every --eval-every env steps, played in the
 training process or sent to a worker process (--eval-async, ``heron.runtime.evalworker``), concluded
-in step order into the logs, eval.csv and ``best.pt``. ``Evaluations`` is the part of ``Run``
-(``heron.runtime.run``) that does this; its state (the worker, the unconcluded evaluations, the best
-score) is the run's."""
+in step order into the logs, eval.csv and ``best.pt``.
+
+``Evaluations`` is an object the run holds (``Run.evaluations``, ``heron.runtime.run``), with its
+own state (the worker, the evaluations not yet concluded, the best and the latest score) and what it
+needs of the run given when it is made: the run's options, directory, logger and rank, and two
+callables, whether a stop was requested and the run's divergence check."""
 
 from __future__ import annotations
 
 import csv
+import math
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -39,8 +46,31 @@ def registered_spec(env_id: str) -> Any:
         return None
 
 
+@dataclass
 class Evaluations:
-    """``Run``'s evaluation methods (module doc)."""
+    """A run's evaluations (module doc)."""
+
+    algo: str
+    cfg: Any
+    run_dir: Path
+    device: torch.device
+    world: dist.World
+    logger: Any  # heron.runtime.logger.Logger (NullLogger on a rank other than 0)
+    module: ModuleType | None  # the algorithm (heron.algos.<name>), rebuilt in a worker from its name
+    stopping: Callable[[], bool]  # the run's stop request
+    check_finite: Callable[[], None]  # the run's divergence check, before anything is evaluated
+    env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
+    on_eval: Callable[[dict], None] | None = None  # api.train(callback=...): told each evaluation (rank 0)
+    worker: evalworker.EvalWorker | None = None  # --eval-async: the worker process evaluations go to
+    best: float = -math.inf  # the best mean return concluded
+    last: dict | None = None  # the latest evaluation concluded
+    pending: list = field(default_factory=list)  # (step, policy snapshot) of evaluations not yet concluded
+    sent: bool = False  # the first of them is with the worker
+    in_checkpoint: bool = False  # the latest checkpoint keeps some of them
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
 
     def evaluate(self, step: int, policy: Any,
                  state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
@@ -57,8 +87,8 @@ class Evaluations:
         if mine:  # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
             with torch.random.fork_rng(devices=self._rng_devices()):
                 returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
-                                       video_path=video_path, env_fn=self.eval_env_fn,
-                                       should_stop=lambda: self.stop_requested, at_once=self.cfg.eval_envs)
+                                       video_path=video_path, env_fn=self.env_fn,
+                                       should_stop=lambda: self.stopping(), at_once=self.cfg.eval_envs)
         parts = dist.gather(None if returns is None else returns.tolist())
         if any(part is None for part in parts):
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
@@ -73,11 +103,11 @@ class Evaluations:
         policy state of ``step``) ``best.pt``; then the callback."""
         result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
                   "episodes": len(returns)}
-        improved = result["mean_return"] > self.best_eval
+        improved = result["mean_return"] > self.best
         if improved:
-            self.best_eval = result["mean_return"]
+            self.best = result["mean_return"]
         dist.agree(attempt(self._record_eval, result, state_fn if improved else None) if self.world.is_main else None)
-        self.last_eval = result
+        self.last = result
         if self.on_eval is not None and self.world.is_main:
             self.on_eval(dict(result))  # may raise to end the run (heron tune's pruning)
         return result
@@ -91,10 +121,10 @@ class Evaluations:
             if self.cfg.eval_async == "on":
                 self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
                                   "so its evaluations stay in the training process")
-            self.evaluator = None
+            self.worker = None
             return
         try:
-            self.evaluator.start()
+            self.worker.start()
         except (OSError, evalworker.WorkerLost) as exc:
             self._lose_worker(f"cannot start an evaluation worker ({exc})")
 
@@ -104,66 +134,66 @@ class Evaluations:
         one leaves both unconcluded: the checkpoint that follows keeps them."""
         self.check_finite()
         inject("eval")
-        self.evals.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
-        self.pump_evals(wait=True, keep=1)                                 # while waiting keeps it
-        self.pump_evals(wait=False)
+        self.pending.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
+        self.pump(wait=True, keep=1)                                 # while waiting keeps it
+        self.pump(wait=False)
 
-    def pump_evals(self, wait: bool, keep: int = 0) -> None:
+    def pump(self, wait: bool, keep: int = 0) -> None:
         """Move the unconcluded evaluations along, in step order: conclude the first when its returns
         are in, send the next. ``wait``: until ``keep`` are left, or a stop request. Without a worker
         (it was lost, or a resumed run has none) they are played here."""
-        while len(self.evals) > keep:
-            step, blob = self.evals[0]
-            if self.evaluator is None:
+        while len(self.pending) > keep:
+            step, blob = self.pending[0]
+            if self.worker is None:
                 try:
                     if self._conclude_here(step, blob) is None:
                         return  # cut short by a stop request: it stays, for the checkpoint
                 except EnvCrashed:
-                    self.evals.pop(0)  # as an evaluation here: the run ends on it, and a resume goes on
+                    self.pending.pop(0)  # as an evaluation here: the run ends on it, and a resume goes on
                     raise
-                self.evals.pop(0)
+                self.pending.pop(0)
                 continue
-            if not self.eval_sent:
-                if not self.evaluator.started_up(0.1 if wait else 0.0):
-                    if not wait or self.stop_requested:
+            if not self.sent:
+                if not self.worker.started_up(0.1 if wait else 0.0):
+                    if not wait or self.stopping():
                         return
                     continue
                 try:
-                    self.evaluator.submit(step, blob)
+                    self.worker.submit(step, blob)
                 except evalworker.WorkerLost as exc:
                     self._lose_worker(str(exc))
                     continue
-                self.eval_sent = True
-            if not self.evaluator.ready(0.1 if wait else 0.0):
-                if not wait or self.stop_requested:
+                self.sent = True
+            if not self.worker.ready(0.1 if wait else 0.0):
+                if not wait or self.stopping():
                     return
                 continue
             try:
-                returns = self.evaluator.receive()
+                returns = self.worker.receive()
             except evalworker.WorkerLost as exc:
                 self._lose_worker(str(exc))  # its evaluation is played here, next time round
                 continue
             except EnvCrashed:
-                self.evals.pop(0)  # as an evaluation here: the run ends on it (a checkpoint of the last step)
-                self.eval_sent = False
+                self.pending.pop(0)  # as an evaluation here: the run ends on it (a checkpoint of the last step)
+                self.sent = False
                 raise
-            self.evals.pop(0)
-            self.eval_sent = False
+            self.pending.pop(0)
+            self.sent = False
             self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
 
     def _lose_worker(self, reason: str) -> None:
         self.logger.warn(f"{reason}; evaluations run in the training process from now on")
-        self.evaluator.close()
-        self.evaluator, self.eval_sent = None, False
+        self.worker.close()
+        self.worker, self.sent = None, False
 
     def _conclude_here(self, step: int, blob: bytes) -> dict | None:
         """The evaluation of a snapshot, played in this process; None when a stop request cut it short."""
-        if self.stop_requested:
+        if self.stopping():
             return None
         state = evalworker.load_snapshot(blob)
         with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
-            returns = evalworker.play(self.module, self.cfg, state, self.device, self.eval_env_fn,
-                                      lambda: self.stop_requested)
+            returns = evalworker.play(self.module, self.cfg, state, self.device, self.env_fn,
+                                      lambda: self.stopping())
         if returns is None:
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
             return None
@@ -188,7 +218,7 @@ class Evaluations:
         except OSError as exc:
             raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
         if state_fn is not None:
-            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best_eval, "algo": self.algo},
+            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best, "algo": self.algo},
                              self.ckpt_dir / "best.pt", "best")
         self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
                           f"over {result['episodes']} episodes")
@@ -197,4 +227,4 @@ class Evaluations:
         """One episode on video (--capture-video), where the final evaluation ran at this step already."""
         path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
         run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
-                     env_fn=self.eval_env_fn, should_stop=lambda: self.stop_requested)
+                     env_fn=self.env_fn, should_stop=lambda: self.stopping())

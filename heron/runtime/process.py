@@ -1,8 +1,8 @@
 """The process-wide settings a run changes, put back when it ends.
 
-A run sets torch's intra-op thread count (``run.start_threads``, then its thread governor), seeds
+A run sets torch's intra-op thread count (``setup.start_threads``, then its thread governor), seeds
 the global random generators, sets the deterministic-algorithms mode and cuDNN's flags
-(``run.seed_everything``), the TF32 flags (``precision.Precision``) and, for deterministic cuBLAS,
+(``setup.seed_everything``), the TF32 flags (``precision.Precision``) and, for deterministic cuBLAS,
 ``CUBLAS_WORKSPACE_CONFIG``. Called from Python (``heron.train``, ``heron.resume``, a notebook, a
 test), a run must not leave the caller's process changed: ``ProcessSettings.take()`` reads them as
 the run opens and ``restore()`` puts them back as it closes, however it ended.
@@ -60,7 +60,7 @@ class ProcessSettings:
     def restore(self) -> None:
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
-        # torch's own setter, less its side effect of importing Inductor (run._deterministic_algorithms)
+        # torch's own setter, less its side effect of importing Inductor (setup._deterministic_algorithms)
         private.set_deterministic_algorithms(self.deterministic, self.deterministic_warn_only)
         inductor = private.loaded_inductor_config()
         if inductor is not None:

@@ -40,7 +40,7 @@ CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of 
 
 
 @dataclass
-class Run(Evaluations):
+class Run:
     algo: str
     cfg: Any
     run_dir: Path
@@ -48,14 +48,11 @@ class Run(Evaluations):
     logger: Logger
     resume_state: dict | None = None  # the latest checkpoint's state when resuming
     resume_buffer: dict | None = None
-    best_eval: float = -math.inf
     last_checkpoint_step: int = -1
-    last_eval: dict | None = None
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
     module: ModuleType | None = None  # the algorithm (heron.algos.<name>)
-    eval_env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
-    on_eval: Callable[[dict], None] | None = None  # api.train(callback=...): told each evaluation (rank 0)
+    evaluations: Evaluations | None = None  # made with the run (``_setup``)
     lock: RunLock | None = None
     guard: DivergenceGuard | None = None
     step: int = 0  # the last env step whose work is complete (after_step)
@@ -69,10 +66,6 @@ class Run(Evaluations):
     finished: bool = False
     precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
     governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
-    evaluator: evalworker.EvalWorker | None = None  # --eval-async: the worker process evaluations go to
-    evals: list = field(default_factory=list)  # (step, policy snapshot) of evaluations not yet concluded
-    eval_sent: bool = False  # the first of them is with the worker
-    pending_in_checkpoint: bool = False  # the latest checkpoint keeps some of them
     _old_handlers: dict = field(default_factory=dict)
     process_settings: ProcessSettings | None = None  # the caller's, restored by close()
 
@@ -173,10 +166,12 @@ class Run(Evaluations):
         run.precision.load_state_dict(state.get("precision"))
         # the final evaluation comes after the final checkpoint: its score is in eval.csv only
         logged = best_logged_eval(run_dir / "eval.csv") if world.is_main else -math.inf
-        run.best_eval = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
+        evaluations = run.evaluations
+        evaluations.best = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
-        run.evals = [(int(p["step"]), evalworker.snapshot_bytes(p["state"])) for p in state.get("eval_pending") or []]
-        run.pending_in_checkpoint = bool(run.evals)
+        evaluations.pending = [(int(p["step"]), evalworker.snapshot_bytes(p["state"]))
+                               for p in state.get("eval_pending") or []]
+        evaluations.in_checkpoint = bool(evaluations.pending)
         return run
 
     @classmethod
@@ -202,8 +197,8 @@ class Run(Evaluations):
         guard = DivergenceGuard(device, ignore=("grads/",) if precision.scaler is not None else ())
         if not world.is_main:
             run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=guard, world=world,
-                      precision=precision, governor=governor, module=module,
-                      eval_env_fn=evalworker.eval_env_fn(module, cfg))
+                      precision=precision, governor=governor, module=module)
+            run._evaluations_open()
             run._catch_signals()
             return run
         wandb_run = None
@@ -219,9 +214,10 @@ class Run(Evaluations):
                         wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
                         defer_episodes=world.distributed)
         run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
-                  precision=precision, governor=governor, module=module, eval_env_fn=evalworker.eval_env_fn(module, cfg))
+                  precision=precision, governor=governor, module=module)
+        evaluations = run._evaluations_open()
         if evalworker.wanted(module, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
-            run.evaluator = evalworker.EvalWorker(module, cfg, registered_spec(cfg.env_id))  # started at the first step
+            evaluations.worker = evalworker.EvalWorker(module, cfg, registered_spec(cfg.env_id))  # started at the first step
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -229,6 +225,14 @@ class Run(Evaluations):
             logger.warn(slow)
         run._catch_signals()
         return run
+
+    def _evaluations_open(self) -> Evaluations:
+        """The run's evaluations, told what they need of the run."""
+        self.evaluations = Evaluations(self.algo, self.cfg, self.run_dir, self.device, self.world, self.logger,
+                                       self.module, stopping=lambda: self.stop_requested,
+                                       check_finite=self.check_finite,
+                                       env_fn=evalworker.eval_env_fn(self.module, self.cfg))
+        return self.evaluations
 
     # -- this rank's share (torchrun) ---------------------------------------------------------------
     def local(self, n: int) -> int:
@@ -329,18 +333,19 @@ class Run(Evaluations):
                 self.check_finite()
                 metrics = dist.mean_metrics(metrics)  # the global batch's losses
                 self.logger.log(step, {**metrics, "charts/SPS": self.logger.sps(step), **extra})
-        if self.evaluator is not None and self.evaluator.proc is None:
-            self.start_worker(policy)
+        evaluations = self.evaluations
+        if evaluations.worker is not None and evaluations.worker.proc is None:
+            evaluations.start_worker(policy)
         if self.due(step, prev_step, cfg.eval_every):
-            if self.evaluator is not None:
-                self.evaluate_elsewhere(step, policy_state)
+            if evaluations.worker is not None:
+                evaluations.evaluate_elsewhere(step, policy_state)
             else:
-                self.pump_evals(wait=True)  # a resumed run's kept evaluations come first
-                self.evaluate(step, policy, policy_state)
-        elif self.evals:  # conclude what has landed (a resumed run: send what its checkpoint kept)
-            self.pump_evals(wait=False)
-        if self.evals and step >= cfg.total_steps:  # the last step: its checkpoint waits for them
-            self.pump_evals(wait=True)
+                evaluations.pump(wait=True)  # a resumed run's kept evaluations come first
+                evaluations.evaluate(step, policy, policy_state)
+        elif evaluations.pending:  # conclude what has landed (a resumed run: send what its checkpoint kept)
+            evaluations.pump(wait=False)
+        if evaluations.pending and step >= cfg.total_steps:  # the last step: its checkpoint waits for them
+            evaluations.pump(wait=True)
         timed = self.timed_checkpoint_due()
         if self.world.distributed:  # one collective decides both, so every rank acts at the same step
             timed, self.stop_requested = dist.any_rank(timed, self.stop_requested)
@@ -374,10 +379,11 @@ class Run(Evaluations):
         self.gather_episodes()
         # evaluations not concluded (--eval-async) are not waited for: the checkpoint keeps them, and a
         # resumed run plays them again (best_eval here is that of the evaluations concluded)
-        pending = [{"step": s, "state": evalworker.load_snapshot(blob)} for s, blob in self.evals] or None
-        self.pending_in_checkpoint = bool(pending)
+        evaluations = self.evaluations
+        pending = [{"step": s, "state": evalworker.load_snapshot(blob)} for s, blob in evaluations.pending] or None
+        evaluations.in_checkpoint = bool(pending)
         t0 = time.monotonic()
-        state = {**state, "step": step, "best_eval": self.best_eval, "algo": self.algo,
+        state = {**state, "step": step, "best_eval": evaluations.best, "algo": self.algo,
                  "world_size": self.world.size, "precision": self.precision.state_dict(), "eval_pending": pending}
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         if self.world.distributed:  # every other rank's shard first, then rank 0's commit
@@ -414,21 +420,23 @@ class Run(Evaluations):
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
-        if self.evaluator is not None and self.evaluator.proc is None and self.evals:
-            self.start_worker(policy)  # resumed at its last step to play the evaluations it kept
-        self.pump_evals(wait=True)  # all of them (a stop ends the wait: the checkpoint below keeps them)
+        evaluations = self.evaluations
+        if evaluations.worker is not None and evaluations.worker.proc is None and evaluations.pending:
+            evaluations.start_worker(policy)  # resumed at its last step to play the evaluations it kept
+        evaluations.pump(wait=True)  # all of them (a stop ends the wait: the checkpoint below keeps them)
         self.gather_episodes()
         if step % self.cfg.log_every:  # the last multiple of --log-every is behind us
             self.logger.log(step, {"charts/SPS": self.logger.sps(step)})
-        if self.last_checkpoint_step != step or self.pending_in_checkpoint:
+        if self.last_checkpoint_step != step or evaluations.in_checkpoint:
             self.checkpoint(step, *full_state())  # first: a stop request during the evaluation loses nothing
-        result = self.last_eval
+        result = evaluations.last
         if result is None or result["step"] != step:
-            result = self.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
+            result = evaluations.evaluate(step, policy, state_fn, video=self.cfg.capture_video)
         elif self.cfg.capture_video and self.world.is_main:  # evaluated at this step already: film one episode
-            self.film(step, policy)
-        if self.evals:
-            raise Interrupted(f"stopped before the evaluations of steps {', '.join(str(s) for s, _ in self.evals)} "
+            evaluations.film(step, policy)
+        if evaluations.pending:
+            steps = ", ".join(str(s) for s, _ in evaluations.pending)
+            raise Interrupted(f"stopped before the evaluations of steps {steps} "
                               f"were played; the final checkpoint (step {step}) keeps them; play them with: heron "
                               f"train --resume {self.run_dir}")
         if result is None:
@@ -440,7 +448,7 @@ class Run(Evaluations):
                           f"({result['episodes']} episodes); run directory {self.run_dir}")
         return {"run_dir": str(self.run_dir), "step": step, "env_id": self.cfg.env_id,
                 "mean_return": result["mean_return"], "std_return": result["std_return"],
-                "episodes": result["episodes"], "best_eval": self.best_eval}
+                "episodes": result["episodes"], "best_eval": evaluations.best}
 
     def stop_if_requested(self, step: int, full_state: Callable[[], tuple[dict, dict | None]]) -> None:
         if not self.stop_requested:
@@ -457,9 +465,9 @@ class Run(Evaluations):
         self.logger.close()
         if self.lock is not None:
             self.lock.release()
-        if self.evaluator is not None:
-            self.evaluator.close()
-            self.evaluator, self.eval_sent = None, False
+        if self.evaluations is not None and self.evaluations.worker is not None:
+            self.evaluations.worker.close()
+            self.evaluations.worker, self.evaluations.sent = None, False
         for envs in reversed(self.owned):
             try:
                 close_bounded(envs.close, f"the {self.cfg.env_id} envs")

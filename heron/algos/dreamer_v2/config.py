@@ -8,6 +8,7 @@ k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
 from __future__ import annotations
 
 import typing
+from typing import Any
 from dataclasses import dataclass
 
 from heron.config import opt
@@ -79,7 +80,7 @@ _SEED_COMMON = dict(capture_video=True, total_steps=200_000_000, max_episode_ste
                     buffer_size=2_000_000, memmap_buffer=True, checkpoint_every=100_000, buffer_type="episode",
                     prioritize_ends=True)
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # sheeprl's DreamerV2, "standard hyperparameters to learn in the Atari environments"
     "atari": dict(_SEED_COMMON, env_id="PongNoFrameskip-v4", action_repeat=4, clip_rewards=True,
                   learning_starts=200_000, pretrain_steps=1, train_every=4, gamma=0.995, kl_regularizer=0.1,

@@ -8,6 +8,7 @@ default's source."""
 from __future__ import annotations
 
 import typing
+from typing import Any
 from dataclasses import dataclass
 
 from heron.config import opt
@@ -106,7 +107,7 @@ SIZES = {
                hidden_size=1024),
 }
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     **SIZES,
     # Atari (sheeprl's dreamer_v3 experiment): 5M agent steps (20M frames) at action repeat 4, episodes
     # capped at 27,000 agent steps (108,000 frames, 30 minutes of play), size S

@@ -5,6 +5,7 @@ mode, RNN) are flags; presets carry the tuned blocks for CartPole, MuJoCo and At
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from heron.config import RunConfig, flag, opt
 from heron.errors import HeronError
@@ -85,7 +86,7 @@ class Config(RunConfig):
                              f"({self.num_envs} envs x {self.num_steps} steps)")
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "debug": dict(total_steps=2048, num_envs=2, num_steps=64, update_epochs=2, num_minibatches=2,
                   hidden_sizes=(32, 32), rnn_hidden_size=16, eval_every=1024, eval_episodes=2, log_every=128,
                   checkpoint_every=1024),

@@ -1,4 +1,4 @@
-"""Soft Actor-Critic for continuous actions (seeds 000 and 002)."""
+"""Soft Actor-Critic for continuous actions (CleanRL's sac_continuous_action.py, with skrl's options)."""
 
 from heron.algos.sac.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.sac.train import check, load_policy, train

@@ -4,6 +4,7 @@ options (gradient clipping, learning-rate schedules, RNN) are off by default."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from heron.config import OffPolicyConfig, opt
 from heron.errors import HeronError
@@ -47,7 +48,7 @@ class Config(OffPolicyConfig):
                              f"({self.sequence_length * self.num_envs}) with --recurrent")
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
                   eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100, sequence_length=8),
     "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, policy_lr=1e-3,

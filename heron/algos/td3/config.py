@@ -8,6 +8,7 @@ rate")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from heron.config import OffPolicyConfig, opt
 from heron.errors import HeronError
@@ -32,7 +33,7 @@ class Config(OffPolicyConfig):
                 raise HeronError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
                   eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100),
     "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, eval_every=5000, eval_episodes=30),
