@@ -43,8 +43,11 @@ def optimizer_params(algo: str, cfg, spaces: dict) -> dict[str, list[torch.nn.Pa
     if algo == "ppo":
         return {"actor-critic": list(train._build(cfg, spaces).parameters())}
     agent = train.build(cfg, spaces)
-    return {"world model": list(agent.world.parameters()), "actor": list(agent.actor.parameters()),
-            "critic": list(agent.critic.parameters())}
+    return {
+        "world model": list(agent.world.parameters()),
+        "actor": list(agent.actor.parameters()),
+        "critic": list(agent.critic.parameters()),
+    }
 
 
 def main() -> None:
@@ -79,8 +82,10 @@ def main() -> None:
                 if i >= 10:
                     times.append(time.perf_counter() - t0)
             n = sum(q.numel() for q in params)
-            rows.append(f"| {algo} `--preset {' '.join(presets)}`: {name} | {n:,} | {n * 4 / 1e6:.2f} | "
-                        f"{statistics.median(times) * 1e3:.3f} |")
+            rows.append(
+                f"| {algo} `--preset {' '.join(presets)}`: {name} | {n:,} | {n * 4 / 1e6:.2f} | "
+                f"{statistics.median(times) * 1e3:.3f} |"
+            )
     if world.is_main:
         print(f"\n{world.size} processes, {args.device}, median of {args.repeats}\n")
         print("| optimizer | parameters | gradient (MB) | all-reduce (ms) |\n|---|---:|---:|---:|")

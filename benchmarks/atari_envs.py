@@ -62,7 +62,7 @@ def main() -> None:
     for threads in args.threads:
         rates: dict[str, list[float]] = {b: [] for b in backends}
         for r in range(args.rounds):
-            for b in (backends if r % 2 == 0 else backends[::-1]):
+            for b in backends if r % 2 == 0 else backends[::-1]:
                 rates[b].append(rate(b, args.env_id, args.num_envs, threads, args.steps))
         base = statistics.median(rates["gymnasium"])
         for b in backends:

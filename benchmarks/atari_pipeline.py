@@ -44,8 +44,12 @@ def make_actor(n_actions: int, batch: int, device: torch.device):
     from heron.algos.ppo.train import _build
 
     cfg = Config(**PRESETS["atari"])
-    spaces = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8", "action": {"kind": "discrete", "n": n_actions},
-              "obs_parts": None}
+    spaces = {
+        "obs_shape": [4, 84, 84],
+        "obs_dtype": "uint8",
+        "action": {"kind": "discrete", "n": n_actions},
+        "obs_parts": None,
+    }
     model = _build(cfg, spaces).to(device)
     noise = model.pi_head.noise((1, batch), device)[0]
     if device.type == "cuda":
@@ -113,12 +117,14 @@ def main() -> None:
         act_full(np.zeros((n, 4, 84, 84), np.uint8))
         act_half(np.zeros((n // 2, 4, 84, 84), np.uint8))
     rates: dict[str, list[float]] = {}
-    loops = {f"envs alone, {n} envs": lambda: run_envs(full, a.steps),
-             f"envs alone, {n // 2} envs": lambda: run_envs(halves[0], a.steps),
-             f"act, then step {n} envs": lambda: run_sync(full, act_full, a.steps),
-             f"two halves of {n // 2} in turn": lambda: run_halves(halves, act_half, a.steps)}
+    loops = {
+        f"envs alone, {n} envs": lambda: run_envs(full, a.steps),
+        f"envs alone, {n // 2} envs": lambda: run_envs(halves[0], a.steps),
+        f"act, then step {n} envs": lambda: run_sync(full, act_full, a.steps),
+        f"two halves of {n // 2} in turn": lambda: run_halves(halves, act_half, a.steps),
+    }
     for r in range(a.rounds):
-        for name in (list(loops) if r % 2 == 0 else list(loops)[::-1]):
+        for name in list(loops) if r % 2 == 0 else list(loops)[::-1]:
             rates.setdefault(name, []).append(loops[name]())
     print(f"{a.env_id}, {n} envs, {a.device}, {a.steps} vector steps x {a.rounds} rounds (median env steps/s):")
     for name, values in rates.items():

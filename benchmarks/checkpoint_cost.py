@@ -20,8 +20,8 @@ import time
 import numpy as np
 import torch
 
-from heron.runtime import checkpoint as ckpt
 from heron.rl.buffers import ReplayBuffer
+from heron.runtime import checkpoint as ckpt
 from heron.runtime.run import CHECKPOINT_SHARE
 
 
@@ -32,8 +32,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     obs_shape, dtype = ((3, 64, 64), np.uint8) if args.pixels else ((11,), np.float32)
-    state = {"actor": {f"w{i}": torch.randn(256, 256) for i in range(6)},
-             "critic": {f"w{i}": torch.randn(256, 256) for i in range(12)}}  # about 4.7 MB, as SAC's
+    state = {
+        "actor": {f"w{i}": torch.randn(256, 256) for i in range(6)},
+        "critic": {f"w{i}": torch.randn(256, 256) for i in range(12)},
+    }  # about 4.7 MB, as SAC's
     print("| transitions | replay file | checkpoint time (s) | share at 10 min | interval under the 2% cap |")
     print("|---:|---:|---:|---:|---:|")
     for size in args.sizes:
@@ -48,8 +50,10 @@ def main() -> None:
                 ckpt.save_checkpoint(tmp, r, state, rb.state_dict(), keep=1)
                 times.append(time.perf_counter() - t0)
         cost = min(times)
-        print(f"| {size:,} | {rb.nbytes() / 1e6:,.0f} MB | {cost:.2f} | {cost / 600:.2%} | "
-              f"{max(600.0, cost / CHECKPOINT_SHARE) / 60:.0f} min |")
+        print(
+            f"| {size:,} | {rb.nbytes() / 1e6:,.0f} MB | {cost:.2f} | {cost / 600:.2%} | "
+            f"{max(600.0, cost / CHECKPOINT_SHARE) / 60:.0f} min |"
+        )
 
 
 if __name__ == "__main__":

@@ -28,11 +28,26 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-            "aten::_addmm_activation"}
-CONVOLUTIONS = {"aten::convolution_backward", "aten::_convolution", "aten::mkldnn_convolution",
-                "aten::convolution", "aten::conv2d", "aten::conv_transpose2d", "aten::slow_conv_transpose2d",
-                "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward"}
+PRODUCTS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::_addmm_activation",
+}
+CONVOLUTIONS = {
+    "aten::convolution_backward",
+    "aten::_convolution",
+    "aten::mkldnn_convolution",
+    "aten::convolution",
+    "aten::conv2d",
+    "aten::conv_transpose2d",
+    "aten::slow_conv_transpose2d",
+    "aten::_slow_conv2d_forward",
+    "aten::_slow_conv2d_backward",
+}
 
 
 def kind(name: str) -> str:
@@ -57,7 +72,9 @@ def report(prof: profile, steps: int, wall: float) -> None:
     print("the operators that took the most time:")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]:
         if not e.key.startswith("ProfilerStep"):
-            print(f"  {e.key:32s} {e.self_cpu_time_total / steps / 1e3:8.2f} ms/iteration  {e.count / steps:6.1f} calls")
+            print(
+                f"  {e.key:32s} {e.self_cpu_time_total / steps / 1e3:8.2f} ms/iteration  {e.count / steps:6.1f} calls"
+            )
 
 
 def profile_training(args: list[str], skip: int, window: int) -> None:
@@ -127,13 +144,16 @@ def profile_dreamer(sizes: str) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    heron_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    heron_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--skip", type=int, default=2500, help="iterations before the profiled window")
     p.add_argument("--window", type=int, default=1000, help="iterations profiled")
-    p.add_argument("--dreamer-sizes", choices=("atari", "dmc", "small", "tiny"),
-                   help="profile DreamerV2's gradient step at these sizes instead of a training")
+    p.add_argument(
+        "--dreamer-sizes",
+        choices=("atari", "dmc", "small", "tiny"),
+        help="profile DreamerV2's gradient step at these sizes instead of a training",
+    )
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(own)
     torch.set_num_threads(a.threads)

@@ -19,9 +19,8 @@ import argparse
 import csv
 import statistics
 import tempfile
-from pathlib import Path
-
 import time
+from pathlib import Path
 
 import torch
 
@@ -73,19 +72,32 @@ def main() -> None:
             for mode in ("on", "off"):
                 Run.watch = watch if mode == "on" else (lambda self, metrics, step: metrics)
                 run_dir = Path(tmp) / f"{mode}{r}"
-                heron.train("sac", env_id=args.env_id, total_steps=args.total_steps,
-                            learning_starts=args.learning_starts, batch_size=256, hidden_sizes=(256, 256),
-                            eval_every=0, eval_episodes=1, log_every=log_every, progress="none",
-                            torch_threads=args.threads, checkpoint_minutes=0, run_dir=str(run_dir))
+                heron.train(
+                    "sac",
+                    env_id=args.env_id,
+                    total_steps=args.total_steps,
+                    learning_starts=args.learning_starts,
+                    batch_size=256,
+                    hidden_sizes=(256, 256),
+                    eval_every=0,
+                    eval_episodes=1,
+                    log_every=log_every,
+                    progress="none",
+                    torch_threads=args.threads,
+                    checkpoint_minutes=0,
+                    run_dir=str(run_dir),
+                )
                 rate = updates_per_second(run_dir, args.learning_starts + log_every, args.total_steps)
                 rates[mode].append(rate)
                 print(f"round {r + 1} guard {mode:3s}: {rate:7.1f} updates/s", flush=True)
     Run.watch = watch
     on, off = statistics.mean(rates["on"]), statistics.mean(rates["off"])
     spread = {k: statistics.stdev(v) if len(v) > 1 else 0.0 for k, v in rates.items()}
-    print(f"\n| guard | updates/s (mean +- sd over {args.rounds}) |\n|---|---|\n"
-          f"| on  | {on:.1f} +- {spread['on']:.1f} |\n| off | {off:.1f} +- {spread['off']:.1f} |\n"
-          f"on/off = {on / off:.3f}")
+    print(
+        f"\n| guard | updates/s (mean +- sd over {args.rounds}) |\n|---|---|\n"
+        f"| on  | {on:.1f} +- {spread['on']:.1f} |\n| off | {off:.1f} +- {spread['off']:.1f} |\n"
+        f"on/off = {on / off:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -52,29 +52,55 @@ import time
 from pathlib import Path
 
 # One small model and schedule per task, in heron's flag names; SHEEPRL_KEYS maps them to sheeprl's.
-COMMON = dict(hidden_size=128, recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16,
-              discrete_size=16, per_rank_batch_size=16, sequence_length=50)
+COMMON = dict(
+    hidden_size=128,
+    recurrent_state_size=128,
+    dense_units=64,
+    mlp_layers=2,
+    stochastic_size=16,
+    discrete_size=16,
+    per_rank_batch_size=16,
+    sequence_length=50,
+)
 TASKS = {
     # CartPole: continue model, 1024 random steps, a gradient step every 2 steps
-    "cartpole": dict(env_id="CartPole-v1", use_continues=True, learning_starts=1024, pretrain_steps=100,
-                     train_every=2, **COMMON),
+    "cartpole": dict(
+        env_id="CartPole-v1", use_continues=True, learning_starts=1024, pretrain_steps=100, train_every=2, **COMMON
+    ),
     # continuous actions (truncated normal, dynamics backpropagation); no terminations: no continue model
-    "pendulum": dict(env_id="Pendulum-v1", use_continues=False, learning_starts=1000, pretrain_steps=100,
-                     train_every=2, **COMMON),
+    "pendulum": dict(
+        env_id="Pendulum-v1", use_continues=False, learning_starts=1000, pretrain_steps=100, train_every=2, **COMMON
+    ),
 }
 # DreamerV3: the small model of heron's --preset vector, the paper's hyperparameters otherwise
-COMMON_V3 = dict(hidden_size=128, recurrent_state_size=128, dense_units=64, mlp_layers=2, stochastic_size=16,
-                 discrete_size=16, per_rank_batch_size=16, sequence_length=64, learning_starts=1024, pretrain_steps=0,
-                 replay_ratio=0.5)
+COMMON_V3 = dict(
+    hidden_size=128,
+    recurrent_state_size=128,
+    dense_units=64,
+    mlp_layers=2,
+    stochastic_size=16,
+    discrete_size=16,
+    per_rank_batch_size=16,
+    sequence_length=64,
+    learning_starts=1024,
+    pretrain_steps=0,
+    replay_ratio=0.5,
+)
 TASKS_V3 = {"cartpole": dict(env_id="CartPole-v1", **COMMON_V3), "pendulum": dict(env_id="Pendulum-v1", **COMMON_V3)}
 SHEEPRL_KEYS = {
-    "hidden_size": ["algo.world_model.transition_model.hidden_size",
-                    "algo.world_model.representation_model.hidden_size"],
+    "hidden_size": [
+        "algo.world_model.transition_model.hidden_size",
+        "algo.world_model.representation_model.hidden_size",
+    ],
     "recurrent_state_size": ["algo.world_model.recurrent_model.recurrent_state_size"],
-    "dense_units": ["algo.dense_units"], "mlp_layers": ["algo.mlp_layers"],
-    "stochastic_size": ["algo.world_model.stochastic_size"], "discrete_size": ["algo.world_model.discrete_size"],
-    "per_rank_batch_size": ["algo.per_rank_batch_size"], "sequence_length": ["algo.per_rank_sequence_length"],
-    "use_continues": ["algo.world_model.use_continues"], "learning_starts": ["algo.learning_starts"],
+    "dense_units": ["algo.dense_units"],
+    "mlp_layers": ["algo.mlp_layers"],
+    "stochastic_size": ["algo.world_model.stochastic_size"],
+    "discrete_size": ["algo.world_model.discrete_size"],
+    "per_rank_batch_size": ["algo.per_rank_batch_size"],
+    "sequence_length": ["algo.per_rank_sequence_length"],
+    "use_continues": ["algo.world_model.use_continues"],
+    "learning_starts": ["algo.learning_starts"],
     "pretrain_steps": ["algo.per_rank_pretrain_steps"],
 }
 
@@ -86,32 +112,81 @@ def task_of(args) -> dict:
 def heron_argv(args, seed: int, run_dir: Path, extra: str = "") -> list[str]:
     task = task_of(args)
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in task.items()]
-    return [sys.executable, "-m", "heron", "train", args.algo, *flags, "--buffer-type", "sequential",
-            "--buffer-size", "100000", "--total-steps", str(args.steps), "--seed", str(seed),
-            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-            "--checkpoint-every", "0", "--torch-threads", "1", "--progress", "none", "--run-dir", str(run_dir),
-            *args.heron_flags.split(), *extra.split()]
+    return [
+        sys.executable,
+        "-m",
+        "heron",
+        "train",
+        args.algo,
+        *flags,
+        "--buffer-type",
+        "sequential",
+        "--buffer-size",
+        "100000",
+        "--total-steps",
+        str(args.steps),
+        "--seed",
+        str(seed),
+        "--eval-every",
+        str(args.eval_every),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--checkpoint-every",
+        "0",
+        "--torch-threads",
+        "1",
+        "--progress",
+        "none",
+        "--run-dir",
+        str(run_dir),
+        *args.heron_flags.split(),
+        *extra.split(),
+    ]
 
 
 def sheeprl_argv(args, seed: int, root: Path) -> list[str]:
     task = task_of(args)
     overrides = [f"{key}={task[k]}" for k, keys in SHEEPRL_KEYS.items() for key in keys if k in task]
     ratio = task["replay_ratio"] if "replay_ratio" in task else 1 / task["train_every"]
-    return [args.sheeprl_python, "-m", "sheeprl", f"exp={args.algo}", "env=gym", f"env.id={task['env_id']}",
-            "env.num_envs=1", "env.sync_env=True", "env.capture_video=False", "algo.cnn_keys.encoder=[]",
-            "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]", "algo.mlp_keys.decoder=[state]",
-            *overrides, f"algo.replay_ratio={ratio}", f"algo.total_steps={args.steps}",
-            *(["buffer.type=sequential"] if args.algo == "dreamer_v2" else []), "buffer.size=100000",
-            "buffer.checkpoint=False", "fabric.accelerator=cpu",
-            "fabric.devices=1", "num_threads=1", f"seed={seed}", "algo.run_test=False",
-            "checkpoint.every=100000000", "checkpoint.save_last=False", "model_manager.disabled=True",
-            "metric.log_level=1", f"root_dir={root}", *args.sheeprl_flags.split()]
+    return [
+        args.sheeprl_python,
+        "-m",
+        "sheeprl",
+        f"exp={args.algo}",
+        "env=gym",
+        f"env.id={task['env_id']}",
+        "env.num_envs=1",
+        "env.sync_env=True",
+        "env.capture_video=False",
+        "algo.cnn_keys.encoder=[]",
+        "algo.cnn_keys.decoder=[]",
+        "algo.mlp_keys.encoder=[state]",
+        "algo.mlp_keys.decoder=[state]",
+        *overrides,
+        f"algo.replay_ratio={ratio}",
+        f"algo.total_steps={args.steps}",
+        *(["buffer.type=sequential"] if args.algo == "dreamer_v2" else []),
+        "buffer.size=100000",
+        "buffer.checkpoint=False",
+        "fabric.accelerator=cpu",
+        "fabric.devices=1",
+        "num_threads=1",
+        f"seed={seed}",
+        "algo.run_test=False",
+        "checkpoint.every=100000000",
+        "checkpoint.save_last=False",
+        "model_manager.disabled=True",
+        "metric.log_level=1",
+        f"root_dir={root}",
+        *args.sheeprl_flags.split(),
+    ]
 
 
 def heron_returns(run_dir: Path) -> dict:
     with open(run_dir / "metrics.csv") as f:
-        train = [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f)
-                 if r["metric"] == "charts/episodic_return"]
+        train = [
+            (int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["metric"] == "charts/episodic_return"
+        ]
     evals = []
     if (run_dir / "eval.csv").is_file():
         with open(run_dir / "eval.csv") as f:
@@ -131,13 +206,24 @@ RUN_FIELDS = (*RUN_KEYS, "train", "evals", "heron_version", "machine", "recorded
 
 def side_flags(args, impl: str) -> str:
     """The flags a side's runs take beyond the task's (part of what identifies a kept run)."""
-    return {"heron": args.heron_flags, "sheeprl": args.sheeprl_flags,
-            VARIANT: " ".join(f for f in (args.heron_flags, args.variant) if f)}[impl]
+    return {
+        "heron": args.heron_flags,
+        "sheeprl": args.sheeprl_flags,
+        VARIANT: " ".join(f for f in (args.heron_flags, args.variant) if f),
+    }[impl]
 
 
 def run_key(args, impl: str, seed: int) -> tuple[str, ...]:
-    values = (args.algo, task_of(args)["env_id"], args.steps, args.eval_every, args.eval_episodes, impl,
-              side_flags(args, impl), seed)
+    values = (
+        args.algo,
+        task_of(args)["env_id"],
+        args.steps,
+        args.eval_every,
+        args.eval_episodes,
+        impl,
+        side_flags(args, impl),
+        seed,
+    )
     return tuple(map(str, values))
 
 
@@ -150,9 +236,14 @@ def load_runs(path: Path) -> dict[tuple[str, ...], dict]:
     if not path.is_file():
         return {}
     with open(path, newline="") as f:
-        return {tuple(r[k] for k in RUN_KEYS): {"train": _pairs(r["train"]), "eval": _pairs(r["evals"]),
-                                                "heron_version": r["heron_version"]}
-                for r in csv.DictReader(f)}
+        return {
+            tuple(r[k] for k in RUN_KEYS): {
+                "train": _pairs(r["train"]),
+                "eval": _pairs(r["evals"]),
+                "heron_version": r["heron_version"],
+            }
+            for r in csv.DictReader(f)
+        }
 
 
 def keep_runs(args, finished: dict[tuple[str, int], dict], path: Path) -> None:
@@ -162,12 +253,18 @@ def keep_runs(args, finished: dict[tuple[str, int], dict], path: Path) -> None:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     version = heron_version()
-    new = {run_key(args, impl, seed): {
-        **dict(zip(RUN_KEYS, run_key(args, impl, seed))),
-        "train": " ".join(f"{s}:{r:.2f}" for s, r in res["train"]),
-        "evals": " ".join(f"{s}:{r:.2f}" for s, r in res["eval"]),
-        "heron_version": version if impl != "sheeprl" else "", "machine": args.machine,
-        "recorded": time.strftime("%Y-%m-%d"), "command": command_of(args)} for (impl, seed), res in finished.items()}
+    new = {
+        run_key(args, impl, seed): {
+            **dict(zip(RUN_KEYS, run_key(args, impl, seed))),
+            "train": " ".join(f"{s}:{r:.2f}" for s, r in res["train"]),
+            "evals": " ".join(f"{s}:{r:.2f}" for s, r in res["eval"]),
+            "heron_version": version if impl != "sheeprl" else "",
+            "machine": args.machine,
+            "recorded": time.strftime("%Y-%m-%d"),
+            "command": command_of(args),
+        }
+        for (impl, seed), res in finished.items()
+    }
     rows = [r for r in rows if tuple(r[k] for k in RUN_KEYS) not in new] + list(new.values())
     rows.sort(key=lambda r: tuple(r[k] for k in RUN_KEYS[:-1]) + (int(r["seed"]),))
     with open(path, "w", newline="") as f:
@@ -181,10 +278,12 @@ def heron_version() -> str:
     """The checkout's commit, with "+" when it has changes (what heron's runs were made with)."""
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "heron"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "heron"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return commit + ("+" if dirty else "")
@@ -201,8 +300,15 @@ def run_jobs(jobs: list[tuple[str, int, list[str], Path]], parallel: int) -> Non
             while pending and len(running) < parallel:
                 impl, seed, argv, log = pending.pop(0)
                 with open(log, "w") as f:
-                    running.append((impl, seed, log, time.perf_counter(),
-                                    subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)))
+                    running.append(
+                        (
+                            impl,
+                            seed,
+                            log,
+                            time.perf_counter(),
+                            subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env),
+                        )
+                    )
                 print(f"started {impl} seed {seed}", flush=True)
             for job in list(running):
                 impl, seed, log, start, proc = job
@@ -297,9 +403,15 @@ def command_of(args) -> str:
     for flag, value, default in (("--eval-every", args.eval_every, 5000), ("--bin", args.bin, 500)):
         if value != default:
             flags += [flag, str(value)]
-    flags += [f'{flag}="{value}"' for flag, value in (("--heron-flags", args.heron_flags),
-                                                       ("--sheeprl-flags", args.sheeprl_flags),
-                                                       ("--variant", args.variant)) if value]
+    flags += [
+        f'{flag}="{value}"'
+        for flag, value in (
+            ("--heron-flags", args.heron_flags),
+            ("--sheeprl-flags", args.sheeprl_flags),
+            ("--variant", args.variant),
+        )
+        if value
+    ]
     flags += [flag for flag, skip in (("--skip-heron", args.skip_heron), ("--skip-sheeprl", args.skip_sheeprl)) if skip]
     return " ".join(["python benchmarks/dreamer_learning_vs_sheeprl.py", *flags])
 
@@ -328,12 +440,19 @@ def record(args, rows: list[dict], path: Path) -> None:
         label = f"{env_id} (vectors, {ACTIONS[args.task]}) | {args.steps:,} | {sides} | {lo:,}-{hi:,}"
         for impl, column in columns.items():
             if impl in row:
-                new.append({"table": table_name, "row": label, "column": column,
-                            "value": f"{row[impl]['mean']:.1f} ± {row[impl]['se']:.1f}", "seeds": span,
-                            "machine": args.machine, "recorded": time.strftime("%Y-%m-%d"),
-                            "command": command,
-                            "note": "training return of the episodes ending in the bin, mean ± standard error over "
-                                    "seeds"})
+                new.append(
+                    {
+                        "table": table_name,
+                        "row": label,
+                        "column": column,
+                        "value": f"{row[impl]['mean']:.1f} ± {row[impl]['se']:.1f}",
+                        "seeds": span,
+                        "machine": args.machine,
+                        "recorded": time.strftime("%Y-%m-%d"),
+                        "command": command,
+                        "note": "training return of the episodes ending in the bin, mean ± standard error over seeds",
+                    }
+                )
     record_summaries(new, lambda r: r["table"] == table_name and r["row"].startswith(env_id + " "), path)
 
 
@@ -347,24 +466,43 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=5000, help="heron's deterministic evaluations")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--parallel", type=int, default=2, help="runs at once (one torch thread each)")
-    p.add_argument("--heron-flags", default="", help="extra heron flags, e.g. --heron-flags=\"--lambda-rewards next\"")
+    p.add_argument("--heron-flags", default="", help='extra heron flags, e.g. --heron-flags="--lambda-rewards next"')
     p.add_argument("--sheeprl-flags", default="", help="extra sheeprl overrides")
-    p.add_argument("--variant", default="", help="heron flags of a third side, beside heron and sheeprl (e.g. "
-                   "--variant=\"--twohot-space symlog\"): its runs are WORK_DIR/variant_SEED")
+    p.add_argument(
+        "--variant",
+        default="",
+        help="heron flags of a third side, beside heron and sheeprl (e.g. "
+        '--variant="--twohot-space symlog"): its runs are WORK_DIR/variant_SEED',
+    )
     p.add_argument("--sheeprl-python", default="/work/bench/sheeprl-venv/bin/python")
     p.add_argument("--skip-sheeprl", action="store_true")
     p.add_argument("--skip-heron", action="store_true")
-    p.add_argument("--work-dir", default="", help="where runs go (default: a new temporary directory); runs "
-                   "that finished there before are kept, not run again")
+    p.add_argument(
+        "--work-dir",
+        default="",
+        help="where runs go (default: a new temporary directory); runs "
+        "that finished there before are kept, not run again",
+    )
     p.add_argument("--out", default="", help="JSON of every return and the table (default: WORK_DIR/result.json)")
     p.add_argument("--plot", default="", help="PNG of the curves (default: WORK_DIR/curves.png)")
-    p.add_argument("--record", default="", help="put the table in this summaries CSV "
-                   "(benchmarks/results/summaries.csv), in place of the task's rows there")
+    p.add_argument(
+        "--record",
+        default="",
+        help="put the table in this summaries CSV "
+        "(benchmarks/results/summaries.csv), in place of the task's rows there",
+    )
     p.add_argument("--record-from", type=int, default=0, help="--record: the bins from this many env steps on")
-    p.add_argument("--record-table", default="", help="--record: the summaries table (default: dreamer-vs-sheeprl, "
-                   "dreamer-v3-vs-sheeprl)")
-    p.add_argument("--runs", default="", help="keep each finished run's returns in this CSV "
-                   "(benchmarks/results/dreamer_curves.csv) and take the runs found there instead of running them")
+    p.add_argument(
+        "--record-table",
+        default="",
+        help="--record: the summaries table (default: dreamer-vs-sheeprl, dreamer-v3-vs-sheeprl)",
+    )
+    p.add_argument(
+        "--runs",
+        default="",
+        help="keep each finished run's returns in this CSV "
+        "(benchmarks/results/dreamer_curves.csv) and take the runs found there instead of running them",
+    )
     p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record and --runs write it")
     args = p.parse_args()
     work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{args.algo}_learning_{args.task}_"))
@@ -376,25 +514,38 @@ def main() -> None:
         if not args.skip_heron:
             jobs.append(("heron", seed, heron_argv(args, seed, work / f"heron_{seed}"), work / f"heron_{seed}.log"))
         if not args.skip_sheeprl:
-            jobs.append(("sheeprl", seed, sheeprl_argv(args, seed, work / f"sheeprl_{seed}"),
-                         work / f"sheeprl_{seed}.log"))
+            jobs.append(
+                ("sheeprl", seed, sheeprl_argv(args, seed, work / f"sheeprl_{seed}"), work / f"sheeprl_{seed}.log")
+            )
         if args.variant:
-            jobs.append((VARIANT, seed, heron_argv(args, seed, work / f"{VARIANT}_{seed}", args.variant),
-                         work / f"{VARIANT}_{seed}.log"))
+            jobs.append(
+                (
+                    VARIANT,
+                    seed,
+                    heron_argv(args, seed, work / f"{VARIANT}_{seed}", args.variant),
+                    work / f"{VARIANT}_{seed}.log",
+                )
+            )
     kept = load_runs(Path(args.runs)) if args.runs else {}
-    taken = {(impl, seed) for impl, seed, _, log in jobs
-             if not log.with_suffix(".done").exists() and run_key(args, impl, seed) in kept}
+    taken = {
+        (impl, seed)
+        for impl, seed, _, log in jobs
+        if not log.with_suffix(".done").exists() and run_key(args, impl, seed) in kept
+    }
     if taken:
-        print("kept in " + args.runs + ": " + ", ".join(f"{impl} seed {seed}" for impl, seed in sorted(taken)),
-              flush=True)
+        print(
+            "kept in " + args.runs + ": " + ", ".join(f"{impl} seed {seed}" for impl, seed in sorted(taken)), flush=True
+        )
     jobs = [job for job in jobs if (job[0], job[1]) not in taken]
     for impl, seed, _, log in jobs:  # a run that did not finish starts again from nothing
         if not log.with_suffix(".done").exists():
             shutil.rmtree(work / f"{impl}_{seed}", ignore_errors=True)
     run_jobs(jobs, args.parallel)
 
-    finished = {(impl, seed): sheeprl_returns(log) if impl == "sheeprl" else heron_returns(work / f"{impl}_{seed}")
-                for impl, seed, _, log in jobs}
+    finished = {
+        (impl, seed): sheeprl_returns(log) if impl == "sheeprl" else heron_returns(work / f"{impl}_{seed}")
+        for impl, seed, _, log in jobs
+    }
     if args.runs:
         keep_runs(args, finished, Path(args.runs))
     have = {**{(impl, seed): kept[run_key(args, impl, seed)] for impl, seed in taken}, **finished}
@@ -418,17 +569,32 @@ def main() -> None:
         for step in sorted({s for r in results[impl].values() for s, _ in r["eval"]}):
             vals = {seed: v for seed, r in results[impl].items() for s, v in r["eval"] if s == step}
             m, se = mean_se(list(vals.values()))
-            print(f"{name} deterministic evaluation at {step} steps ({args.eval_episodes} episodes): "
-                  f"{m:.1f} +- {se:.1f}; per seed {json.dumps(vals)}")
+            print(
+                f"{name} deterministic evaluation at {step} steps ({args.eval_episodes} episodes): "
+                f"{m:.1f} +- {se:.1f}; per seed {json.dumps(vals)}"
+            )
     out = Path(args.out or work / "result.json")
-    out.write_text(json.dumps({"args": vars(args), "tasks": task_of(args), "table": rows,
-                               "raw": {i: {str(s): r for s, r in seeds.items()} for i, seeds in results.items()}}))
+    out.write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "tasks": task_of(args),
+                "table": rows,
+                "raw": {i: {str(s): r for s, r in seeds.items()} for i, seeds in results.items()},
+            }
+        )
+    )
     print(f"wrote {out}", flush=True)
     if args.record:
         record(args, rows, Path(args.record))
     name = "DreamerV2" if args.algo == "dreamer_v2" else "DreamerV3"
-    plot(rows, impls, f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
-         Path(args.plot or work / "curves.png"), side_names(args))
+    plot(
+        rows,
+        impls,
+        f"{name} on {task_of(args)['env_id']}, {len(args.seeds)} seeds (mean +- s.e.)",
+        Path(args.plot or work / "curves.png"),
+        side_names(args),
+    )
 
 
 if __name__ == "__main__":

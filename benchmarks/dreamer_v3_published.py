@@ -55,8 +55,10 @@ def main() -> None:
         scores = final_scores(runs)
         budget = max(max(run["xs"]) for run in runs)
         spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
-        print(f"| {env} | {bench}-dreamerv3.json.gz | {len(runs)} | {budget:,.0f} | "
-              f"{statistics.mean(scores):.1f} ± {spread:.1f} |")
+        print(
+            f"| {env} | {bench}-dreamerv3.json.gz | {len(runs)} | {budget:,.0f} | "
+            f"{statistics.mean(scores):.1f} ± {spread:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -53,9 +53,15 @@ from dreamer_v3_vs_sheeprl import SIZES  # noqa: E402
 
 OBS_DIM = 4
 # sheeprl's metric -> heron's
-LOSSES = {"Loss/world_model_loss": "losses/world_model_loss", "Loss/observation_loss": "losses/observation_loss",
-          "Loss/reward_loss": "losses/reward_loss", "Loss/continue_loss": "losses/continue_loss",
-          "State/kl": "losses/kl", "Loss/policy_loss": "losses/actor_loss", "Loss/value_loss": "losses/critic_loss"}
+LOSSES = {
+    "Loss/world_model_loss": "losses/world_model_loss",
+    "Loss/observation_loss": "losses/observation_loss",
+    "Loss/reward_loss": "losses/reward_loss",
+    "Loss/continue_loss": "losses/continue_loss",
+    "State/kl": "losses/kl",
+    "Loss/policy_loss": "losses/actor_loss",
+    "Loss/value_loss": "losses/critic_loss",
+}
 
 
 def parse_args(argv=None):
@@ -66,11 +72,19 @@ def parse_args(argv=None):
     p.add_argument("--sequence-length", type=int, default=32)
     p.add_argument("--steps", type=int, default=3, help="gradient steps on each side")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--record", default="", help="put the result in this summaries CSV "
-                   "(benchmarks/results/summaries.csv), in place of the same command's rows")
+    p.add_argument(
+        "--record",
+        default="",
+        help="put the result in this summaries CSV "
+        "(benchmarks/results/summaries.csv), in place of the same command's rows",
+    )
     p.add_argument("--machine", default="2-core AMD EPYC VM, CPU", help="the machine, as --record writes it")
-    p.add_argument("--head-std", type=float, default=0.1,
-                   help="the reward and value heads' output weights (both sides; 0: the zero start they ship with)")
+    p.add_argument(
+        "--head-std",
+        type=float,
+        default=0.1,
+        help="the reward and value heads' output weights (both sides; 0: the zero start they ship with)",
+    )
     return p.parse_args(argv)
 
 
@@ -88,8 +102,9 @@ def mode_st(probs):
 
 
 def patch_sampling() -> None:
-    import torch
     import sheeprl.algos.dreamer_v3.agent as sheeprl_agent
+    import torch
+
     import heron.algos.dreamer_v2.networks as v2net
     import heron.algos.dreamer_v3.networks as v3net
 
@@ -100,8 +115,8 @@ def patch_sampling() -> None:
         return torch.nn.functional.one_hot(logits.argmax(-1), discrete).to(logits.dtype)
 
     sheeprl_agent.compute_stochastic_state = sheeprl_latent
-    torch.distributions.OneHotCategoricalStraightThrough.rsample = lambda self, shape=torch.Size(): mode_st(self.probs)
-    torch.distributions.Normal.rsample = lambda self, shape=torch.Size(): self.loc.expand(self._extended_shape(shape))
+    torch.distributions.OneHotCategoricalStraightThrough.rsample = lambda self, shape=(): mode_st(self.probs)
+    torch.distributions.Normal.rsample = lambda self, shape=(): self.loc.expand(self._extended_shape(torch.Size(shape)))
     v2net.st_sample = lambda logits, uniform=None: expected_onehot(logits)
     v2net.OneHotST.rsample = lambda self: mode_st(self.logits.exp())
     v3net.Normal.rsample = lambda self: self.mean
@@ -114,14 +129,32 @@ def sheeprl_config(args):
     from sheeprl.utils.utils import dotdict
 
     sizes = SIZES[args.sizes]
-    overrides = ["exp=dreamer_v3", "env=gym", "env.id=CartPole-v1", "env.num_envs=1", "env.capture_video=False",
-                 "fabric.accelerator=cpu", "fabric.devices=1", "fabric.precision=32-true", "~fabric.callbacks",
-                 "num_threads=1", f"seed={args.seed}", "algo.compile.enabled=False", "algo.run_test=False",
-                 "algo.cnn_keys.encoder=[]", "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]",
-                 "algo.mlp_keys.decoder=[state]", f"algo.per_rank_batch_size={args.batch_size}",
-                 f"algo.per_rank_sequence_length={args.sequence_length}", "buffer.memmap=False",
-                 "checkpoint.save_last=False", "model_manager.disabled=True", "metric.log_level=0",
-                 f"log_root={tempfile.mkdtemp(prefix='sheeprl_same_step_')}"]
+    overrides = [
+        "exp=dreamer_v3",
+        "env=gym",
+        "env.id=CartPole-v1",
+        "env.num_envs=1",
+        "env.capture_video=False",
+        "fabric.accelerator=cpu",
+        "fabric.devices=1",
+        "fabric.precision=32-true",
+        "~fabric.callbacks",
+        "num_threads=1",
+        f"seed={args.seed}",
+        "algo.compile.enabled=False",
+        "algo.run_test=False",
+        "algo.cnn_keys.encoder=[]",
+        "algo.cnn_keys.decoder=[]",
+        "algo.mlp_keys.encoder=[state]",
+        "algo.mlp_keys.decoder=[state]",
+        f"algo.per_rank_batch_size={args.batch_size}",
+        f"algo.per_rank_sequence_length={args.sequence_length}",
+        "buffer.memmap=False",
+        "checkpoint.save_last=False",
+        "model_manager.disabled=True",
+        "metric.log_level=0",
+        f"log_root={tempfile.mkdtemp(prefix='sheeprl_same_step_')}",
+    ]
     overrides += [f"{key}={sizes[k]}" for k, keys in SHEEPRL_KEYS.items() if k in sizes for key in keys]
     with initialize_config_module(config_module="sheeprl.configs", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
@@ -134,40 +167,64 @@ def heron_config(args, scfg, twohot_space: str):
     from heron.algos.dreamer_v3.config import Config
 
     a, wm = scfg.algo, scfg.algo.world_model
-    return Config(**SIZES[args.sizes], per_rank_batch_size=args.batch_size, sequence_length=args.sequence_length,
-                  twohot_space=twohot_space,
-                  gamma=a.gamma, lmbda=a.lmbda, horizon=a.horizon, unimix=a.unimix, bins=wm.reward_model.bins,
-                  kl_dynamic=wm.kl_dynamic, kl_representation=wm.kl_representation, kl_free_nats=wm.kl_free_nats,
-                  kl_regularizer=wm.kl_regularizer, continue_scale_factor=wm.continue_scale_factor,
-                  actor_ent_coef=a.actor.ent_coef, moments_decay=a.actor.moments.decay,
-                  moments_limit=1.0 / a.actor.moments.max, moments_low=a.actor.moments.percentile.low,
-                  moments_high=a.actor.moments.percentile.high, critic_tau=a.critic.tau,
-                  world_lr=wm.optimizer.lr, actor_lr=a.actor.optimizer.lr, critic_lr=a.critic.optimizer.lr,
-                  world_eps=wm.optimizer.eps, actor_eps=a.actor.optimizer.eps, critic_eps=a.critic.optimizer.eps,
-                  world_clip_gradients=wm.clip_gradients, actor_clip_gradients=a.actor.clip_gradients,
-                  critic_clip_gradients=a.critic.clip_gradients, min_std=a.actor.min_std, max_std=a.actor.max_std,
-                  init_std=a.actor.init_std, action_clip=a.actor.action_clip)
+    return Config(
+        **SIZES[args.sizes],
+        per_rank_batch_size=args.batch_size,
+        sequence_length=args.sequence_length,
+        twohot_space=twohot_space,
+        gamma=a.gamma,
+        lmbda=a.lmbda,
+        horizon=a.horizon,
+        unimix=a.unimix,
+        bins=wm.reward_model.bins,
+        kl_dynamic=wm.kl_dynamic,
+        kl_representation=wm.kl_representation,
+        kl_free_nats=wm.kl_free_nats,
+        kl_regularizer=wm.kl_regularizer,
+        continue_scale_factor=wm.continue_scale_factor,
+        actor_ent_coef=a.actor.ent_coef,
+        moments_decay=a.actor.moments.decay,
+        moments_limit=1.0 / a.actor.moments.max,
+        moments_low=a.actor.moments.percentile.low,
+        moments_high=a.actor.moments.percentile.high,
+        critic_tau=a.critic.tau,
+        world_lr=wm.optimizer.lr,
+        actor_lr=a.actor.optimizer.lr,
+        critic_lr=a.critic.optimizer.lr,
+        world_eps=wm.optimizer.eps,
+        actor_eps=a.actor.optimizer.eps,
+        critic_eps=a.critic.optimizer.eps,
+        world_clip_gradients=wm.clip_gradients,
+        actor_clip_gradients=a.actor.clip_gradients,
+        critic_clip_gradients=a.critic.clip_gradients,
+        min_std=a.actor.min_std,
+        max_std=a.actor.max_std,
+        init_std=a.actor.init_std,
+        action_clip=a.actor.action_clip,
+    )
 
 
 # sheeprl's world-model names -> heron's, for the layers both lay out alike (by prefix)
-WORLD_RENAMES = (("rssm.initial_recurrent_state", "rssm.initial_h"),
-                 ("rssm.recurrent_model.mlp._model.1.", "rssm.in_norm."),
-                 ("rssm.recurrent_model.rnn.layer_norm.", "rssm.gru.norm."),
-                 ("rssm.representation_model._model.1.", "rssm.post_norm."),
-                 ("rssm.representation_model._model.3.", "rssm.post_out."),
-                 ("rssm.transition_model._model.", "rssm.prior."),
-                 ("encoder.mlp_encoder.model._model.", "encoder.mlp."),
-                 ("observation_model.mlp_decoder.model._model.", "decoder.mlp."),
-                 ("observation_model.mlp_decoder.heads.", "decoder.heads."),
-                 ("reward_model._model.", "reward."),
-                 ("continue_model._model.", "continue_model."))
+WORLD_RENAMES = (
+    ("rssm.initial_recurrent_state", "rssm.initial_h"),
+    ("rssm.recurrent_model.mlp._model.1.", "rssm.in_norm."),
+    ("rssm.recurrent_model.rnn.layer_norm.", "rssm.gru.norm."),
+    ("rssm.representation_model._model.1.", "rssm.post_norm."),
+    ("rssm.representation_model._model.3.", "rssm.post_out."),
+    ("rssm.transition_model._model.", "rssm.prior."),
+    ("encoder.mlp_encoder.model._model.", "encoder.mlp."),
+    ("observation_model.mlp_decoder.model._model.", "decoder.mlp."),
+    ("observation_model.mlp_decoder.heads.", "decoder.heads."),
+    ("reward_model._model.", "reward."),
+    ("continue_model._model.", "continue_model."),
+)
 
 
 def to_heron_names(sheeprl: dict, z_dim: int, deter: int, layers: int) -> dict:
     """sheeprl's tensors (weights or gradients, keyed ``world.<name>``, ``actor.<name>``,
-    ``critic.<name>``) under heron's names and layout: sheeprl's joined input layers are heron's
-    split ones, and its GRU reads cat(h, x) where heron's reads cat(x, h). ``layers``: the MLPs' hidden
-layers (the actor's output layer is heron's ``net.<3 x layers>``)."""
+        ``critic.<name>``) under heron's names and layout: sheeprl's joined input layers are heron's
+        split ones, and its GRU reads cat(h, x) where heron's reads cat(x, h). ``layers``: the MLPs' hidden
+    layers (the actor's output layer is heron's ``net.<3 x layers>``)."""
     import torch
 
     out = {}
@@ -196,8 +253,15 @@ def grad_recorder(optimizer, named: dict, log: list) -> None:
     ids = {id(p): n for n, p in named.items()}
 
     def hook(opt, args, kwargs):
-        log.append({ids[id(p)]: p.grad.detach().clone() for g in opt.param_groups for p in g["params"]
-                    if p.grad is not None and id(p) in ids})
+        log.append(
+            {
+                ids[id(p)]: p.grad.detach().clone()
+                for g in opt.param_groups
+                for p in g["params"]
+                if p.grad is not None and id(p) in ids
+            }
+        )
+
     optimizer.register_step_pre_hook(hook)
 
 
@@ -231,12 +295,22 @@ def make_batches(args, action_dim: int):
         terminated, is_first = np.zeros((T, B), np.float32), np.zeros((T, B), np.float32)
         is_first[T // 2, 0] = 1.0
         terminated[T // 2 - 1, 0] = 0.0 if args.continuous else 1.0
-        sheeprl = {"state": torch.as_tensor(state), "actions": torch.as_tensor(actions),
-                   "rewards": torch.as_tensor(rewards)[..., None], "terminated": torch.as_tensor(terminated)[..., None],
-                   "truncated": torch.zeros(T, B, 1), "is_first": torch.as_tensor(is_first)[..., None]}
+        sheeprl = {
+            "state": torch.as_tensor(state),
+            "actions": torch.as_tensor(actions),
+            "rewards": torch.as_tensor(rewards)[..., None],
+            "terminated": torch.as_tensor(terminated)[..., None],
+            "truncated": torch.zeros(T, B, 1),
+            "is_first": torch.as_tensor(is_first)[..., None],
+        }
         prev = np.concatenate([np.zeros_like(actions[:1]), actions[:-1]])
-        heron = {"state": torch.as_tensor(state), "action": torch.as_tensor(prev), "reward": torch.as_tensor(rewards),
-                 "is_first": torch.as_tensor(is_first).bool(), "is_terminal": torch.as_tensor(terminated).bool()}
+        heron = {
+            "state": torch.as_tensor(state),
+            "action": torch.as_tensor(prev),
+            "reward": torch.as_tensor(rewards),
+            "is_first": torch.as_tensor(is_first).bool(),
+            "is_terminal": torch.as_tensor(terminated).bool(),
+        }
         out.append((sheeprl, heron))
     return out
 
@@ -263,8 +337,10 @@ def run_sheeprl(args, scfg, batches, action_dim):
             last = [m for m in head.modules() if isinstance(m, torch.nn.Linear)][-1]
             last.weight.copy_(torch.randn(last.weight.shape, generator=generator) * args.head_std)
     weights = {f"{k}.{n}": p.detach().clone() for k, m in modules.items() for n, p in m.named_parameters()}
-    opts = [hydra.utils.instantiate(c.optimizer, params=m.parameters(), _convert_="all")
-            for c, m in ((scfg.algo.world_model, world), (scfg.algo.actor, actor), (scfg.algo.critic, critic))]
+    opts = [
+        hydra.utils.instantiate(c.optimizer, params=m.parameters(), _convert_="all")
+        for c, m in ((scfg.algo.world_model, world), (scfg.algo.actor, actor), (scfg.algo.critic, critic))
+    ]
     grads = {k: [] for k in modules}
     for (k, m), opt in zip(modules.items(), opts):
         grad_recorder(opt, {f"{k}.{n}": p for n, p in m.named_parameters()}, grads[k])
@@ -277,25 +353,44 @@ def run_sheeprl(args, scfg, batches, action_dim):
         for cp, tcp in zip(critic.module.parameters(), target_critic.parameters()):
             tcp.data.copy_(tau * cp.data + (1 - tau) * tcp.data)
         agg = Aggregator()
-        train(fabric, world, actor, critic, target_critic, world_opt, actor_opt, critic_opt,
-              {k: v.clone() for k, v in batch.items()}, agg, scfg, args.continuous, (action_dim,), moments)
+        train(
+            fabric,
+            world,
+            actor,
+            critic,
+            target_critic,
+            world_opt,
+            actor_opt,
+            critic_opt,
+            {k: v.clone() for k, v in batch.items()},
+            agg,
+            scfg,
+            args.continuous,
+            (action_dim,),
+            moments,
+        )
         metrics.append(agg.values | {"moments/low": float(moments.low), "moments/high": float(moments.high)})
     return weights, grads, metrics
 
 
 def run_heron(args, scfg, batches, action_dim, weights, twohot: str):
     import torch
+
     from heron.accel.precision import Precision
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
 
     cfg = heron_config(args, scfg, twohot)
-    spaces = {"obs_spec": {"state": [[OBS_DIM], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-              "discrete": not args.continuous, "action_dim": action_dim}
+    spaces = {
+        "obs_spec": {"state": [[OBS_DIM], "float32"]},
+        "cnn_keys": [],
+        "mlp_keys": ["state"],
+        "discrete": not args.continuous,
+        "action_dim": action_dim,
+    }
     if args.continuous:
         spaces.update(action_low=torch.tensor([-1.0]), action_high=torch.tensor([1.0]))
     agent = build(cfg, spaces)
-    state = to_heron_names(weights, cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size,
-                           cfg.mlp_layers)
+    state = to_heron_names(weights, cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size, cfg.mlp_layers)
     own = dict(agent.named_parameters())
     missing = set(own) - set(state) - {n for n in own if n.startswith("target_critic.")}
     assert not missing, f"not copied from sheeprl: {sorted(missing)}"
@@ -315,8 +410,10 @@ def run_heron(args, scfg, batches, action_dim, weights, twohot: str):
         with torch.no_grad():  # the slow critic, as the loop's after_update does
             for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
                 slow.lerp_(fast, cfg.critic_tau)
-        metrics.append({k: float(v) for k, v in out.items()} | {"moments/low": float(agent.moments.low),
-                                                                  "moments/high": float(agent.moments.high)})
+        metrics.append(
+            {k: float(v) for k, v in out.items()}
+            | {"moments/low": float(agent.moments.low), "moments/high": float(agent.moments.high)}
+        )
     return grads, metrics, cfg
 
 
@@ -329,8 +426,9 @@ def compare(args, sheeprl_run, heron_run) -> list[dict]:
     for i in range(args.steps):
         row = {"step": i + 1}
         for k in ("world", "actor", "critic"):
-            s = to_heron_names(s_grads[k][i], cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size,
-                               cfg.mlp_layers)
+            s = to_heron_names(
+                s_grads[k][i], cfg.stochastic_size * cfg.discrete_size, cfg.recurrent_state_size, cfg.mlp_layers
+            )
             h = h_grads[k][i]
             assert set(s) == set(h), (k, sorted(set(s) ^ set(h)))
             gs = torch.cat([s[n].flatten() for n in sorted(s)])
@@ -359,16 +457,17 @@ def main(argv=None) -> None:
     sheeprl_run = run_sheeprl(args, scfg, batches, action_dim)
     results = {}
     for twohot in ("raw", "symlog"):
-        results[twohot] = compare(args, sheeprl_run, run_heron(args, scfg, batches, action_dim, sheeprl_run[0],
-                                                               twohot))
+        results[twohot] = compare(args, sheeprl_run, run_heron(args, scfg, batches, action_dim, sheeprl_run[0], twohot))
     summary = {}
     for twohot, rows in results.items():
         print(f"two-hot heads {HEADS[twohot]}, {KIND[args.continuous]} actions:")
         for row in rows:
             print(json.dumps(row))
         summary[twohot] = {k: max(row[f"grad_rel_diff/{k}"] for row in rows) for k in ("world", "actor", "critic")}
-    print(f"largest relative gradient difference over {args.steps} steps: "
-          + "; ".join(f"{HEADS[t]}: " + ", ".join(f"{k} {v:.1e}" for k, v in m.items()) for t, m in summary.items()))
+    print(
+        f"largest relative gradient difference over {args.steps} steps: "
+        + "; ".join(f"{HEADS[t]}: " + ", ".join(f"{k} {v:.1e}" for k, v in m.items()) for t, m in summary.items())
+    )
     if args.record:
         record(Path(args.record), args, summary)
     if not all(math.isfinite(v) for m in summary.values() for v in m.values()):
@@ -384,18 +483,35 @@ def record(path: Path, args, summary: dict) -> None:
     the rows of the same kind of actions."""
     from results_tables import record_summaries
 
-    command = "VENV/bin/python benchmarks/dreamer_v3_same_step.py" + (" --continuous" if args.continuous else "") + \
-        ("" if args.steps == 3 else f" --steps {args.steps}")
-    note = (f"largest |g_heron - g_sheeprl| / |g_sheeprl| over {args.steps} gradient steps, each model's gradient "
-            "as its optimizer applies it; the same weights and batches, deterministic stand-ins for the draws; "
-            "VENV has sheeprl 0.8.4")
+    command = (
+        "VENV/bin/python benchmarks/dreamer_v3_same_step.py"
+        + (" --continuous" if args.continuous else "")
+        + ("" if args.steps == 3 else f" --steps {args.steps}")
+    )
+    note = (
+        f"largest |g_heron - g_sheeprl| / |g_sheeprl| over {args.steps} gradient steps, each model's gradient "
+        "as its optimizer applies it; the same weights and batches, deterministic stand-ins for the draws; "
+        "VENV has sheeprl 0.8.4"
+    )
     names = {"world": "world model", "actor": "actor", "critic": "critic"}
-    new = [{"table": "dreamer-v3-same-step", "row": f"{KIND[args.continuous]} | {HEADS[t]}", "column": names[k],
-            "value": f"{v:.1e}", "seeds": str(args.seed), "machine": args.machine,
-            "recorded": date.today().isoformat(), "command": command, "note": note}
-           for t, m in summary.items() for k, v in m.items()]
-    record_summaries(new, lambda r: r["table"] == "dreamer-v3-same-step" and r["row"].startswith(
-        KIND[args.continuous] + " |"), path)
+    new = [
+        {
+            "table": "dreamer-v3-same-step",
+            "row": f"{KIND[args.continuous]} | {HEADS[t]}",
+            "column": names[k],
+            "value": f"{v:.1e}",
+            "seeds": str(args.seed),
+            "machine": args.machine,
+            "recorded": date.today().isoformat(),
+            "command": command,
+            "note": note,
+        }
+        for t, m in summary.items()
+        for k, v in m.items()
+    ]
+    record_summaries(
+        new, lambda r: r["table"] == "dreamer-v3-same-step" and r["row"].startswith(KIND[args.continuous] + " |"), path
+    )
 
 
 if __name__ == "__main__":

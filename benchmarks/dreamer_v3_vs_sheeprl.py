@@ -54,12 +54,15 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 from dreamer_learning_vs_sheeprl import SHEEPRL_KEYS  # noqa: E402 (heron's flag -> sheeprl's keys)
 
 SIZES = {
-    "vector": dict(dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16, recurrent_state_size=128,
-                   hidden_size=128),
-    "XS": dict(dense_units=256, mlp_layers=1, stochastic_size=32, discrete_size=32, recurrent_state_size=256,
-               hidden_size=256),
-    "S": dict(dense_units=512, mlp_layers=2, stochastic_size=32, discrete_size=32, recurrent_state_size=512,
-              hidden_size=512),
+    "vector": dict(
+        dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16, recurrent_state_size=128, hidden_size=128
+    ),
+    "XS": dict(
+        dense_units=256, mlp_layers=1, stochastic_size=32, discrete_size=32, recurrent_state_size=256, hidden_size=256
+    ),
+    "S": dict(
+        dense_units=512, mlp_layers=2, stochastic_size=32, discrete_size=32, recurrent_state_size=512, hidden_size=512
+    ),
 }
 OBS_DIM = 4
 
@@ -109,14 +112,27 @@ def timed(step, args) -> list[float]:
 
 
 def summary(impl: str, times: list[float], args, gflop: float | None = None) -> dict:
-    flops = {} if gflop is None else {"gflop_per_step": round(gflop, 1),
-                                      "gflops_reached": round(gflop / statistics.fmean(times), 1)}
-    return {**flops, "impl": impl, "sizes": args.sizes, "sec_per_grad_step": statistics.fmean(times),
-            "median_sec": statistics.median(times), "steps": len(times), "warmup": args.warmup,
-            "batch": [args.sequence_length, args.batch_size], "continuous": args.continuous, "precision": args.precision,
-            "device": args.device,
-            **({"cuda_graphs": args.cuda_graphs} if impl == "heron" else {"compile": args.sheeprl_compile}),
-            "peak_rss_mb": peak_rss_mb(), **gpu_memory(args)}
+    flops = (
+        {}
+        if gflop is None
+        else {"gflop_per_step": round(gflop, 1), "gflops_reached": round(gflop / statistics.fmean(times), 1)}
+    )
+    return {
+        **flops,
+        "impl": impl,
+        "sizes": args.sizes,
+        "sec_per_grad_step": statistics.fmean(times),
+        "median_sec": statistics.median(times),
+        "steps": len(times),
+        "warmup": args.warmup,
+        "batch": [args.sequence_length, args.batch_size],
+        "continuous": args.continuous,
+        "precision": args.precision,
+        "device": args.device,
+        **({"cuda_graphs": args.cuda_graphs} if impl == "heron" else {"compile": args.sheeprl_compile}),
+        "peak_rss_mb": peak_rss_mb(),
+        **gpu_memory(args),
+    }
 
 
 def gpu_memory(args) -> dict:
@@ -132,20 +148,30 @@ def heron_side(args) -> dict:
     import numpy as np
     import torch
 
+    from heron.accel.precision import Precision
+    from heron.accel.step import build_step
     from heron.algos.dreamer_v3.config import Config
     from heron.algos.dreamer_v3.train import build, make_optimizers, make_update
-    from heron.accel.precision import Precision
     from heron.runtime.setup import seed_everything
-    from heron.accel.step import build_step
 
     torch.set_num_threads(1)
     seed_everything(args.seed, deterministic=args.heron_defaults)  # heron's runs: deterministic kernels
     device = torch.device(args.device)
-    cfg = Config(**SIZES[args.sizes], per_rank_batch_size=args.batch_size, sequence_length=args.sequence_length,
-                 device=args.device, cuda_graphs=args.cuda_graphs)
+    cfg = Config(
+        **SIZES[args.sizes],
+        per_rank_batch_size=args.batch_size,
+        sequence_length=args.sequence_length,
+        device=args.device,
+        cuda_graphs=args.cuda_graphs,
+    )
     A = 1 if args.continuous else 2
-    spaces = {"obs_spec": {"state": [[OBS_DIM], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-              "discrete": not args.continuous, "action_dim": A}
+    spaces = {
+        "obs_spec": {"state": [[OBS_DIM], "float32"]},
+        "cnn_keys": [],
+        "mlp_keys": ["state"],
+        "discrete": not args.continuous,
+        "action_dim": A,
+    }
     if args.continuous:
         spaces.update(action_low=torch.tensor([-2.0]), action_high=torch.tensor([2.0]))
     agent = build(cfg, spaces).to(device)
@@ -160,11 +186,13 @@ def heron_side(args) -> dict:
 
     def batch() -> dict:
         actions = rng.uniform(-1, 1, (T, B, A)) if args.continuous else np.eye(A)[rng.integers(0, A, (T, B))]
-        return {"state": torch.as_tensor(rng.normal(size=(T, B, OBS_DIM)), dtype=torch.float32, device=device),
-                "action": torch.as_tensor(actions, dtype=torch.float32, device=device),
-                "reward": torch.as_tensor(rng.choice([0.0, 1.0], (T, B)), dtype=torch.float32, device=device),
-                "is_first": torch.zeros(T, B, dtype=torch.bool, device=device),
-                "is_terminal": torch.zeros(T, B, dtype=torch.bool, device=device)}
+        return {
+            "state": torch.as_tensor(rng.normal(size=(T, B, OBS_DIM)), dtype=torch.float32, device=device),
+            "action": torch.as_tensor(actions, dtype=torch.float32, device=device),
+            "reward": torch.as_tensor(rng.choice([0.0, 1.0], (T, B)), dtype=torch.float32, device=device),
+            "is_first": torch.zeros(T, B, dtype=torch.bool, device=device),
+            "is_terminal": torch.zeros(T, B, dtype=torch.bool, device=device),
+        }
 
     def step(b: dict) -> None:
         update(b)
@@ -199,15 +227,35 @@ def sheeprl_side(args) -> dict:
     torch.set_num_interop_threads(1)
     log_dir = tempfile.mkdtemp(prefix="sheeprl_dv3_bench_")
     sizes = SIZES[args.sizes]
-    overrides = ["exp=dreamer_v3", "env=gym", "env.id=CartPole-v1", "env.num_envs=1", "env.capture_video=False",
-                 f"fabric.accelerator={args.device}", "fabric.devices=1",
-                 f"fabric.precision={'32-true' if args.precision == '32' else args.precision}", "~fabric.callbacks",
-                 "num_threads=1", f"seed={args.seed}", f"algo.compile.enabled={args.sheeprl_compile}", "algo.run_test=False",
-                 "algo.cnn_keys.encoder=[]", "algo.cnn_keys.decoder=[]", "algo.mlp_keys.encoder=[state]",
-                 "algo.mlp_keys.decoder=[state]", f"algo.per_rank_batch_size={args.batch_size}",
-                 f"algo.per_rank_sequence_length={args.sequence_length}", "buffer.size=4096", "buffer.memmap=False",
-                 "buffer.checkpoint=False", "checkpoint.every=0", "checkpoint.save_last=False",
-                 "model_manager.disabled=True", "metric.log_level=0", f"log_root={log_dir}"]
+    overrides = [
+        "exp=dreamer_v3",
+        "env=gym",
+        "env.id=CartPole-v1",
+        "env.num_envs=1",
+        "env.capture_video=False",
+        f"fabric.accelerator={args.device}",
+        "fabric.devices=1",
+        f"fabric.precision={'32-true' if args.precision == '32' else args.precision}",
+        "~fabric.callbacks",
+        "num_threads=1",
+        f"seed={args.seed}",
+        f"algo.compile.enabled={args.sheeprl_compile}",
+        "algo.run_test=False",
+        "algo.cnn_keys.encoder=[]",
+        "algo.cnn_keys.decoder=[]",
+        "algo.mlp_keys.encoder=[state]",
+        "algo.mlp_keys.decoder=[state]",
+        f"algo.per_rank_batch_size={args.batch_size}",
+        f"algo.per_rank_sequence_length={args.sequence_length}",
+        "buffer.size=4096",
+        "buffer.memmap=False",
+        "buffer.checkpoint=False",
+        "checkpoint.every=0",
+        "checkpoint.save_last=False",
+        "model_manager.disabled=True",
+        "metric.log_level=0",
+        f"log_root={log_dir}",
+    ]
     overrides += [f"{key}={sizes[k]}" for k, keys in SHEEPRL_KEYS.items() if k in sizes for key in keys]
     with initialize_config_module(config_module="sheeprl.configs", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
@@ -225,31 +273,59 @@ def sheeprl_side(args) -> dict:
         actions_dim, is_continuous = (1,), True
     else:
         actions_dim, is_continuous = (2,), False
-    world_model, actor, critic, target_critic, _ = build_agent(fabric, actions_dim, is_continuous, cfg,
-                                                              observation_space)
-    opts = [hydra.utils.instantiate(c.optimizer, params=m.parameters(), _convert_="all")
-            for c, m in ((cfg.algo.world_model, world_model), (cfg.algo.actor, actor), (cfg.algo.critic, critic))]
+    world_model, actor, critic, target_critic, _ = build_agent(
+        fabric, actions_dim, is_continuous, cfg, observation_space
+    )
+    opts = [
+        hydra.utils.instantiate(c.optimizer, params=m.parameters(), _convert_="all")
+        for c, m in ((cfg.algo.world_model, world_model), (cfg.algo.actor, actor), (cfg.algo.critic, critic))
+    ]
     world_opt, actor_opt, critic_opt = fabric.setup_optimizers(*opts)
-    moments = Moments(cfg.algo.actor.moments.decay, cfg.algo.actor.moments.max,
-                      cfg.algo.actor.moments.percentile.low, cfg.algo.actor.moments.percentile.high)
+    moments = Moments(
+        cfg.algo.actor.moments.decay,
+        cfg.algo.actor.moments.max,
+        cfg.algo.actor.moments.percentile.low,
+        cfg.algo.actor.moments.percentile.high,
+    )
     rb = EnvIndependentReplayBuffer(4096, n_envs=1, memmap=False, buffer_cls=SequentialReplayBuffer, seed=args.seed)
     rng = np.random.default_rng(args.seed)
     n_fill = max(4 * args.sequence_length, 256)
     A = actions_dim[0]
-    rb.add({"state": rng.normal(size=(n_fill, 1, OBS_DIM)).astype(np.float32),
-            "terminated": np.zeros((n_fill, 1, 1)), "truncated": np.zeros((n_fill, 1, 1)),
-            "actions": rng.uniform(-1, 1, (n_fill, 1, A)) if is_continuous
+    rb.add(
+        {
+            "state": rng.normal(size=(n_fill, 1, OBS_DIM)).astype(np.float32),
+            "terminated": np.zeros((n_fill, 1, 1)),
+            "truncated": np.zeros((n_fill, 1, 1)),
+            "actions": rng.uniform(-1, 1, (n_fill, 1, A))
+            if is_continuous
             else np.eye(A)[rng.integers(0, A, (n_fill, 1))],
-            "rewards": rng.choice([0.0, 1.0], (n_fill, 1, 1)), "is_first": np.zeros((n_fill, 1, 1))},
-           validate_args=cfg.buffer.validate_args)
+            "rewards": rng.choice([0.0, 1.0], (n_fill, 1, 1)),
+            "is_first": np.zeros((n_fill, 1, 1)),
+        },
+        validate_args=cfg.buffer.validate_args,
+    )
     batches = list(sample_batches(fabric, cfg, rb, args.warmup + args.steps + args.flops))
 
     def step(i: int, batch) -> None:
         tau = 1 if i == 0 else cfg.algo.critic.tau  # as its main loop, before `train`
         for cp, tcp in zip(critic.module.parameters(), target_critic.parameters()):
             tcp.data.copy_(tau * cp.data + (1 - tau) * tcp.data)
-        train(fabric, world_model, actor, critic, target_critic, world_opt, actor_opt, critic_opt, batch, None, cfg,
-              is_continuous, actions_dim, moments)
+        train(
+            fabric,
+            world_model,
+            actor,
+            critic,
+            target_critic,
+            world_opt,
+            actor_opt,
+            critic_opt,
+            batch,
+            None,
+            cfg,
+            is_continuous,
+            actions_dim,
+            moments,
+        )
 
     times = timed(lambda i: step(i, batches[i]), args)
     gflop = count_flops(lambda: step(len(batches) - 1, batches[-1])) if args.flops else None
@@ -269,10 +345,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides")
     p.add_argument("--cuda-graphs", action="store_true", help="heron records its step (--device cuda)")
-    p.add_argument("--heron-defaults", action="store_true",
-                   help="on CUDA, heron's own numerics instead of sheeprl's TF32 products (module doc)")
-    p.add_argument("--sheeprl-compile", action="store_true",
-                   help="sheeprl compiles its losses, algo.compile (--device cuda)")
+    p.add_argument(
+        "--heron-defaults",
+        action="store_true",
+        help="on CUDA, heron's own numerics instead of sheeprl's TF32 products (module doc)",
+    )
+    p.add_argument(
+        "--sheeprl-compile", action="store_true", help="sheeprl compiles its losses, algo.compile (--device cuda)"
+    )
     p.add_argument("--flops", action="store_true", help="count each side's operations per step (module doc)")
     p.add_argument("--sheeprl-python", default="", help="the Python of a venv with sheeprl 0.8.4")
     p.add_argument("--skip-sheeprl", action="store_true")
@@ -306,8 +386,10 @@ def main() -> None:
     print(json.dumps(theirs), flush=True)
     ratio = {"ratio_sheeprl_over_heron": theirs["sec_per_grad_step"] / mine["sec_per_grad_step"]}
     if args.flops:
-        ratio.update(flop_ratio_sheeprl_over_heron=theirs["gflop_per_step"] / mine["gflop_per_step"],
-                     matmul_gflops_this_core=round(matmul_gflops(), 1))
+        ratio.update(
+            flop_ratio_sheeprl_over_heron=theirs["gflop_per_step"] / mine["gflop_per_step"],
+            matmul_gflops_this_core=round(matmul_gflops(), 1),
+        )
     print(json.dumps(ratio))
 
 

@@ -54,37 +54,86 @@ def peak_rss_mb() -> float:
 
 
 SIZES = {
-    "tiny": dict(dense_units=8, mlp_layers=1, cnn_channels_multiplier=2, recurrent_state_size=8, hidden_size=8,
-                 stochastic_size=4, discrete_size=4),
-    "small": dict(dense_units=64, mlp_layers=2, cnn_channels_multiplier=4, recurrent_state_size=64, hidden_size=64,
-                  stochastic_size=8, discrete_size=8),
-    "atari": dict(dense_units=400, mlp_layers=4, cnn_channels_multiplier=48, recurrent_state_size=600,
-                  hidden_size=600, stochastic_size=32, discrete_size=32),
-    "dmc": dict(dense_units=400, mlp_layers=4, cnn_channels_multiplier=48, recurrent_state_size=200,
-                hidden_size=200, stochastic_size=32, discrete_size=32),
+    "tiny": dict(
+        dense_units=8,
+        mlp_layers=1,
+        cnn_channels_multiplier=2,
+        recurrent_state_size=8,
+        hidden_size=8,
+        stochastic_size=4,
+        discrete_size=4,
+    ),
+    "small": dict(
+        dense_units=64,
+        mlp_layers=2,
+        cnn_channels_multiplier=4,
+        recurrent_state_size=64,
+        hidden_size=64,
+        stochastic_size=8,
+        discrete_size=8,
+    ),
+    "atari": dict(
+        dense_units=400,
+        mlp_layers=4,
+        cnn_channels_multiplier=48,
+        recurrent_state_size=600,
+        hidden_size=600,
+        stochastic_size=32,
+        discrete_size=32,
+    ),
+    "dmc": dict(
+        dense_units=400,
+        mlp_layers=4,
+        cnn_channels_multiplier=48,
+        recurrent_state_size=200,
+        hidden_size=200,
+        stochastic_size=32,
+        discrete_size=32,
+    ),
 }
 
 
-def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int, actions: int,
-                    continuous: bool = False, device: str = "cpu", cuda_graphs: bool = False,
-                    heron_defaults: bool = False, precision: str = "32") -> dict:
+def heron_step_time(
+    sizes: str,
+    warmup: int,
+    steps: int,
+    batch: int,
+    length: int,
+    actions: int,
+    continuous: bool = False,
+    device: str = "cpu",
+    cuda_graphs: bool = False,
+    heron_defaults: bool = False,
+    precision: str = "32",
+) -> dict:
     import numpy as np
     import torch
 
+    from heron.accel.precision import Precision
+    from heron.accel.step import build_step
     from heron.algos.dreamer_v2.config import Config
     from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
-    from heron.accel.step import build_step
     from heron.runtime.memory import keep_freed_memory
-    from heron.accel.precision import Precision
     from heron.runtime.setup import seed_everything
 
     keep_freed_memory()  # as the heron command does
     torch.set_num_threads(1)
     seed_everything(0, deterministic=heron_defaults)
-    cfg = Config(use_continues=False, per_rank_batch_size=batch, sequence_length=length, device=device,
-                 cuda_graphs=cuda_graphs, **SIZES[sizes])
-    spaces = {"obs_spec": {"rgb": [[3, 64, 64], "uint8"]}, "cnn_keys": ["rgb"], "mlp_keys": [],
-              "discrete": not continuous, "action_dim": actions}
+    cfg = Config(
+        use_continues=False,
+        per_rank_batch_size=batch,
+        sequence_length=length,
+        device=device,
+        cuda_graphs=cuda_graphs,
+        **SIZES[sizes],
+    )
+    spaces = {
+        "obs_spec": {"rgb": [[3, 64, 64], "uint8"]},
+        "cnn_keys": ["rgb"],
+        "mlp_keys": [],
+        "discrete": not continuous,
+        "action_dim": actions,
+    }
     if continuous:
         spaces.update(action_low=torch.full((actions,), -1.0), action_high=torch.full((actions,), 1.0))
     agent = build(cfg, spaces).to(device)
@@ -102,11 +151,16 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
         if continuous:
             act = torch.from_numpy(rng.uniform(-1, 1, (length, batch, actions)).astype(np.float32))
         else:
-            act = torch.nn.functional.one_hot(torch.from_numpy(rng.integers(0, actions, (length, batch))),
-                                              actions).float()
-        data = {"rgb": torch.from_numpy(rng.integers(0, 256, (length, batch, 3, 64, 64), dtype=np.uint8)),
-                "action": act, "reward": torch.from_numpy(rng.standard_normal((length, batch)).astype(np.float32)),
-                "is_first": torch.from_numpy(is_first), "is_terminal": torch.zeros(length, batch, dtype=torch.bool)}
+            act = torch.nn.functional.one_hot(
+                torch.from_numpy(rng.integers(0, actions, (length, batch))), actions
+            ).float()
+        data = {
+            "rgb": torch.from_numpy(rng.integers(0, 256, (length, batch, 3, 64, 64), dtype=np.uint8)),
+            "action": act,
+            "reward": torch.from_numpy(rng.standard_normal((length, batch)).astype(np.float32)),
+            "is_first": torch.from_numpy(is_first),
+            "is_terminal": torch.zeros(length, batch, dtype=torch.bool),
+        }
         return {k: v.to(device) for k, v in data.items()}
 
     times = []
@@ -119,25 +173,66 @@ def heron_step_time(sizes: str, warmup: int, steps: int, batch: int, length: int
         float(metrics["losses/world_model_loss"])  # the step is done (a no-op sync on CPU)
         if i >= warmup:
             times.append(time.perf_counter() - t)
-    params = {k: sum(p.numel() for p in m.parameters()) for k, m in
-              (("world_model", agent.world), ("actor", agent.actor), ("critic", agent.critic))}
-    return {"impl": "heron", "sizes": sizes, "device": device, "cuda_graphs": cuda_graphs,
-            "numerics": "heron defaults" if heron_defaults else "sheeprl defaults", "precision": precision,
-            "batch": [length, batch], "continuous": continuous, "sec_per_grad_step": statistics.mean(times),
-            "median": statistics.median(times), "min": min(times), "steps": steps, "params": params,
-            # the peak resident memory of this process, which runs heron alone (sheeprl reports its own)
-            "peak_rss_mb": peak_rss_mb(),
-            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None}
+    params = {
+        k: sum(p.numel() for p in m.parameters())
+        for k, m in (("world_model", agent.world), ("actor", agent.actor), ("critic", agent.critic))
+    }
+    return {
+        "impl": "heron",
+        "sizes": sizes,
+        "device": device,
+        "cuda_graphs": cuda_graphs,
+        "numerics": "heron defaults" if heron_defaults else "sheeprl defaults",
+        "precision": precision,
+        "batch": [length, batch],
+        "continuous": continuous,
+        "sec_per_grad_step": statistics.mean(times),
+        "median": statistics.median(times),
+        "min": min(times),
+        "steps": steps,
+        "params": params,
+        # the peak resident memory of this process, which runs heron alone (sheeprl reports its own)
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None,
+    }
 
 
-def sheeprl_step_time(python: str, sizes: str, warmup: int, steps: int, batch: int, length: int,
-                      continuous: bool = False, device: str = "cpu", precision: str = "32-true") -> dict:
+def sheeprl_step_time(
+    python: str,
+    sizes: str,
+    warmup: int,
+    steps: int,
+    batch: int,
+    length: int,
+    continuous: bool = False,
+    device: str = "cpu",
+    precision: str = "32-true",
+) -> dict:
     script = Path(__file__).with_name("sheeprl_dreamer_v2_step.py")
-    argv = [python, str(script), "--sizes", sizes, "--warmup", str(warmup), "--steps", str(steps),
-            "--batch-size", str(batch), "--sequence-length", str(length), "--accelerator",
-            "cuda" if device.startswith("cuda") else "cpu", "--precision", precision]
-    out = subprocess.run(argv + (["--continuous"] if continuous else []), capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    argv = [
+        python,
+        str(script),
+        "--sizes",
+        sizes,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--batch-size",
+        str(batch),
+        "--sequence-length",
+        str(length),
+        "--accelerator",
+        "cuda" if device.startswith("cuda") else "cpu",
+        "--precision",
+        precision,
+    ]
+    out = subprocess.run(
+        argv + (["--continuous"] if continuous else []),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     if out.returncode != 0:
         raise SystemExit(f"sheeprl's step failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -153,29 +248,64 @@ def main() -> None:
     p.add_argument("--continuous", action="store_true", help="6-dim actions in [-1, 1] instead of Discrete(6)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--cuda-graphs", action="store_true", help="heron's --cuda-graphs step")
-    p.add_argument("--heron-defaults", action="store_true",
-                   help="CUDA: heron with its training defaults (fp32 matmuls, deterministic) instead of sheeprl's")
+    p.add_argument(
+        "--heron-defaults",
+        action="store_true",
+        help="CUDA: heron with its training defaults (fp32 matmuls, deterministic) instead of sheeprl's",
+    )
     p.add_argument("--sheeprl-python", default="/work/venv-sheeprl/bin/python")
     p.add_argument("--skip-sheeprl", action="store_true")
-    p.add_argument("--precision", default="32", choices=["32", "tf32", "bf16-mixed", "16-mixed"],
-                   help="heron's --precision, and sheeprl's Fabric precision unless --sheeprl-precision")
+    p.add_argument(
+        "--precision",
+        default="32",
+        choices=["32", "tf32", "bf16-mixed", "16-mixed"],
+        help="heron's --precision, and sheeprl's Fabric precision unless --sheeprl-precision",
+    )
     p.add_argument("--sheeprl-precision", default=None, help="sheeprl's fabric.precision (32-true, bf16-mixed, ...)")
     args = p.parse_args()
-    heron = heron_step_time(args.sizes, args.warmup, args.steps, args.batch_size, args.sequence_length, 6,
-                            args.continuous, args.device, args.cuda_graphs, args.heron_defaults, args.precision)
+    heron = heron_step_time(
+        args.sizes,
+        args.warmup,
+        args.steps,
+        args.batch_size,
+        args.sequence_length,
+        6,
+        args.continuous,
+        args.device,
+        args.cuda_graphs,
+        args.heron_defaults,
+        args.precision,
+    )
     print(json.dumps(heron), flush=True)
     if args.skip_sheeprl:
         return
-    peer = sheeprl_step_time(args.sheeprl_python, args.sizes, args.warmup, args.steps, args.batch_size,
-                             args.sequence_length, args.continuous, args.device,
-                             args.sheeprl_precision or {"32": "32-true", "tf32": "32-true"}.get(args.precision,
-                                                                                                args.precision))
+    peer = sheeprl_step_time(
+        args.sheeprl_python,
+        args.sizes,
+        args.warmup,
+        args.steps,
+        args.batch_size,
+        args.sequence_length,
+        args.continuous,
+        args.device,
+        args.sheeprl_precision or {"32": "32-true", "tf32": "32-true"}.get(args.precision, args.precision),
+    )
     print(json.dumps(peer), flush=True)
-    print(json.dumps({"sizes": args.sizes, "device": args.device, "heron_s": round(heron["sec_per_grad_step"], 4),
-                      "sheeprl_s": round(peer["sec_per_grad_step"], 4),
-                      "speedup": round(peer["sec_per_grad_step"] / heron["sec_per_grad_step"], 2),
-                      "heron_peak_rss_mb": heron["peak_rss_mb"], "sheeprl_peak_rss_mb": peer.get("peak_rss_mb"),
-                      "heron_peak_gpu_mb": heron["peak_gpu_mb"], "sheeprl_peak_gpu_mb": peer.get("peak_gpu_mb")}))
+    print(
+        json.dumps(
+            {
+                "sizes": args.sizes,
+                "device": args.device,
+                "heron_s": round(heron["sec_per_grad_step"], 4),
+                "sheeprl_s": round(peer["sec_per_grad_step"], 4),
+                "speedup": round(peer["sec_per_grad_step"] / heron["sec_per_grad_step"], 2),
+                "heron_peak_rss_mb": heron["peak_rss_mb"],
+                "sheeprl_peak_rss_mb": peer.get("peak_rss_mb"),
+                "heron_peak_gpu_mb": heron["peak_gpu_mb"],
+                "sheeprl_peak_gpu_mb": peer.get("peak_gpu_mb"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

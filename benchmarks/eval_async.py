@@ -27,8 +27,11 @@ from pathlib import Path
 
 
 def train_rate(run: Path) -> float:
-    rows = [(int(r["step"]), float(r["wall_time"])) for r in csv.DictReader(open(run / "metrics.csv"))
-            if not r["metric"].startswith("eval/")]
+    rows = [
+        (int(r["step"]), float(r["wall_time"]))
+        for r in csv.DictReader(open(run / "metrics.csv"))
+        if not r["metric"].startswith("eval/")
+    ]
     (s0, t0), (s1, t1) = rows[0], rows[-1]
     return (s1 - s0) / (t1 - t0)
 
@@ -55,23 +58,47 @@ def main() -> None:
     for r in range(args.rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
             run = root / f"{mode}{r}"
-            cmd = [sys.executable, "-m", "heron", "train", args.algo, "--env-id", args.env_id, "--device", args.device,
-                   "--total-steps", str(args.total_steps), "--eval-every", str(args.eval_every),
-                   "--torch-threads", str(args.threads), "--eval-async", mode, "--progress", "none",
-                   "--run-dir", str(run), *args.extra]
+            cmd = [
+                sys.executable,
+                "-m",
+                "heron",
+                "train",
+                args.algo,
+                "--env-id",
+                args.env_id,
+                "--device",
+                args.device,
+                "--total-steps",
+                str(args.total_steps),
+                "--eval-every",
+                str(args.eval_every),
+                "--torch-threads",
+                str(args.threads),
+                "--eval-async",
+                mode,
+                "--progress",
+                "none",
+                "--run-dir",
+                str(run),
+                *args.extra,
+            ]
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             walls[mode].append(time.perf_counter() - t0)
             rates[mode].append(train_rate(run))
             evals[mode] = eval_rows(run)
-            print(f"round {r}, --eval-async {mode}: {walls[mode][-1]:.1f} s, {rates[mode][-1]:.0f} env steps/s",
-                  flush=True)
+            print(
+                f"round {r}, --eval-async {mode}: {walls[mode][-1]:.1f} s, {rates[mode][-1]:.0f} env steps/s",
+                flush=True,
+            )
     w = {m: statistics.median(v) for m, v in walls.items()}
     s = {m: statistics.median(v) for m, v in rates.items()}
-    print(f"{args.algo} {args.env_id} {args.total_steps} steps, evaluation every {args.eval_every}, device "
-          f"{args.device}, {args.threads} thread(s): wall {w['off']:.1f} s off, {w['on']:.1f} s on "
-          f"({w['off'] / w['on']:.2f}x); env steps/s {s['off']:.0f} off, {s['on']:.0f} on ({s['on'] / s['off']:.2f}x); "
-          f"eval.csv {'the same' if evals['off'] == evals['on'] else 'DIFFERS'}")
+    print(
+        f"{args.algo} {args.env_id} {args.total_steps} steps, evaluation every {args.eval_every}, device "
+        f"{args.device}, {args.threads} thread(s): wall {w['off']:.1f} s off, {w['on']:.1f} s on "
+        f"({w['off'] / w['on']:.2f}x); env steps/s {s['off']:.0f} off, {s['on']:.0f} on ({s['on'] / s['off']:.2f}x); "
+        f"eval.csv {'the same' if evals['off'] == evals['on'] else 'DIFFERS'}"
+    )
 
 
 if __name__ == "__main__":

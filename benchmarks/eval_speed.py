@@ -39,13 +39,29 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     run = tempfile.mkdtemp(prefix="heron_eval_speed_")
-    steps = {"sac": dict(total_steps=1000, learning_starts=1000), "td3": dict(total_steps=1000, learning_starts=1000),
-             "ppo": dict(total_steps=2048, num_envs=1, num_steps=2048)}[args.algo]
-    heron.train(args.algo, env_id=args.env_id, device=args.device, run_dir=run, eval_every=0, eval_episodes=1,
-                checkpoint_every=0, progress="none", torch_threads=args.threads, **steps)
+    steps = {
+        "sac": dict(total_steps=1000, learning_starts=1000),
+        "td3": dict(total_steps=1000, learning_starts=1000),
+        "ppo": dict(total_steps=2048, num_envs=1, num_steps=2048),
+    }[args.algo]
+    heron.train(
+        args.algo,
+        env_id=args.env_id,
+        device=args.device,
+        run_dir=run,
+        eval_every=0,
+        eval_episodes=1,
+        checkpoint_every=0,
+        progress="none",
+        torch_threads=args.threads,
+        **steps,
+    )
     policy = heron.load(run, device=args.device)
-    ways = [("one at a time", lambda: policy, 1), ("together", lambda: policy, args.episodes),
-            ("together, host", policy.on_host, args.episodes)]
+    ways = [
+        ("one at a time", lambda: policy, 1),
+        ("together", lambda: policy, args.episodes),
+        ("together, host", policy.on_host, args.episodes),
+    ]
     times: dict[str, list[float]] = {name: [] for name, *_ in ways}
     means: dict[str, float] = {}
     for _ in range(args.rounds):
@@ -57,8 +73,10 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
             means[name] = float(returns.mean())
     base = statistics.median(times["one at a time"])
-    print(f"{args.algo}, {args.env_id}, {args.episodes} episodes, device {args.device}, {args.threads} thread(s), "
-          f"{args.rounds} rounds (torch {torch.__version__})")
+    print(
+        f"{args.algo}, {args.env_id}, {args.episodes} episodes, device {args.device}, {args.threads} thread(s), "
+        f"{args.rounds} rounds (torch {torch.__version__})"
+    )
     print("| way | seconds per evaluation (median) | speed-up | mean return |")
     print("|---|---:|---:|---:|")
     for name, *_ in ways:

@@ -44,7 +44,7 @@ def main() -> int:
     p.add_argument("--active", type=int, default=300, help="env steps recorded")
     p.add_argument("--rows", type=int, default=25)
     args = p.parse_args(argv[:split])
-    train_args = argv[split + 1:]
+    train_args = argv[split + 1 :]
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     steps = 0  # env steps so far
@@ -54,8 +54,11 @@ def main() -> int:
     def report(prof: profile) -> None:
         done.append(prof.key_averages())
 
-    prof = profile(activities=activities, on_trace_ready=report,
-                   schedule=schedule(wait=args.wait, warmup=WARMUP, active=args.active, repeat=1))
+    prof = profile(
+        activities=activities,
+        on_trace_ready=report,
+        schedule=schedule(wait=args.wait, warmup=WARMUP, active=args.active, repeat=1),
+    )
     first = args.wait + WARMUP  # the env step (count of steps) the recording starts at
     step = envs.VecEnv.step
 
@@ -80,12 +83,17 @@ def main() -> int:
         prof.stop()
         envs.VecEnv.step = step
     if not done or len(window) < 2:
-        print(f"the run ended (exit {code}) before the window: {steps} env steps, needed "
-              f"{first + args.active}; raise --total-steps or lower --wait", file=sys.stderr)
+        print(
+            f"the run ended (exit {code}) before the window: {steps} env steps, needed "
+            f"{first + args.active}; raise --total-steps or lower --wait",
+            file=sys.stderr,
+        )
         return 1
     per_step = (window[-1] - window[0]) / (len(window) - 1)
-    print(f"{args.algo}: {per_step * 1e3:.3f} ms per env step over {len(window) - 1} steps "
-          f"({1 / per_step:.0f} env steps/s, the profiler's own cost included)")
+    print(
+        f"{args.algo}: {per_step * 1e3:.3f} ms per env step over {len(window) - 1} steps "
+        f"({1 / per_step:.0f} env steps/s, the profiler's own cost included)"
+    )
     table = done[0]
     print("\n== by self CPU time (all steps of the window together)")
     print(table.table(sort_by="self_cpu_time_total", row_limit=args.rows))
@@ -93,7 +101,11 @@ def main() -> int:
         print("\n== by device time")
         print(table.table(sort_by="self_device_time_total", row_limit=args.rows))
         replays = [e for e in table if "replay" in e.key.lower() or "graph" in e.key.lower()]
-        print("\n== graph events: " + ", ".join(f"{e.key} x{e.count}" for e in replays) if replays else "\n== no graph events")
+        print(
+            "\n== graph events: " + ", ".join(f"{e.key} x{e.count}" for e in replays)
+            if replays
+            else "\n== no graph events"
+        )
     return code
 
 

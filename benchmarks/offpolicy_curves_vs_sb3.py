@@ -56,8 +56,21 @@ import numpy as np
 LIBS = ("heron", "sb3")
 # fields that do not change what a run learns (where it writes, how often it logs or checkpoints, how
 # long it goes on): a heron run that differs from the script's config only in these is reused
-NOT_LEARNING = {"run_dir", "progress", "torch_threads", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
-                "log_every", "total_steps", "track", "wandb_project", "capture_video", "device", "dist_backend"}
+NOT_LEARNING = {
+    "run_dir",
+    "progress",
+    "torch_threads",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "log_every",
+    "total_steps",
+    "track",
+    "wandb_project",
+    "capture_video",
+    "device",
+    "dist_backend",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,11 +88,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--marks", type=int, default=10, help="rows of the report (evenly spaced marks)")
     p.add_argument("--out", required=True, help="folder of the runs (resumable)")
     p.add_argument("--report-only", action="store_true", help="train nothing; report what --out holds")
-    p.add_argument("--plot", metavar="PNG", help="also draw both libraries' evaluation curves (mean with a band of one "
-                   "std over the seeds, up to --total-steps) to this file")
-    p.add_argument("--results", metavar="CSV", help="also record every finished run (its settings, per-seed figures, "
-                   "evaluation curve and this command) in this results file, replacing an earlier row of the same "
-                   "run; benchmarks/results_tables.py renders the docs' tables from it")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also draw both libraries' evaluation curves (mean with a band of one "
+        "std over the seeds, up to --total-steps) to this file",
+    )
+    p.add_argument(
+        "--results",
+        metavar="CSV",
+        help="also record every finished run (its settings, per-seed figures, "
+        "evaluation curve and this command) in this results file, replacing an earlier row of the same "
+        "run; benchmarks/results_tables.py renders the docs' tables from it",
+    )
     p.add_argument("--one", nargs=2, metavar=("LIB", "SEED"), help=argparse.SUPPRESS)  # internal
     args = p.parse_args(argv)
     if args.total_steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.threads <= 0:
@@ -102,10 +123,20 @@ def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
         overrides[field] = value
     try:
         check_env_id(args.env_id)  # heron's one-line error for an id it cannot make, with close matches
-        return make_config(args.algo, [args.preset] if args.preset else [], **overrides, env_id=args.env_id,
-                           seed=seed, total_steps=args.total_steps, eval_every=args.eval_every,
-                           eval_episodes=args.eval_episodes, torch_threads=args.threads, run_dir=str(run_dir),
-                           progress="log", device="cpu")
+        return make_config(
+            args.algo,
+            [args.preset] if args.preset else [],
+            **overrides,
+            env_id=args.env_id,
+            seed=seed,
+            total_steps=args.total_steps,
+            eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes,
+            torch_threads=args.threads,
+            run_dir=str(run_dir),
+            progress="log",
+            device="cpu",
+        )
     except HeronError as exc:
         raise SystemExit(f"heron config: {exc}") from None
 
@@ -119,19 +150,35 @@ def sb3_settings(cfg) -> dict:
         unmatched.append("num_envs 1, no obs_norm, no max_grad_norm, n_step 1 and precision 32 only")
     if hasattr(cfg, "autotune"):  # SAC
         if cfg.policy_frequency != 1 or cfg.lr_schedule != "constant" or cfg.recurrent != "none":
-            unmatched.append("SAC needs policy_frequency=1 (SB3 updates the actor every step), a constant "
-                             "learning rate and no recurrence")
+            unmatched.append(
+                "SAC needs policy_frequency=1 (SB3 updates the actor every step), a constant "
+                "learning rate and no recurrence"
+            )
     if unmatched:
         raise SystemExit("SB3 cannot run this config: " + "; ".join(unmatched))
-    s = dict(learning_rate=cfg.policy_lr, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
-             batch_size=cfg.batch_size, tau=cfg.tau, gamma=cfg.gamma, train_freq=1,
-             gradient_steps=cfg.gradient_steps, policy_kwargs=dict(net_arch=list(cfg.hidden_sizes)))
+    s = dict(
+        learning_rate=cfg.policy_lr,
+        buffer_size=cfg.buffer_size,
+        learning_starts=cfg.learning_starts,
+        batch_size=cfg.batch_size,
+        tau=cfg.tau,
+        gamma=cfg.gamma,
+        train_freq=1,
+        gradient_steps=cfg.gradient_steps,
+        policy_kwargs=dict(net_arch=list(cfg.hidden_sizes)),
+    )
     if hasattr(cfg, "autotune"):  # SAC
-        s.update(ent_coef=f"auto_{cfg.alpha}" if cfg.autotune else cfg.alpha,
-                 target_update_interval=cfg.target_network_frequency)
+        s.update(
+            ent_coef=f"auto_{cfg.alpha}" if cfg.autotune else cfg.alpha,
+            target_update_interval=cfg.target_network_frequency,
+        )
     else:
-        s.update(policy_delay=cfg.policy_frequency, target_policy_noise=cfg.policy_noise,
-                 target_noise_clip=cfg.noise_clip, exploration_noise=cfg.exploration_noise)
+        s.update(
+            policy_delay=cfg.policy_frequency,
+            target_policy_noise=cfg.policy_noise,
+            target_noise_clip=cfg.noise_clip,
+            exploration_noise=cfg.exploration_noise,
+        )
     return s
 
 
@@ -153,8 +200,11 @@ def read_training(run_dir: Path, upto: int) -> list[tuple[int, float]]:
     heron_rows = run_dir / "metrics.csv"
     if heron_rows.exists():
         with open(heron_rows, newline="") as f:
-            rows = [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f)
-                    if r["metric"] == "charts/episodic_return"]
+            rows = [
+                (int(r["step"]), float(r["value"]))
+                for r in csv.DictReader(f)
+                if r["metric"] == "charts/episodic_return"
+            ]
     elif (run_dir / "train.csv").exists():
         with open(run_dir / "train.csv", newline="") as f:
             rows = [(int(r["step"]), float(r["return"])) for r in csv.DictReader(f)]
@@ -179,8 +229,10 @@ def check_heron_dir(args: argparse.Namespace, seed: int, run_dir: Path) -> dict 
     want = to_dict(heron_config(args, seed, run_dir))
     differ = sorted(k for k in want if k not in NOT_LEARNING and _norm(have.get(k)) != _norm(want[k]))
     if differ:
-        raise SystemExit(f"{run_dir} holds a heron run whose config differs in {', '.join(differ)}: "
-                         "move it away or match the script's settings")
+        raise SystemExit(
+            f"{run_dir} holds a heron run whose config differs in {', '.join(differ)}: "
+            "move it away or match the script's settings"
+        )
     if have["total_steps"] < args.total_steps:
         raise SystemExit(f"{run_dir} stops at {have['total_steps']} steps, fewer than --total-steps")
     return have
@@ -194,8 +246,10 @@ def train_heron(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
         cfg = heron_config(args, seed, run_dir)
         heron.train(args.algo, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     elif have["total_steps"] > args.total_steps:  # a longer run made elsewhere that is not far enough yet
-        raise SystemExit(f"{run_dir} ({have['total_steps']} steps) has no evaluation at {args.total_steps} yet: "
-                         "continue it with heron train --resume first")
+        raise SystemExit(
+            f"{run_dir} ({have['total_steps']} steps) has no evaluation at {args.total_steps} yet: "
+            "continue it with heron train --resume first"
+        )
     else:
         heron.resume(run_dir)
 
@@ -240,11 +294,25 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
     if args.algo == "td3":
         sigma = settings.pop("exploration_noise")
         A = env.action_space.shape[0]
-        model = TD3("MlpPolicy", env, action_noise=NormalActionNoise(np.zeros(A), sigma * np.ones(A)), seed=seed,
-                    device="cpu", verbose=0, **settings)
+        model = TD3(
+            "MlpPolicy",
+            env,
+            action_noise=NormalActionNoise(np.zeros(A), sigma * np.ones(A)),
+            seed=seed,
+            device="cpu",
+            verbose=0,
+            **settings,
+        )
     else:
-        model = SAC("MlpPolicy", env, target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
-                    seed=seed, device="cpu", verbose=0, **settings)
+        model = SAC(
+            "MlpPolicy",
+            env,
+            target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
+            seed=seed,
+            device="cpu",
+            verbose=0,
+            **settings,
+        )
 
     class Record(BaseCallback):
         def __init__(self):
@@ -264,8 +332,10 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
                 csv.writer(self.evals).writerow([step, returns.mean(), returns.std(), len(returns)])
                 self.evals.flush()
                 self.train.flush()
-                print(f"sb3 {args.algo} {args.env_id} seed {seed}: step {step}, evaluation {returns.mean():.1f}",
-                      flush=True)
+                print(
+                    f"sb3 {args.algo} {args.env_id} seed {seed}: step {step}, evaluation {returns.mean():.1f}",
+                    flush=True,
+                )
             return True
 
         def _on_training_end(self) -> None:
@@ -287,6 +357,7 @@ def permutation_p(a: list[float], b: list[float], exact_up_to: int = 200_000) ->
     20 seeds in all) it draws that many random splits instead, from a fixed seed."""
     from itertools import combinations
     from math import comb
+
     pooled = np.asarray(list(a) + list(b), float)
     n, k = len(pooled), len(a)
     observed = abs(np.mean(a) - np.mean(b))
@@ -309,12 +380,32 @@ def run_figures(args: argparse.Namespace, lib: str, seed: int, evals: dict[int, 
     if args.total_steps not in evals:
         return None
     train = [r for st, r in read_training(run_dir_of(args, lib, seed), args.total_steps) if st > 0.9 * args.total_steps]
-    return dict(final_eval=evals[args.total_steps], mean_eval=float(np.mean(list(evals.values()))),
-                best_eval=max(evals.values()), train_last10=float(np.mean(train)) if train else None)
+    return dict(
+        final_eval=evals[args.total_steps],
+        mean_eval=float(np.mean(list(evals.values()))),
+        best_eval=max(evals.values()),
+        train_last10=float(np.mean(train)) if train else None,
+    )
 
 
-RESULT_FIELDS = ("algo", "env_id", "total_steps", "preset", "overrides", "lib", "seed", "final_eval", "mean_eval",
-                 "best_eval", "train_last10", "evals", "eval_episodes", "peer", "recorded", "command")
+RESULT_FIELDS = (
+    "algo",
+    "env_id",
+    "total_steps",
+    "preset",
+    "overrides",
+    "lib",
+    "seed",
+    "final_eval",
+    "mean_eval",
+    "best_eval",
+    "train_last10",
+    "evals",
+    "eval_episodes",
+    "peer",
+    "recorded",
+    "command",
+)
 
 
 def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
@@ -335,6 +426,7 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
     if "sb3" in args.libs:
         try:
             from importlib.metadata import version
+
             peer = f"stable-baselines3 {version('stable-baselines3')}"
         except Exception:  # not installed: --report-only of runs made elsewhere
             peer = "stable-baselines3"
@@ -353,12 +445,23 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
             fig = run_figures(args, lib, seed, evals)
             if fig is None:
                 continue
-            new.append(dict(algo=args.algo, env_id=args.env_id, total_steps=args.total_steps, preset=args.preset,
-                            overrides=" ".join(sorted(args.set)), lib=lib, seed=seed,
-                            **{k: "" if v is None else f"{v:.2f}" for k, v in fig.items()},
-                            evals=" ".join(f"{k}:{v:.2f}" for k, v in sorted(evals.items())),
-                            eval_episodes=args.eval_episodes, peer=peer if lib == "sb3" else "",
-                            recorded=datetime.date.today().isoformat(), command=command))
+            new.append(
+                dict(
+                    algo=args.algo,
+                    env_id=args.env_id,
+                    total_steps=args.total_steps,
+                    preset=args.preset,
+                    overrides=" ".join(sorted(args.set)),
+                    lib=lib,
+                    seed=seed,
+                    **{k: "" if v is None else f"{v:.2f}" for k, v in fig.items()},
+                    evals=" ".join(f"{k}:{v:.2f}" for k, v in sorted(evals.items())),
+                    eval_episodes=args.eval_episodes,
+                    peer=peer if lib == "sb3" else "",
+                    recorded=datetime.date.today().isoformat(),
+                    command=command,
+                )
+            )
     keys = {tuple(str(r[k]) for k in key_fields) for r in new}
     rows = [r for r in rows if tuple(r[k] for k in key_fields) not in keys] + new
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -385,9 +488,11 @@ def report(args: argparse.Namespace, cfg) -> None:
     marks = [m for m in range(step, args.total_steps + 1, step) if m % args.eval_every == 0] or [args.total_steps]
     curves = {lib: {s: read_evals(run_dir_of(args, lib, s), args.total_steps) for s in args.seeds} for lib in LIBS}
     f = _fmt([v for lib in LIBS for c in curves[lib].values() for v in c.values()])
-    print(f"\n{args.algo.upper()} on {args.env_id}, {args.total_steps:,} env steps, seeds {args.seeds}; deterministic "
-          f"evaluation of {args.eval_episodes} episodes every {args.eval_every:,} steps, the same start states on "
-          f"both sides; learning starts at {cfg.learning_starts:,}")
+    print(
+        f"\n{args.algo.upper()} on {args.env_id}, {args.total_steps:,} env steps, seeds {args.seeds}; deterministic "
+        f"evaluation of {args.eval_episodes} episodes every {args.eval_every:,} steps, the same start states on "
+        f"both sides; learning starts at {cfg.learning_starts:,}"
+    )
     print("\n| Steps | heron (mean ± std over seeds) | SB3 | heron per seed | SB3 per seed |")
     print("|---:|---:|---:|---|---|")
     for m in marks:
@@ -395,12 +500,17 @@ def report(args: argparse.Namespace, cfg) -> None:
         for lib in LIBS:
             vals = [curves[lib][s][m] for s in args.seeds if m in curves[lib][s]]
             cells.append(f"{np.mean(vals):{f}} ± {_std(vals):{f}}" if vals else "")
-        per = [", ".join(f"{curves[lib][s][m]:{f}}" if m in curves[lib][s] else "-" for s in args.seeds)
-               for lib in LIBS]
+        per = [
+            ", ".join(f"{curves[lib][s][m]:{f}}" if m in curves[lib][s] else "-" for s in args.seeds) for lib in LIBS
+        ]
         print(f"| {m:,} | {cells[0]} | {cells[1]} | {per[0]} | {per[1]} |")
     print()
-    rows = {"final evaluation": [], "training return, last 10% of the steps": [], "mean of the evaluations": [],
-            "best evaluation": []}
+    rows = {
+        "final evaluation": [],
+        "training return, last 10% of the steps": [],
+        "mean of the evaluations": [],
+        "best evaluation": [],
+    }
     per_seed: dict[str, list[list[float]]] = {key: [] for key in rows}
     for lib in LIBS:
         figures = [run_figures(args, lib, s, curves[lib][s]) for s in args.seeds]
@@ -418,15 +528,20 @@ def report(args: argparse.Namespace, cfg) -> None:
     if args.plot:  # every run with evaluations, finished or not: the legend counts the seeds
         from heron.errors import HeronError
         from heron.plot import plot_curve_bands
-        groups = {{"sb3": "SB3"}.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
-                  for lib in LIBS}
+
+        groups = {
+            {"sb3": "SB3"}.get(lib, lib): [(sorted(c), [c[k] for k in sorted(c)]) for c in curves[lib].values() if c]
+            for lib in LIBS
+        }
         try:
             print("plot:", plot_curve_bands(groups, args.plot, f"{args.algo.upper()} {args.env_id}, heron and SB3"))
         except HeronError as exc:  # no matplotlib, no evaluations yet
             raise SystemExit(f"--plot: {exc}") from None
-    print("\n(mean ± std over the finished seeds, their number in brackets; 'mean of the evaluations' is the area under "
-          "the evaluation curve divided by its length; p: the chance that seed-to-seed noise alone splits the "
-          "pooled per-seed figures into groups this far apart, over every split of the seeds)")
+    print(
+        "\n(mean ± std over the finished seeds, their number in brackets; 'mean of the evaluations' is the area under "
+        "the evaluation curve divided by its length; p: the chance that seed-to-seed noise alone splits the "
+        "pooled per-seed figures into groups this far apart, over every split of the seeds)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,7 +568,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         try:
             import stable_baselines3  # noqa: F401
         except ImportError:
-            raise SystemExit("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'")
+            raise SystemExit("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'") from None
         sb3_settings(cfg)  # before any training: a config SB3 cannot match stops here
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if not args.report_only:
@@ -466,12 +581,21 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
                     print(f"[{lib} seed {seed}] finished earlier: {run_dir}", flush=True)
                     continue
                 print(f"[{lib} seed {seed}] training -> {run_dir}", flush=True)
-                cmd = [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv),
-                       "--one", lib, str(seed)]
+                cmd = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    *(sys.argv[1:] if argv is None else argv),
+                    "--one",
+                    lib,
+                    str(seed),
+                ]
                 code = subprocess.run(cmd).returncode
                 if code:
-                    print(f"[{lib} seed {seed}] training ended with exit code {code} (its output is above); "
-                          "the same command continues", file=sys.stderr)
+                    print(
+                        f"[{lib} seed {seed}] training ended with exit code {code} (its output is above); "
+                        "the same command continues",
+                        file=sys.stderr,
+                    )
                     return code
     report(args, cfg)
     if args.results:

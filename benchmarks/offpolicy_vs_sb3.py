@@ -97,8 +97,10 @@ LOSS_ROW = "losses/qf_loss"  # written every --log-every steps by both heron alg
 
 # -- settings ---------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="heron vs Stable-Baselines3 (SAC, TD3): update throughput, "
-                                            "env steps/s and final evaluation with identical settings.")
+    p = argparse.ArgumentParser(
+        description="heron vs Stable-Baselines3 (SAC, TD3): update throughput, "
+        "env steps/s and final evaluation with identical settings."
+    )
     p.add_argument("--env-id", default="Hopper-v5")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     p.add_argument("--total-steps", type=int, default=20_000)
@@ -106,17 +108,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-episodes", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both libraries; 0: each "
-                   "library's own default (heron's follows the free cores, SB3's is torch's: one per core)")
-    p.add_argument("--busy", type=int, default=0, metavar="K", help="K other busy processes (a Python loop each) "
-                   "during the whole benchmark: a machine where something else runs")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads, for both libraries; 0: each "
+        "library's own default (heron's follows the free cores, SB3's is torch's: one per core)",
+    )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K other busy processes (a Python loop each) "
+        "during the whole benchmark: a machine where something else runs",
+    )
     p.add_argument("--device", default="cpu", help="torch device for both libraries (default cpu)")
-    p.add_argument("--precision", nargs="+", default=["32"], choices=["32", "bf16-mixed"],
-                   help="heron's --precision; one heron training per value (SB3 runs float32)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="trainings per library, the order reversed every other round; the rates and the heron/SB3 "
-                        "ratios reported are the medians over rounds (a shared VM's speed can drift by tens of percent "
-                        "within minutes); the evaluation is the first round's")
+    p.add_argument(
+        "--precision",
+        nargs="+",
+        default=["32"],
+        choices=["32", "bf16-mixed"],
+        help="heron's --precision; one heron training per value (SB3 runs float32)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="trainings per library, the order reversed every other round; the rates and the heron/SB3 "
+        "ratios reported are the medians over rounds (a shared VM's speed can drift by tens of percent "
+        "within minutes); the evaluation is the first round's",
+    )
     p.add_argument("--out", default=None, help="write all results as JSON to this path")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table for docs/benchmarks/speed.md")
     # internal: one training in a fresh process (what main() runs for every training)
@@ -166,23 +188,59 @@ def window(total: int, starts: int, log_every: int) -> tuple[int, int]:
 
 # -- heron ------------------------------------------------------------------------------------------
 def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_every: int, precision: str = "32") -> dict:
-    cfg = dict(env_id=args.env_id, precision=precision, seed=args.seed, total_steps=args.total_steps,
-               learning_starts=args.learning_starts, batch_size=args.batch_size,
-               buffer_size=COMMON["buffer_size"], hidden_sizes=COMMON["hidden_sizes"], gamma=COMMON["gamma"],
-               tau=COMMON["tau"], policy_lr=COMMON["lr"], q_lr=COMMON["lr"], gradient_steps=1, num_envs=1,
-               vector_mode="sync", device=args.device, torch_threads=args.threads, obs_norm=False,
-               max_grad_norm=0.0, compile=False, eval_every=0, eval_episodes=args.eval_episodes,
-               checkpoint_every=0, log_every=log_every, progress="none", run_dir=str(run_dir))
+    cfg = dict(
+        env_id=args.env_id,
+        precision=precision,
+        seed=args.seed,
+        total_steps=args.total_steps,
+        learning_starts=args.learning_starts,
+        batch_size=args.batch_size,
+        buffer_size=COMMON["buffer_size"],
+        hidden_sizes=COMMON["hidden_sizes"],
+        gamma=COMMON["gamma"],
+        tau=COMMON["tau"],
+        policy_lr=COMMON["lr"],
+        q_lr=COMMON["lr"],
+        gradient_steps=1,
+        num_envs=1,
+        vector_mode="sync",
+        device=args.device,
+        torch_threads=args.threads,
+        obs_norm=False,
+        max_grad_norm=0.0,
+        compile=False,
+        eval_every=0,
+        eval_episodes=args.eval_episodes,
+        checkpoint_every=0,
+        log_every=log_every,
+        progress="none",
+        run_dir=str(run_dir),
+    )
     if algo == "sac":
-        cfg.update(policy_frequency=1, target_network_frequency=1, autotune=True, alpha=0.2,
-                   target_entropy_scale=1.0, recurrent="none", lr_schedule="constant")
+        cfg.update(
+            policy_frequency=1,
+            target_network_frequency=1,
+            autotune=True,
+            alpha=0.2,
+            target_entropy_scale=1.0,
+            recurrent="none",
+            lr_schedule="constant",
+        )
     else:
         cfg.update(policy_frequency=2, policy_noise=0.2, noise_clip=0.5, exploration_noise=0.1)
     return cfg
 
 
-def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s0: int, s1: int,
-              precision: str = "32", round_: int = 0) -> dict:
+def run_heron(
+    algo: str,
+    args: argparse.Namespace,
+    work: Path,
+    log_every: int,
+    s0: int,
+    s1: int,
+    precision: str = "32",
+    round_: int = 0,
+) -> dict:
     run_dir = work / f"heron_{algo}_{precision}_{round_}"
     set_threads(args)  # heron sets it too, from torch_threads
     t = time.perf_counter()
@@ -202,9 +260,15 @@ def run_heron(algo: str, args: argparse.Namespace, work: Path, log_every: int, s
         raise RuntimeError(f"heron's metrics.csv lacks rows at steps {missing}; cannot time its learning phase")
     seconds = losses_at[s1] - losses_at[s0]
     policy = heron.load(run_dir, device=args.device)
-    return {"updates_per_s": (s1 - s0) / seconds, "window_s": seconds, "env_steps_per_s": sps_at[s1],
-            "wall_s": wall, "internal_eval": summary["mean_return"],
-            "predict": lambda obs: policy.predict(obs, deterministic=True), "reset": policy.reset}
+    return {
+        "updates_per_s": (s1 - s0) / seconds,
+        "window_s": seconds,
+        "env_steps_per_s": sps_at[s1],
+        "wall_s": wall,
+        "internal_eval": summary["mean_return"],
+        "predict": lambda obs: policy.predict(obs, deterministic=True),
+        "reset": policy.reset,
+    }
 
 
 # -- Stable-Baselines3 ------------------------------------------------------------------------------
@@ -234,28 +298,48 @@ def run_sb3(algo: str, args: argparse.Namespace, s0: int, s1: int) -> dict:
     set_threads(args)
     t_start = time.perf_counter()
     env = make_vec_env(lambda: make_env(args.env_id), n_envs=1, seed=args.seed)
-    shared = dict(learning_rate=COMMON["lr"], buffer_size=COMMON["buffer_size"],
-                  learning_starts=args.learning_starts, batch_size=args.batch_size, tau=COMMON["tau"],
-                  gamma=COMMON["gamma"], train_freq=1, gradient_steps=1,
-                  policy_kwargs=dict(net_arch=list(COMMON["hidden_sizes"])), seed=args.seed, device=args.device,
-                  verbose=0)
+    shared = dict(
+        learning_rate=COMMON["lr"],
+        buffer_size=COMMON["buffer_size"],
+        learning_starts=args.learning_starts,
+        batch_size=args.batch_size,
+        tau=COMMON["tau"],
+        gamma=COMMON["gamma"],
+        train_freq=1,
+        gradient_steps=1,
+        policy_kwargs=dict(net_arch=list(COMMON["hidden_sizes"])),
+        seed=args.seed,
+        device=args.device,
+        verbose=0,
+    )
     if algo == "sac":
-        model = SAC("MlpPolicy", env, ent_coef="auto_0.2", target_entropy="auto", target_update_interval=1,
-                    **shared)
+        model = SAC("MlpPolicy", env, ent_coef="auto_0.2", target_entropy="auto", target_update_interval=1, **shared)
     else:
         A = env.action_space.shape[0]
         # SB3 adds this noise to the action rescaled to [-1, 1]: sigma 0.1 = 0.1 x half-range in env units
         noise = NormalActionNoise(mean=np.zeros(A), sigma=0.1 * np.ones(A))
-        model = TD3("MlpPolicy", env, action_noise=noise, policy_delay=2, target_policy_noise=0.2,
-                    target_noise_clip=0.5, **shared)
+        model = TD3(
+            "MlpPolicy",
+            env,
+            action_noise=noise,
+            policy_delay=2,
+            target_policy_noise=0.2,
+            target_noise_clip=0.5,
+            **shared,
+        )
     clock = Clock()
     model.learn(total_timesteps=args.total_steps, callback=clock)
     wall = time.perf_counter() - t_start
     env.close()
     seconds = clock.at[s1] - clock.at[s0]
-    return {"updates_per_s": (s1 - s0) / seconds, "window_s": seconds,
-            "env_steps_per_s": s1 / (clock.at[s1] - t_start), "wall_s": wall,
-            "predict": lambda obs: model.predict(obs, deterministic=True)[0], "reset": lambda: None}
+    return {
+        "updates_per_s": (s1 - s0) / seconds,
+        "window_s": seconds,
+        "env_steps_per_s": s1 / (clock.at[s1] - t_start),
+        "wall_s": wall,
+        "predict": lambda obs: model.predict(obs, deterministic=True)[0],
+        "reset": lambda: None,
+    }
 
 
 # -- evaluation (one loop for both) -----------------------------------------------------------------
@@ -296,11 +380,16 @@ def cpu_name() -> str:
 
 
 def versions() -> dict:
-    import stable_baselines3
     import gymnasium
+    import stable_baselines3
 
-    return {"heron": heron.__version__, "stable_baselines3": stable_baselines3.__version__,
-            "torch": torch.__version__, "gymnasium": gymnasium.__version__, "python": platform.python_version()}
+    return {
+        "heron": heron.__version__,
+        "stable_baselines3": stable_baselines3.__version__,
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def heron_label(precision: str) -> str:
@@ -330,30 +419,44 @@ def summarize_rounds(libs: dict) -> None:
 
 def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print()
-    print(f"heron {info['versions']['heron']} vs Stable-Baselines3 {info['versions']['stable_baselines3']} "
-          f"on {args.env_id}: {args.total_steps} steps, learning from step {args.learning_starts}, seed {args.seed}")
-    print(f"machine: {info['cpu']}; torch {info['versions']['torch']}, {threads_label(args)}, "
-          f"device {args.device}; trained one after the other, each in a fresh process")
-    print("settings (both): 256-256, batch {b}, buffer 1e6, gamma 0.99, tau 0.005, train_freq 1, gradient_steps 1; "
-          "lr 3e-4 for everything (NOTE: heron's SAC default q-lr is 1e-3; set to 3e-4 here because SB3 "
-          "has a single learning_rate); SAC: policy_frequency 1, target_network_frequency 1, alpha auto from 0.2; "
-          "TD3: policy delay 2, target noise 0.2 clip 0.5, exploration noise 0.1 x half-range"
-          .format(b=args.batch_size))
-    print(f"updates/s: learning phase only, steps {s0} -> {s1} ({s1 - s0} updates); env steps/s: steps 0 -> {s1}; "
-          f"eval: {args.eval_episodes} deterministic episode(s), same seeds for both")
+    print(
+        f"heron {info['versions']['heron']} vs Stable-Baselines3 {info['versions']['stable_baselines3']} "
+        f"on {args.env_id}: {args.total_steps} steps, learning from step {args.learning_starts}, seed {args.seed}"
+    )
+    print(
+        f"machine: {info['cpu']}; torch {info['versions']['torch']}, {threads_label(args)}, "
+        f"device {args.device}; trained one after the other, each in a fresh process"
+    )
+    print(
+        f"settings (both): 256-256, batch {args.batch_size}, buffer 1e6, gamma 0.99, tau 0.005, train_freq 1, "
+        "gradient_steps 1; "
+        "lr 3e-4 for everything (NOTE: heron's SAC default q-lr is 1e-3; set to 3e-4 here because SB3 "
+        "has a single learning_rate); SAC: policy_frequency 1, target_network_frequency 1, alpha auto from 0.2; "
+        "TD3: policy delay 2, target noise 0.2 clip 0.5, exploration noise 0.1 x half-range"
+    )
+    print(
+        f"updates/s: learning phase only, steps {s0} -> {s1} ({s1 - s0} updates); env steps/s: steps 0 -> {s1}; "
+        f"eval: {args.eval_episodes} deterministic episode(s), same seeds for both"
+    )
     if args.rounds > 1:
-        print(f"{args.rounds} rounds, the order reversed every other round: rates are medians over rounds, ratios "
-              "the medians of the per-round ratios")
+        print(
+            f"{args.rounds} rounds, the order reversed every other round: rates are medians over rounds, ratios "
+            "the medians of the per-round ratios"
+        )
     print()
     head = f"{'algo':<5} {'metric':<12} {'heron':>18} {'SB3':>18} {'heron/SB3':>10}"
     print(head)
     print("-" * len(head))
     for (algo, lib), h in heron_rows(results):
         s = results[algo]["sb3"]
-        print(f"{algo + lib[5:]:<5} {'updates/s':<12} {h['updates_per_s']:>18.1f} {s['updates_per_s']:>18.1f} "
-              f"{median_ratio(h, s, 'updates_per_s'):>9.2f}x")
-        print(f"{'':<5} {'env steps/s':<12} {h['env_steps_per_s']:>18.1f} {s['env_steps_per_s']:>18.1f} "
-              f"{median_ratio(h, s, 'env_steps_per_s'):>9.2f}x")
+        print(
+            f"{algo + lib[5:]:<5} {'updates/s':<12} {h['updates_per_s']:>18.1f} {s['updates_per_s']:>18.1f} "
+            f"{median_ratio(h, s, 'updates_per_s'):>9.2f}x"
+        )
+        print(
+            f"{'':<5} {'env steps/s':<12} {h['env_steps_per_s']:>18.1f} {s['env_steps_per_s']:>18.1f} "
+            f"{median_ratio(h, s, 'env_steps_per_s'):>9.2f}x"
+        )
         if args.rounds > 1:
             per = [f"{a / b:.2f}" for a, b in zip(h["updates_per_s_rounds"], s["updates_per_s_rounds"])]
             print(f"{'':<5} {'rounds':<12} updates/s ratio per round: {', '.join(per)}")
@@ -372,27 +475,39 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
         for lib, x in r.items():
             name = f"SB3 {v['stable_baselines3']}" if lib == "sb3" else f"heron {v['heron']}{lib[5:]}"
             rel = f"{median_ratio(x, r['sb3'], 'updates_per_s'):.2f}x" if lib != "sb3" else ""
-            print(f"| {algo.upper()} | {args.env_id} | {args.total_steps:,} | {name} | {x['updates_per_s']:.0f} | "
-                  f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |")
+            print(
+                f"| {algo.upper()} | {args.env_id} | {args.total_steps:,} | {name} | {x['updates_per_s']:.0f} | "
+                f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |"
+            )
     print()
-    print(f"*{info['cpu']}, device {args.device}, {threads_label(args)}, torch {v['torch']}; "
-          f"learning starts at {args.learning_starts:,}, updates/s over steps {s0:,}–{s1:,}; batch {args.batch_size}, "
-          f"256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
-          f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
-          f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
-          f"--learning-starts {args.learning_starts} --threads {args.threads}"
-          f"{f' --busy {args.busy}' if args.busy else ''}"
-          f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}"
-          f"{f' --rounds {args.rounds}' if args.rounds > 1 else ''}`*"
-          f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}")
+    print(
+        f"*{info['cpu']}, device {args.device}, {threads_label(args)}, torch {v['torch']}; "
+        f"learning starts at {args.learning_starts:,}, updates/s over steps {s0:,}–{s1:,}; batch {args.batch_size}, "
+        f"256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
+        f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
+        f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
+        f"--learning-starts {args.learning_starts} --threads {args.threads}"
+        f"{f' --busy {args.busy}' if args.busy else ''}"
+        f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}"
+        f"{f' --rounds {args.rounds}' if args.rounds > 1 else ''}`*"
+        f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}"
+    )
 
 
 def train_in_subprocess(argv: list[str] | None, algo: str, lib: str, round_: int, work: Path) -> dict:
     """One training (and, in the first round, its evaluation) in a fresh Python process, so that no
     training runs in a process an earlier one left its memory, threads and caches in."""
     result = work / f"{algo}_{lib.replace(' ', '_')}_{round_}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv),
-           "--one", algo, lib, str(round_), str(result)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        *(sys.argv[1:] if argv is None else argv),
+        "--one",
+        algo,
+        lib,
+        str(round_),
+        str(result),
+    ]
     subprocess.run(cmd, check=True)
     return json.loads(result.read_text())
 
@@ -403,8 +518,11 @@ def one(args: argparse.Namespace) -> int:
     set_threads(args)
     log_every = choose_log_every(args.total_steps, args.learning_starts)
     s0, s1 = window(args.total_steps, args.learning_starts, log_every)
-    r = (run_heron(algo, args, result.parent, log_every, s0, s1, lib[6:] or "32", round_) if lib != "sb3"
-         else run_sb3(algo, args, s0, s1))
+    r = (
+        run_heron(algo, args, result.parent, log_every, s0, s1, lib[6:] or "32", round_)
+        if lib != "sb3"
+        else run_sb3(algo, args, s0, s1)
+    )
     predict, reset = r.pop("predict"), r.pop("reset")
     r["threads"] = torch.get_num_threads()  # heron's at the end of its run
     if round_ == 0:
@@ -412,10 +530,16 @@ def one(args: argparse.Namespace) -> int:
         r.update(eval_mean=float(returns.mean()), eval_std=float(returns.std()), eval_returns=returns.tolist())
         if lib != "sb3" and abs(r["internal_eval"] - r["eval_mean"]) > 1e-3 * max(1.0, abs(r["eval_mean"])):
             # a run evaluates in its precision, a saved policy (this script's) in float32
-            why = " (expected in mixed precision: the run evaluates in it, the saved policy in float32)" \
-                if lib.endswith("mixed") else ""
-            print(f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this script's "
-                  f"({r['eval_mean']:.3f}) on the same seeds{why}", flush=True)
+            why = (
+                " (expected in mixed precision: the run evaluates in it, the saved policy in float32)"
+                if lib.endswith("mixed")
+                else ""
+            )
+            print(
+                f"  warning: heron's own final evaluation ({r['internal_eval']:.3f}) differs from this script's "
+                f"({r['eval_mean']:.3f}) on the same seeds{why}",
+                flush=True,
+            )
     result.write_text(json.dumps(r))
     return 0
 
@@ -441,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             results[algo] = {}
             labels = [*map(heron_label, args.precision), "sb3"]
             for round_ in range(args.rounds):
-                for lib in (labels if round_ % 2 == 0 else labels[::-1]):  # sequential, never in parallel
+                for lib in labels if round_ % 2 == 0 else labels[::-1]:  # sequential, never in parallel
                     tag = f" round {round_ + 1}/{args.rounds}" if args.rounds > 1 else ""
                     print(f"[{algo}] training {lib} ({args.total_steps} steps on {args.env_id}){tag} ...", flush=True)
                     r = train_in_subprocess(argv, algo, lib, round_, work)
@@ -450,8 +574,11 @@ def main(argv: list[str] | None = None) -> int:
                     for key in ("updates_per_s", "env_steps_per_s"):
                         results[algo][lib][f"{key}_rounds"].append(r[key])
                     evaluated = f", eval {r['eval_mean']:.1f}" if round_ == 0 else ""
-                    print(f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s{evaluated}, "
-                          f"{r['wall_s']:.1f} s, {r['threads']} torch thread(s)", flush=True)
+                    print(
+                        f"  {r['updates_per_s']:.1f} updates/s, {r['env_steps_per_s']:.1f} env steps/s{evaluated}, "
+                        f"{r['wall_s']:.1f} s, {r['threads']} torch thread(s)",
+                        flush=True,
+                    )
             summarize_rounds(results[algo])
     finally:
         for proc in others:
@@ -463,13 +590,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print_markdown(args, results, s0, s1, info)
     if args.out:
-        out = {"settings": {**vars(args), "log_every": log_every, "window": [s0, s1], "learning_rate": COMMON["lr"],
-                            "hidden_sizes": list(COMMON["hidden_sizes"]), "buffer_size": COMMON["buffer_size"],
-                            "gamma": COMMON["gamma"], "tau": COMMON["tau"], "eval_seed_offset": EVAL_SEED_OFFSET},
-               "machine": info, "results": results,
-               "ratios": {f"{a}{lib[5:]}": {k: median_ratio(h, results[a]["sb3"], k)
-                                             for k in ("updates_per_s", "env_steps_per_s")}
-                          for (a, lib), h in heron_rows(results)}}
+        out = {
+            "settings": {
+                **vars(args),
+                "log_every": log_every,
+                "window": [s0, s1],
+                "learning_rate": COMMON["lr"],
+                "hidden_sizes": list(COMMON["hidden_sizes"]),
+                "buffer_size": COMMON["buffer_size"],
+                "gamma": COMMON["gamma"],
+                "tau": COMMON["tau"],
+                "eval_seed_offset": EVAL_SEED_OFFSET,
+            },
+            "machine": info,
+            "results": results,
+            "ratios": {
+                f"{a}{lib[5:]}": {
+                    k: median_ratio(h, results[a]["sb3"], k) for k in ("updates_per_s", "env_steps_per_s")
+                }
+                for (a, lib), h in heron_rows(results)
+            },
+        }
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
         print(f"\nwrote {args.out}")

@@ -90,6 +90,7 @@ def install(clock: Clock) -> None:
             clock.add(name, seconds)
             state["aside"] += seconds
             return out
+
         return wrapper
 
     make_envs = ppo.make_envs
@@ -132,9 +133,11 @@ def report(clock: Clock, skip: int) -> str:
     steps = clock.steps_per_iteration
     means = {p: sum(r.get(p, 0.0) for r in rows) / len(rows) for p in PHASES}
     total = sum(means.values())
-    lines = [f"{len(rows)} iterations of {steps} env steps (after {skip} skipped): "
-             f"{total * 1e3:.1f} ms each, {steps / total:.0f} env steps/s",
-             f"{'phase':<20} {'ms/iteration':>13} {'us/env step':>12} {'share':>6}"]
+    lines = [
+        f"{len(rows)} iterations of {steps} env steps (after {skip} skipped): "
+        f"{total * 1e3:.1f} ms each, {steps / total:.0f} env steps/s",
+        f"{'phase':<20} {'ms/iteration':>13} {'us/env step':>12} {'share':>6}",
+    ]
     for p in PHASES:
         lines.append(f"{p:<20} {means[p] * 1e3:>13.2f} {means[p] / steps * 1e6:>12.1f} {means[p] / total:>6.1%}")
     return "\n".join(lines)
@@ -146,7 +149,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip", type=int, default=5, help="iterations left out at the start (compile, capture)")
     args = p.parse_args(argv[:split])
-    train_args = argv[split + 1:]
+    train_args = argv[split + 1 :]
     if "--run-dir" not in train_args:
         train_args += ["--run-dir", tempfile.mkdtemp(prefix="heron_phases_") + "/run"]
     clock = Clock()

@@ -48,31 +48,90 @@ import numpy as np
 import torch
 
 SETTINGS = {
-    "cartpole": dict(env_id="CartPole-v1", total_steps=100_000, num_envs=8, num_steps=32, num_minibatches=1,
-                     update_epochs=20, learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
-                     ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
-                     obs_norm=False, reward_scale=False),
-    "cartpole-lstm": dict(env_id="CartPole-v1", total_steps=100_000, num_envs=8, num_steps=32, num_minibatches=1,
-                          update_epochs=20, learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
-                          ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
-                          obs_norm=False, reward_scale=False, recurrent="lstm"),
-    "hopper": dict(env_id="Hopper-v5", total_steps=100_000, num_envs=1, num_steps=2048, num_minibatches=32,
-                   update_epochs=10, learning_rate=3e-4, anneal_lr=False, gamma=0.99, gae_lambda=0.95,
-                   ent_coef=0.0, vf_coef=0.5, clip_coef=0.2, clip_vloss=False, max_grad_norm=0.5,
-                   obs_norm=True, reward_scale=True),
+    "cartpole": dict(
+        env_id="CartPole-v1",
+        total_steps=100_000,
+        num_envs=8,
+        num_steps=32,
+        num_minibatches=1,
+        update_epochs=20,
+        learning_rate=1e-3,
+        anneal_lr=True,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        clip_coef=0.2,
+        clip_vloss=False,
+        max_grad_norm=0.5,
+        obs_norm=False,
+        reward_scale=False,
+    ),
+    "cartpole-lstm": dict(
+        env_id="CartPole-v1",
+        total_steps=100_000,
+        num_envs=8,
+        num_steps=32,
+        num_minibatches=1,
+        update_epochs=20,
+        learning_rate=1e-3,
+        anneal_lr=True,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        clip_coef=0.2,
+        clip_vloss=False,
+        max_grad_norm=0.5,
+        obs_norm=False,
+        reward_scale=False,
+        recurrent="lstm",
+    ),
+    "hopper": dict(
+        env_id="Hopper-v5",
+        total_steps=100_000,
+        num_envs=1,
+        num_steps=2048,
+        num_minibatches=32,
+        update_epochs=10,
+        learning_rate=3e-4,
+        anneal_lr=False,
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        clip_coef=0.2,
+        clip_vloss=False,
+        max_grad_norm=0.5,
+        obs_norm=True,
+        reward_scale=True,
+    ),
 }
 
 
 def run_heron(s: dict, seed: int, threads: int, run_dir: str) -> tuple[float, object]:
-    import heron
-    import heron.algos.ppo  # noqa: F401  imports outside the timer, as for SB3 (its imports
     from torch.utils.tensorboard import SummaryWriter  # noqa: F401  precede its timer too)
 
+    import heron
+    import heron.algos.ppo  # noqa: F401  imports outside the timer, as for SB3 (its imports
+
     recurrent = s.get("recurrent")
-    net = dict(recurrent=recurrent, rnn_hidden_size=64, hidden_sizes=(64,)) if recurrent else dict(hidden_sizes=(64, 64))
+    net = (
+        dict(recurrent=recurrent, rnn_hidden_size=64, hidden_sizes=(64,)) if recurrent else dict(hidden_sizes=(64, 64))
+    )
     start = time.perf_counter()
-    heron.train("ppo", **{**s, **net}, seed=seed, torch_threads=threads, recompute_adv=False, eval_every=0,
-                eval_episodes=1, log_every=10_000, progress="none", run_dir=run_dir)
+    heron.train(
+        "ppo",
+        **{**s, **net},
+        seed=seed,
+        torch_threads=threads,
+        recompute_adv=False,
+        eval_every=0,
+        eval_episodes=1,
+        log_every=10_000,
+        progress="none",
+        run_dir=run_dir,
+    )
     elapsed = time.perf_counter() - start
     policy = heron.load(run_dir, device="cpu")
 
@@ -92,8 +151,16 @@ def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
     recurrent = s.get("recurrent")
     if recurrent:
         from sb3_contrib import RecurrentPPO  # pip install sb3-contrib
-        algo, policy, extra = RecurrentPPO, "MlpLstmPolicy", dict(policy_kwargs=dict(
-            lstm_hidden_size=64, enable_critic_lstm=True, ortho_init=True, net_arch=dict(pi=[64], vf=[64])))
+
+        algo, policy, extra = (
+            RecurrentPPO,
+            "MlpLstmPolicy",
+            dict(
+                policy_kwargs=dict(
+                    lstm_hidden_size=64, enable_critic_lstm=True, ortho_init=True, net_arch=dict(pi=[64], vf=[64])
+                )
+            ),
+        )
     else:
         algo, policy, extra = PPO, "MlpPolicy", {}
     torch.set_num_threads(threads)
@@ -102,11 +169,24 @@ def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
     if s["obs_norm"]:
         env = VecNormalize(env, norm_obs=True, norm_reward=s["reward_scale"], gamma=s["gamma"])
     lr = s["learning_rate"]
-    model = algo(policy, env, n_steps=s["num_steps"],
-                 batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"], n_epochs=s["update_epochs"],
-                 learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr, gamma=s["gamma"],
-                 gae_lambda=s["gae_lambda"], clip_range=s["clip_coef"], ent_coef=s["ent_coef"], vf_coef=s["vf_coef"],
-                 max_grad_norm=s["max_grad_norm"], seed=seed, device="cpu", verbose=0, **extra)
+    model = algo(
+        policy,
+        env,
+        n_steps=s["num_steps"],
+        batch_size=s["num_envs"] * s["num_steps"] // s["num_minibatches"],
+        n_epochs=s["update_epochs"],
+        learning_rate=(lambda f: f * lr) if s["anneal_lr"] else lr,
+        gamma=s["gamma"],
+        gae_lambda=s["gae_lambda"],
+        clip_range=s["clip_coef"],
+        ent_coef=s["ent_coef"],
+        vf_coef=s["vf_coef"],
+        max_grad_norm=s["max_grad_norm"],
+        seed=seed,
+        device="cpu",
+        verbose=0,
+        **extra,
+    )
     model.learn(total_timesteps=s["total_steps"])
     elapsed = time.perf_counter() - start
     lstm = {"state": None}  # a recurrent policy's state between the steps of an episode
@@ -116,8 +196,9 @@ def run_sb3(s: dict, seed: int, threads: int) -> tuple[float, object]:
             obs = env.normalize_obs(obs)
         if not recurrent:
             return model.predict(obs, deterministic=True)[0]
-        action, lstm["state"] = model.predict(obs, state=None if first else lstm["state"],
-                                              episode_start=np.array([first]), deterministic=True)
+        action, lstm["state"] = model.predict(
+            obs, state=None if first else lstm["state"], episode_start=np.array([first]), deterministic=True
+        )
         return action
 
     return elapsed, act
@@ -148,21 +229,27 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--total-steps", type=int, default=0, help="override the setting's step budget")
     p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=1,
-                   help="pairs of runs, the order alternating (heron first in odd rounds); a shared VM's speed "
-                        "can drift by tens of percent within minutes, so the median of the per-round ratios is "
-                        "reported")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="pairs of runs, the order alternating (heron first in odd rounds); a shared VM's speed "
+        "can drift by tens of percent within minutes, so the median of the per-round ratios is "
+        "reported",
+    )
     args = p.parse_args()
     s = dict(SETTINGS[args.setting])
     if args.total_steps:
         s["total_steps"] = args.total_steps
     run_dir = tempfile.mkdtemp(prefix="heron_ppo_bench_")
-    runners = {"heron": lambda r: run_heron(s, args.seed, args.threads, f"{run_dir}/run{r}"),
-               "sb3": lambda r: run_sb3(s, args.seed, args.threads)}
+    runners = {
+        "heron": lambda r: run_heron(s, args.seed, args.threads, f"{run_dir}/run{r}"),
+        "sb3": lambda r: run_sb3(s, args.seed, args.threads),
+    }
     results = {name: {"seconds": []} for name in runners}
     try:
         for r in range(args.rounds):
-            for name in (("heron", "sb3") if r % 2 == 0 else ("sb3", "heron")):
+            for name in ("heron", "sb3") if r % 2 == 0 else ("sb3", "heron"):
                 elapsed, act = runners[name](r)
                 results[name]["seconds"].append(round(elapsed, 1))
                 line = f"round {r + 1} {name:6s} {elapsed:7.1f} s  {s['total_steps'] / elapsed:7.0f} steps/s"
@@ -176,10 +263,19 @@ def main() -> None:
     ratios = [b / a for a, b in zip(results["heron"]["seconds"], results["sb3"]["seconds"])]
     ratio = float(np.median(ratios))
     peer = "sb3-contrib's RecurrentPPO" if s.get("recurrent") else "SB3"
-    print(f"heron speedup over {peer}: {ratio:.2f}x (median of {len(ratios)}: "
-          f"{', '.join(f'{x:.2f}' for x in ratios)})")
-    print(json.dumps({"setting": args.setting, "threads": args.threads, "seed": args.seed, **results,
-                      "ratios": [round(x, 2) for x in ratios], "speedup": round(ratio, 2)}))
+    print(f"heron speedup over {peer}: {ratio:.2f}x (median of {len(ratios)}: {', '.join(f'{x:.2f}' for x in ratios)})")
+    print(
+        json.dumps(
+            {
+                "setting": args.setting,
+                "threads": args.threads,
+                "seed": args.seed,
+                **results,
+                "ratios": [round(x, 2) for x in ratios],
+                "speedup": round(ratio, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,15 +35,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, env_id, extra in VARIANTS:
             if extra.get("recurrent"):
-                extra = {**extra, "sequence_length": args.sequence_length, "burn_in": args.burn_in,
-                         "rnn_hidden_size": 64}
+                extra = {
+                    **extra,
+                    "sequence_length": args.sequence_length,
+                    "burn_in": args.burn_in,
+                    "rnn_hidden_size": 64,
+                }
             for seed in args.seeds:
                 t0 = time.time()
-                r = heron.train("sac", presets=["pendulum"], env_id=env_id, seed=seed, total_steps=args.total_steps,
-                                progress="none", torch_threads=args.threads, run_dir=f"{tmp}/{len(rows)}", **extra)
+                r = heron.train(
+                    "sac",
+                    presets=["pendulum"],
+                    env_id=env_id,
+                    seed=seed,
+                    total_steps=args.total_steps,
+                    progress="none",
+                    torch_threads=args.threads,
+                    run_dir=f"{tmp}/{len(rows)}",
+                    **extra,
+                )
                 rows.append((name, seed, r["mean_return"], r["std_return"], time.time() - t0))
-                print(f"{name:24s} seed {seed}: {r['mean_return']:8.1f} +- {r['std_return']:.1f}  "
-                      f"({rows[-1][-1]:.0f} s)", flush=True)
+                print(
+                    f"{name:24s} seed {seed}: {r['mean_return']:8.1f} +- {r['std_return']:.1f}  ({rows[-1][-1]:.0f} s)",
+                    flush=True,
+                )
     if args.markdown:
         print("\n| Variant | Seed | Final eval (30 episodes) | Wall time |\n|---|---:|---:|---:|")
         for name, seed, mean, std, sec in rows:

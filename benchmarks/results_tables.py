@@ -34,8 +34,9 @@ import csv
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,28 +68,52 @@ def _col(label: str, lib: str, *overrides: str, unset: tuple[str, ...] = ()) -> 
     return Column(label, lib, frozenset(overrides), frozenset(unset))
 
 
-SMALL_TASKS = (("Pendulum-v1", 15_000), ("InvertedPendulum-v5", 20_000), ("Reacher-v5", 50_000),
-               ("Hopper-v5", 100_000), ("HalfCheetah-v5", 100_000))
+SMALL_TASKS = (
+    ("Pendulum-v1", 15_000),
+    ("InvertedPendulum-v5", 20_000),
+    ("Reacher-v5", 50_000),
+    ("Hopper-v5", 100_000),
+    ("HalfCheetah-v5", 100_000),
+)
 
 TABLES = {
     "td3-defaults": Table(
-        algo="td3", preset="", tasks=SMALL_TASKS,
-        columns=(_col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
-                 _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4"),
-                 _col("SB3, lr 1e-3", "sb3", "policy_lr=1e-3", "q_lr=1e-3")),
-        compare=(0, 2), docs=("docs/algorithms/td3.md", "docs/benchmarks/index.md"),
-        image="docs/images/td3_defaults.png"),
+        algo="td3",
+        preset="",
+        tasks=SMALL_TASKS,
+        columns=(
+            _col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
+            _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4"),
+            _col("SB3, lr 1e-3", "sb3", "policy_lr=1e-3", "q_lr=1e-3"),
+        ),
+        compare=(0, 2),
+        docs=("docs/algorithms/td3.md", "docs/benchmarks/index.md"),
+        image="docs/images/td3_defaults.png",
+    ),
     "td3-300k": Table(
-        algo="td3", preset="mujoco", tasks=(("Hopper-v5", 300_000), ("Walker2d-v5", 300_000)),
-        columns=(_col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
-                 _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4")),
-        compare=(0, 1), docs=("docs/algorithms/td3.md",), image="docs/images/td3_300k.png"),
+        algo="td3",
+        preset="mujoco",
+        tasks=(("Hopper-v5", 300_000), ("Walker2d-v5", 300_000)),
+        columns=(
+            _col("heron, lr 1e-3", "heron", "policy_lr=1e-3", "q_lr=1e-3"),
+            _col("heron, lr 3e-4", "heron", "policy_lr=3e-4", "q_lr=3e-4"),
+        ),
+        compare=(0, 1),
+        docs=("docs/algorithms/td3.md",),
+        image="docs/images/td3_300k.png",
+    ),
     "sac-defaults": Table(
-        algo="sac", preset="", tasks=SMALL_TASKS,
-        columns=(_col("heron, defaults", "heron", unset=("policy_lr", "q_lr", "policy_frequency")),
-                 _col("SB3, defaults", "sb3", "policy_lr=3e-4", "q_lr=3e-4", "policy_frequency=1")),
-        compare=(0, 1), docs=("docs/algorithms/sac.md", "docs/benchmarks/index.md"),
-        image="docs/images/sac_defaults.png"),
+        algo="sac",
+        preset="",
+        tasks=SMALL_TASKS,
+        columns=(
+            _col("heron, defaults", "heron", unset=("policy_lr", "q_lr", "policy_frequency")),
+            _col("SB3, defaults", "sb3", "policy_lr=3e-4", "q_lr=3e-4", "policy_frequency=1"),
+        ),
+        compare=(0, 1),
+        docs=("docs/algorithms/sac.md", "docs/benchmarks/index.md"),
+        image="docs/images/sac_defaults.png",
+    ),
 }
 
 
@@ -100,8 +125,9 @@ def read_rows(path: Path = RESULTS) -> list[dict]:
 
 
 def _permutation_p():
-    spec = importlib.util.spec_from_file_location("offpolicy_curves_vs_sb3",
-                                                  ROOT / "benchmarks" / "offpolicy_curves_vs_sb3.py")
+    spec = importlib.util.spec_from_file_location(
+        "offpolicy_curves_vs_sb3", ROOT / "benchmarks" / "offpolicy_curves_vs_sb3.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.permutation_p
@@ -109,10 +135,17 @@ def _permutation_p():
 
 def select(rows: list[dict], table: Table, env_id: str, steps: int, column: Column) -> list[dict]:
     """The rows of one cell, one per seed, in seed order."""
-    picked = [r for r in rows if r["algo"] == table.algo and r["preset"] == table.preset and r["env_id"] == env_id
-              and int(r["total_steps"]) == steps and r["lib"] == column.lib
-              and column.overrides <= set(r["overrides"].split())
-              and not column.unset & {item.split("=")[0] for item in r["overrides"].split()}]
+    picked = [
+        r
+        for r in rows
+        if r["algo"] == table.algo
+        and r["preset"] == table.preset
+        and r["env_id"] == env_id
+        and int(r["total_steps"]) == steps
+        and r["lib"] == column.lib
+        and column.overrides <= set(r["overrides"].split())
+        and not column.unset & {item.split("=")[0] for item in r["overrides"].split()}
+    ]
     return sorted(picked, key=lambda r: int(r["seed"]))
 
 
@@ -139,8 +172,10 @@ def render(table: Table, rows: list[dict]) -> str:
     seeds: set[int] = set()
     tasks = [(e, s) for e, s in table.tasks if any(select(rows, table, e, s, c) for c in table.columns)]
     for figure, title in (("final_eval", "Final evaluation"), ("mean_eval", "Mean of the evaluations")):
-        lines += [f"| {title} | " + " | ".join(heads) + f" | p ({heads[a]} vs {heads[b]}) |",
-                  "|---|" + "---:|" * (len(heads) + 1)]
+        lines += [
+            f"| {title} | " + " | ".join(heads) + f" | p ({heads[a]} vs {heads[b]}) |",
+            "|---|" + "---:|" * (len(heads) + 1),
+        ]
         for env_id, steps in tasks:
             cells = [[float(r[figure]) for r in select(rows, table, env_id, steps, c)] for c in table.columns]
             seeds |= {int(r["seed"]) for c in table.columns for r in select(rows, table, env_id, steps, c)}
@@ -149,10 +184,12 @@ def render(table: Table, rows: list[dict]) -> str:
             lines.append(f"| {env_id}, {steps // 1000}k | " + " | ".join(_cell(v, f) for v in cells) + f" | {p} |")
         lines.append("")
     counts = sorted({len(select(rows, table, e, s, c)) for e, s in tasks for c in table.columns})
-    lines.append(f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seeds per cell "
-                 f"(seeds {', '.join(map(str, sorted(seeds)))}); p: the exact permutation test of the two columns' "
-                 "per-seed figures. Rows and curves: `benchmarks/results/offpolicy_curves.csv`, with the "
-                 "command of each run.")
+    lines.append(
+        f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seeds per cell "
+        f"(seeds {', '.join(map(str, sorted(seeds)))}); p: the exact permutation test of the two columns' "
+        "per-seed figures. Rows and curves: `benchmarks/results/offpolicy_curves.csv`, with the "
+        "command of each run."
+    )
     return "\n".join(lines)
 
 
@@ -170,7 +207,7 @@ def update_docs(rows: list[dict], check: bool) -> list[str]:
             blocks = [m for m in BLOCK.finditer(text) if m.group("name") == name]
             if not blocks:
                 raise SystemExit(f"{doc} has no '<!-- results-table {name} -->' block")
-            new = BLOCK.sub(lambda m: m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0), text)
+            new = BLOCK.sub(lambda m: m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0), text)  # noqa: B023
             if new != text:
                 stale.append(f"{doc} ({name})")
                 if not check:
@@ -193,7 +230,7 @@ def plot(table: Table, rows: list[dict]) -> str:
             x, mean, std, n = band_of(curves)
             if not x:
                 continue
-            line, = ax.plot(x, mean, label=f"{column.label} ({n})")
+            (line,) = ax.plot(x, mean, label=f"{column.label} ({n})")
             ax.fill_between(x, np.subtract(mean, std), np.add(mean, std), color=line.get_color(), alpha=0.2)
         ax.set(title=f"{env_id}", xlabel="env steps")
         ax.grid(alpha=0.3)
@@ -220,13 +257,17 @@ LEARNING_TABLES = {  # name -> (algorithms, which envs, with an algorithm column
     "ppo-atari": (("ppo",), _atari, False),
 }
 SUPERSCRIPTS = " ¹²³⁴⁵⁶⁷⁸⁹"
-LEARNING_BLOCK = re.compile(r"(<!-- learning-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /learning-table -->)",
-                            re.S)
+LEARNING_BLOCK = re.compile(
+    r"(<!-- learning-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /learning-table -->)", re.S
+)
 
 
 def _steps(n: int) -> str:
-    return f"{n / 1e6:g}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
-        f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n // 1000}k")
+    return (
+        f"{n / 1e6:g}M"
+        if n >= 1_000_000 and n % 1_000_000 == 0
+        else (f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n // 1000}k")
+    )
 
 
 def _figure(values: list[float]) -> str:
@@ -248,44 +289,70 @@ def render_learning(name: str, rows: list[dict]) -> str:
     for r in rows:
         if r["algo"] in algos and envs(r["env_id"]):
             groups.setdefault((r["algo"], r["env_id"], int(r["total_steps"])), []).append(r)
-    order = sorted(groups, key=lambda k: (algos.index(k[0]), k[1] not in MUJOCO,
-                                          MUJOCO.index(k[1]) if k[1] in MUJOCO else 0, k[1]))
-    head = (["Algorithm"] if with_algo else []) + ["Env", "Env steps", "Seeds", "Final", "Best",
-                                                   "Training (last 10%)", "Published"]
+    order = sorted(
+        groups, key=lambda k: (algos.index(k[0]), k[1] not in MUJOCO, MUJOCO.index(k[1]) if k[1] in MUJOCO else 0, k[1])
+    )
+    head = (["Algorithm"] if with_algo else []) + [
+        "Env",
+        "Env steps",
+        "Seeds",
+        "Final",
+        "Best",
+        "Training (last 10%)",
+        "Published",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (len(head) - 1) + "---|"]
     notes = []
     for key in order:
         algo, env, steps = key
         group = sorted(groups[key], key=lambda r: int(r["seed"]))
 
-        def vals(field: str) -> list[float]:
+        def vals(field: str, group: list[dict] = group) -> list[float]:
             return [float(r[field]) for r in group if r[field] != ""]
 
-        def figure(field: str) -> str:  # a figure some seeds lack says over which seeds it is
+        def figure(field: str, group: list[dict] = group) -> str:  # a figure some seeds lack says over which seeds
             got = [r for r in group if r[field] != ""]
             text = _figure(vals(field))
             if got and len(got) < len(group):
-                text += f" (seeds {', '.join(r['seed'] for r in got)})" if len(got) <= 3 else (
-                    f" (seeds {got[0]['seed']}-{got[-1]['seed']})")
+                text += (
+                    f" (seeds {', '.join(r['seed'] for r in got)})"
+                    if len(got) <= 3
+                    else (f" (seeds {got[0]['seed']}-{got[-1]['seed']})")
+                )
             return text
 
         seeds = [int(r["seed"]) for r in group]
-        span = "1" if len(seeds) == 1 else (f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
-                else f"{len(seeds)} ({', '.join(map(str, seeds))})")
+        span = (
+            "1"
+            if len(seeds) == 1
+            else (
+                f"{len(seeds)} ({seeds[0]}-{seeds[-1]})"
+                if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+                else f"{len(seeds)} ({', '.join(map(str, seeds))})"
+            )
+        )
         published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
         mark = ""
         for note in sorted({r["note"] for r in group if r.get("note")}):
             notes.append(note)
             mark += SUPERSCRIPTS[len(notes)]
         cells = ([{"sac": "SAC", "td3": "TD3", "ppo": "PPO"}.get(algo, algo)] if with_algo else []) + [
-            env, _steps(steps) + mark, span, figure("final_eval"), figure("best_eval"), figure("train_last10"),
-            published]
+            env,
+            _steps(steps) + mark,
+            span,
+            figure("final_eval"),
+            figure("best_eval"),
+            figure("train_last10"),
+            published,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Final: the deterministic evaluation at the end of training; best: the highest periodic "
-                 "evaluation; training: the mean return of the training episodes that ended in the last 10% "
-                 "of the steps (CleanRL's figure). Mean ± sample standard deviation over the seeds. Runs: "
-                 "`benchmarks/results/learning.csv`, with the machine and the command of each.")
+    lines.append(
+        "Final: the deterministic evaluation at the end of training; best: the highest periodic "
+        "evaluation; training: the mean return of the training episodes that ended in the last 10% "
+        "of the steps (CleanRL's figure). Mean ± sample standard deviation over the seeds. Runs: "
+        "`benchmarks/results/learning.csv`, with the machine and the command of each."
+    )
     for i, note in enumerate(notes, 1):
         lines.append(f"<br>{SUPERSCRIPTS[i]} {note}." if i > 1 else f"\n{SUPERSCRIPTS[i]} {note}.")
     return "\n".join(lines) + "\n"
@@ -347,23 +414,45 @@ def _side(row: dict, side: str) -> str:
 def render_speed(name: str, rows: list[dict]) -> str:
     """The rows of one speed table (``table`` or ``group`` column equal to NAME; ``readme``: the
     headline rows), then each row's conditions and command, numbered."""
-    picked = [r for r in rows if (r.get("headline", "").strip() == "yes" if name == "readme"
-                                  else name in (r.get("table", "").strip(), r["group"].strip()))]
+    picked = [
+        r
+        for r in rows
+        if (
+            r.get("headline", "").strip() == "yes"
+            if name == "readme"
+            else name in (r.get("table", "").strip(), r["group"].strip())
+        )
+    ]
     if not picked:
         raise SystemExit(f"speed table {name!r}: no row of {SPEED.relative_to(ROOT)} has that table or group")
     if name == "readme":  # short: what each row compares, in its own words; the details on the speed page
         lines = ["| Comparison | Machine | heron | other | heron / other |", "|---|---|---:|---:|---:|"]
-        lines += [f"| {r['summary']} | {r['machine']} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r)} |"
-                  for r in picked]
-        return "\n".join(lines + ["", "Above 1: heron is faster. Each row's conditions, rounds and command: "
-                                   "`docs/benchmarks/speed.md`, from `benchmarks/results/speed.csv`."]) + "\n"
-    lines = ["| | Setting | Machine | Against | heron | other | heron / other | Rounds |",
-             "|---:|---|---|---|---:|---:|---:|---:|"]
+        lines += [
+            f"| {r['summary']} | {r['machine']} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r)} |"
+            for r in picked
+        ]
+        return (
+            "\n".join(
+                lines
+                + [
+                    "",
+                    "Above 1: heron is faster. Each row's conditions, rounds and command: "
+                    "`docs/benchmarks/speed.md`, from `benchmarks/results/speed.csv`.",
+                ]
+            )
+            + "\n"
+        )
+    lines = [
+        "| | Setting | Machine | Against | heron | other | heron / other | Rounds |",
+        "|---:|---|---|---|---:|---:|---:|---:|",
+    ]
     details: dict[str, list[int]] = {}  # each row's conditions and command; rows that share them, once
     for i, r in enumerate(picked, 1):
         against = r["peer"] + (f" {r['peer_version']}" if r["peer_version"].strip() else "")
-        lines.append(f"| {i} | {r['setting']} | {r['machine']} | {against} | {_side(r, 'heron')} | {_side(r, 'peer')} "
-                     f"| {speed_ratio(r)} | {r['rounds'] or '-'} |")
+        lines.append(
+            f"| {i} | {r['setting']} | {r['machine']} | {against} | {_side(r, 'heron')} | {_side(r, 'peer')} "
+            f"| {speed_ratio(r)} | {r['rounds'] or '-'} |"
+        )
         text = r["metric"]
         if r.get("torch", "").strip():
             text += f"; torch {r['torch']}"
@@ -372,14 +461,32 @@ def render_speed(name: str, rows: list[dict]) -> str:
         if r["command"].strip():
             text += f": `{r['command'].strip()}`"
         details.setdefault(text + ("" if text.endswith("`") else "."), []).append(i)
-    lines += ["", "heron / other above 1: heron is faster (for a time, the other's time over heron's). "
-              "Rows: `benchmarks/results/speed.csv`.", ""]
+    lines += [
+        "",
+        "heron / other above 1: heron is faster (for a time, the other's time over heron's). "
+        "Rows: `benchmarks/results/speed.csv`.",
+        "",
+    ]
     lines += [f"- **{', '.join(map(str, rows_))}**: {text}" for text, rows_ in details.items()]
     return "\n".join(lines) + "\n"
 
 
-LEARNING_FIELDS = ("algo", "env_id", "total_steps", "preset", "seed", "final_eval", "best_eval", "train_last10",
-                   "eval_episodes", "machine", "heron_version", "recorded", "command", "note")
+LEARNING_FIELDS = (
+    "algo",
+    "env_id",
+    "total_steps",
+    "preset",
+    "seed",
+    "final_eval",
+    "best_eval",
+    "train_last10",
+    "eval_episodes",
+    "machine",
+    "heron_version",
+    "recorded",
+    "command",
+    "note",
+)
 
 
 def add_bench_results(results: Path, machine: str, note: str = "") -> int:
@@ -401,13 +508,24 @@ def add_bench_results(results: Path, machine: str, note: str = "") -> int:
         for preset in entry.presets:
             cfg = apply_overrides(cfg, registry.get(entry.algo).PRESETS[preset], f"preset {preset}")
         short = entry.env_id.split("/")[-1].split("-v")[0].replace("NoFrameskip", "")
-        new.append(dict(algo=r["algo"], env_id=r["env_id"], total_steps=r["steps"], preset=" ".join(entry.presets),
-                        seed=r["seed"], final_eval=f"{r['final_return']:.1f}", best_eval=f"{r['best_return']:.1f}",
-                        train_last10="" if r["train_return"] is None else f"{r['train_return']:.1f}",
-                        eval_episodes=cfg.eval_episodes, machine=machine,
-                        heron_version=r["git_commit"] or r["heron_version"], recorded=datetime.date.today().isoformat(),
-                        command=f"heron bench {r['suite']} --only {short} --seeds {r['seed']} --out bench",
-                        note=note))
+        new.append(
+            dict(
+                algo=r["algo"],
+                env_id=r["env_id"],
+                total_steps=r["steps"],
+                preset=" ".join(entry.presets),
+                seed=r["seed"],
+                final_eval=f"{r['final_return']:.1f}",
+                best_eval=f"{r['best_return']:.1f}",
+                train_last10="" if r["train_return"] is None else f"{r['train_return']:.1f}",
+                eval_episodes=cfg.eval_episodes,
+                machine=machine,
+                heron_version=r["git_commit"] or r["heron_version"],
+                recorded=datetime.date.today().isoformat(),
+                command=f"heron bench {r['suite']} --only {short} --seeds {r['seed']} --out bench",
+                note=note,
+            )
+        )
     key = ("algo", "env_id", "total_steps", "seed")
     keys = {tuple(str(n[k]) for k in key) for n in new}
     rows = [r for r in rows if tuple(r[k] for k in key) not in keys] + new
@@ -420,8 +538,7 @@ def add_bench_results(results: Path, machine: str, note: str = "") -> int:
 
 # -- figures kept as summaries (benchmarks/results/summaries.csv) ------------------------------------
 SUMMARIES = ROOT / "benchmarks" / "results" / "summaries.csv"
-SUMMARY_BLOCK = re.compile(r"(<!-- summary-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /summary-table -->)",
-                           re.S)
+SUMMARY_BLOCK = re.compile(r"(<!-- summary-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /summary-table -->)", re.S)
 SUMMARY_TABLES = {  # table -> the headers of its row labels (a row's labels are its "row", split at " | ")
     "dreamer-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
     "dreamer-v3-vs-sheeprl": ("Env", "Env steps", "Seeds", "Bin"),
@@ -458,8 +575,9 @@ def render_summary(name: str, rows: list[dict]) -> str:
     above's left blank), a column per ``column``, both in the file's order."""
     picked = [r for r in rows if r["table"] == name]
     if name not in SUMMARY_TABLES or not picked:
-        raise SystemExit(f"summary table {name!r}: not in SUMMARY_TABLES or no row of "
-                         f"{SUMMARIES.relative_to(ROOT)} has that table")
+        raise SystemExit(
+            f"summary table {name!r}: not in SUMMARY_TABLES or no row of {SUMMARIES.relative_to(ROOT)} has that table"
+        )
     labels = SUMMARY_TABLES[name]
     lines_, columns = list(dict.fromkeys(r["row"] for r in picked)), list(dict.fromkeys(r["column"] for r in picked))
     cells = {(r["row"], r["column"]): r["value"] for r in picked}
@@ -483,8 +601,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
     p.add_argument("--plot", action="store_true", help="also redraw each table's curves image")
-    p.add_argument("--add-bench", metavar="RESULTS_CSV", help="first record the finished runs of a heron bench "
-                   "results.csv in benchmarks/results/learning.csv (the same algorithm, env, budget and seed replaced)")
+    p.add_argument(
+        "--add-bench",
+        metavar="RESULTS_CSV",
+        help="first record the finished runs of a heron bench "
+        "results.csv in benchmarks/results/learning.csv (the same algorithm, env, budget and seed replaced)",
+    )
     p.add_argument("--machine", default="", help="with --add-bench: the machine the runs ran on, in words")
     p.add_argument("--note", default="", help="with --add-bench: a condition a reader must know, if any")
     args = p.parse_args(argv)
@@ -494,14 +616,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {add_bench_results(Path(args.add_bench), args.machine, args.note)} run(s) in {LEARNING}")
     rows = read_rows()
     learning, speed, summaries = read_rows(LEARNING), read_rows(SPEED), read_rows(SUMMARIES)
-    stale = (update_docs(rows, check=args.check)
-             + rewrite_blocks(LEARNING_BLOCK, lambda name: render_learning(name, learning), args.check)
-             + rewrite_blocks(SPEED_BLOCK, lambda name: render_speed(name, speed), args.check)
-             + rewrite_blocks(SUMMARY_BLOCK, lambda name: render_summary(name, summaries), args.check))
+    stale = (
+        update_docs(rows, check=args.check)
+        + rewrite_blocks(LEARNING_BLOCK, lambda name: render_learning(name, learning), args.check)
+        + rewrite_blocks(SPEED_BLOCK, lambda name: render_speed(name, speed), args.check)
+        + rewrite_blocks(SUMMARY_BLOCK, lambda name: render_summary(name, summaries), args.check)
+    )
     if args.check:
         if stale:
-            print("results tables out of date (python benchmarks/results_tables.py rewrites them): "
-                  + ", ".join(stale), file=sys.stderr)
+            print(
+                "results tables out of date (python benchmarks/results_tables.py rewrites them): " + ", ".join(stale),
+                file=sys.stderr,
+            )
             return 1
         return 0
     print("rewrote: " + (", ".join(stale) if stale else "nothing (all current)"))

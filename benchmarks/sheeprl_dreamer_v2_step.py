@@ -12,14 +12,16 @@ update, critic update, zeroing of the gradients), plus the target-critic copy th
 ``train`` every ``algo.critic.per_rank_target_network_update_freq`` gradient steps. Not timed: environment
 interaction and the sampling of the batches (sheeprl's own ``training_timer`` excludes it too).
 
-The configuration is sheeprl's, composed with Hydra from the package's configs exactly as its CLI does
-(``exp=dreamer_v2`` for the Atari sizes, ``exp=dreamer_v2_benchmarks`` for the tiny ones), then resolved to a
-``dotdict`` as ``sheeprl.cli.run`` does. The agent is built with sheeprl's ``build_agent`` and optimizers with its
-``build_optimizer`` on a ``lightning.fabric.Fabric`` (``--accelerator`` cpu or cuda, 1 device, ``--precision``: 32-true by default). The batches come from sheeprl's own
-replay buffer (``build_buffer`` + ``sample_batches``: float32 tensors shaped [sequence, batch, ...]) filled with
-random uint8 64x64 RGB frames under key ``rgb`` and one-hot Discrete(6) actions (Pong's action space), or
-with ``--continuous`` 6-dimensional actions in [-1, 1] (walker's). ``--sizes dmc``: sheeprl's DreamerV2 setting
-for DMC (``exp=dreamer_v2`` with RSSM 200/200).
+The configuration is sheeprl's, composed with Hydra from the package's configs exactly as its CLI
+does (``exp=dreamer_v2`` for the Atari sizes, ``exp=dreamer_v2_benchmarks`` for the tiny ones), then
+resolved to a ``dotdict`` as ``sheeprl.cli.run`` does. The agent is built with sheeprl's
+``build_agent`` and optimizers with its ``build_optimizer`` on a ``lightning.fabric.Fabric``
+(``--accelerator`` cpu or cuda, 1 device, ``--precision``: 32-true by default). The batches come
+from sheeprl's own replay buffer (``build_buffer`` + ``sample_batches``: float32 tensors shaped
+[sequence, batch, ...]) filled with random uint8 64x64 RGB frames under key ``rgb`` and one-hot
+Discrete(6) actions (Pong's action space), or with ``--continuous`` 6-dimensional actions in [-1, 1]
+(walker's). ``--sizes dmc``: sheeprl's DreamerV2 setting for DMC (``exp=dreamer_v2`` with RSSM
+200/200).
 
 Prints one JSON line: {"impl": "sheeprl", "sizes": ..., "sec_per_grad_step": <mean>, "steps": M, ...}.
 """
@@ -46,15 +48,23 @@ def peak_rss_mb() -> float:
 
 
 EXPS = {"tiny": "dreamer_v2_benchmarks", "atari": "dreamer_v2", "dmc": "dreamer_v2"}
-SIZE_OVERRIDES = {"dmc": ["algo.world_model.recurrent_model.recurrent_state_size=200",  # sheeprl's DMC setting
-                          "algo.world_model.transition_model.hidden_size=200",
-                          "algo.world_model.representation_model.hidden_size=200"]}
+SIZE_OVERRIDES = {
+    "dmc": [
+        "algo.world_model.recurrent_model.recurrent_state_size=200",  # sheeprl's DMC setting
+        "algo.world_model.transition_model.hidden_size=200",
+        "algo.world_model.representation_model.hidden_size=200",
+    ]
+}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", choices=sorted(EXPS), default="tiny",
-                   help="tiny: sheeprl's exp=dreamer_v2_benchmarks sizes; atari: exp=dreamer_v2 (default DreamerV2)")
+    p.add_argument(
+        "--sizes",
+        choices=sorted(EXPS),
+        default="tiny",
+        help="tiny: sheeprl's exp=dreamer_v2_benchmarks sizes; atari: exp=dreamer_v2 (default DreamerV2)",
+    )
     p.add_argument("--obs", choices=["pixels"], default="pixels", help="3x64x64 uint8 RGB under key 'rgb'")
     p.add_argument("--actions", type=int, default=6, help="Discrete(n) action space (Pong: 6)")
     p.add_argument("--continuous", action="store_true", help="Box(-1, 1, (actions,)) instead (walker: 6)")
@@ -62,18 +72,30 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed gradient steps first")
     p.add_argument("--steps", type=int, default=10, help="timed gradient steps")
     p.add_argument("--batch-size", type=int, default=None, help="override algo.per_rank_batch_size (sheeprl: 16)")
-    p.add_argument("--sequence-length", type=int, default=None,
-                   help="override algo.per_rank_sequence_length (sheeprl: 50)")
-    p.add_argument("--use-continues", action="store_true",
-                   help="algo.world_model.use_continues=True (learned continue model; sheeprl default is False)")
-    p.add_argument("--metrics", action="store_true",
-                   help="pass sheeprl's MetricAggregator to train (also computes the posterior/prior entropies), as "
-                        "a run with metric.log_level=1 does; default: aggregator=None")
+    p.add_argument(
+        "--sequence-length", type=int, default=None, help="override algo.per_rank_sequence_length (sheeprl: 50)"
+    )
+    p.add_argument(
+        "--use-continues",
+        action="store_true",
+        help="algo.world_model.use_continues=True (learned continue model; sheeprl default is False)",
+    )
+    p.add_argument(
+        "--metrics",
+        action="store_true",
+        help="pass sheeprl's MetricAggregator to train (also computes the posterior/prior entropies), as "
+        "a run with metric.log_level=1 does; default: aggregator=None",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--precision", default="32-true", help="fabric.precision (32-true, bf16-mixed, 16-mixed)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Hydra override, e.g. algo.horizon=15 (repeatable)")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra override, e.g. algo.horizon=15 (repeatable)",
+    )
     return p.parse_args(argv)
 
 

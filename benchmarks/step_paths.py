@@ -35,8 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-PATHS = {"hand-written": dict(fused_update=True), "autograd": dict(fused_update=False),
-         "compiled": dict(fused_update=True, compile=True)}
+PATHS = {
+    "hand-written": dict(fused_update=True),
+    "autograd": dict(fused_update=False),
+    "compiled": dict(fused_update=True, compile=True),
+}
 LOSS_ROW = "losses/qf_loss"
 
 
@@ -47,8 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=["hand-written", "autograd"])
     p.add_argument("--total-steps", type=int, default=10_000)
     p.add_argument("--learning-starts", type=int, default=2_000)
-    p.add_argument("--log-every", type=int, default=500, help="losses rows every this many steps (the timed window "
-                   "starts one row after --learning-starts)")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=500,
+        help="losses rows every this many steps (the timed window starts one row after --learning-starts)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of every training")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
@@ -79,9 +86,21 @@ def one(args: argparse.Namespace) -> None:
     startup = None
     if args.startup and PATHS[path].get("fused_update") and not PATHS[path].get("compile"):
         startup = time_startup_check(args)
-    heron.train(args.algo, env_id=args.env_id, seed=args.seed, total_steps=args.total_steps,
-                learning_starts=args.learning_starts, torch_threads=args.threads, eval_every=0, eval_episodes=1,
-                checkpoint_every=0, log_every=args.log_every, progress="none", run_dir=run_dir, **PATHS[path])
+    heron.train(
+        args.algo,
+        env_id=args.env_id,
+        seed=args.seed,
+        total_steps=args.total_steps,
+        learning_starts=args.learning_starts,
+        torch_threads=args.threads,
+        eval_every=0,
+        eval_episodes=1,
+        checkpoint_every=0,
+        log_every=args.log_every,
+        progress="none",
+        run_dir=run_dir,
+        **PATHS[path],
+    )
     s0, s1 = window(args)
     at = {}
     with open(Path(run_dir) / "metrics.csv", newline="") as f:
@@ -118,9 +137,19 @@ def build_the_step(args: argparse.Namespace, run_dir: str) -> None:
     """A one-step run: its gradient step is built, the check included."""
     import heron
 
-    heron.train(args.algo, env_id=args.env_id, seed=args.seed, total_steps=1, learning_starts=1,
-                torch_threads=args.threads, eval_every=0, eval_episodes=1, checkpoint_every=0, progress="none",
-                run_dir=run_dir + "/run")
+    heron.train(
+        args.algo,
+        env_id=args.env_id,
+        seed=args.seed,
+        total_steps=1,
+        learning_starts=1,
+        torch_threads=args.threads,
+        eval_every=0,
+        eval_episodes=1,
+        checkpoint_every=0,
+        progress="none",
+        run_dir=run_dir + "/run",
+    )
 
 
 def main() -> None:
@@ -130,7 +159,7 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.rounds):
-            order = args.paths[r % len(args.paths):] + args.paths[:r % len(args.paths)]
+            order = args.paths[r % len(args.paths) :] + args.paths[: r % len(args.paths)]
             for path in order:
                 result = Path(work) / f"{path}_{r}.json"
                 cmd = [sys.executable, __file__, *sys.argv[1:], "--one", path, f"{work}/{path}_{r}", str(result)]
@@ -140,14 +169,22 @@ def main() -> None:
     first = args.paths[0]
     by = {p: [row["updates_per_s"] for row in rows if row["path"] == p] for p in args.paths}
     s0, s1 = window(args)
-    print(f"\n{args.algo.upper()} on {args.env_id}, updates/s over steps {s0}-{s1}, {args.threads} torch thread(s), "
-          f"{args.rounds} rounds")
+    print(
+        f"\n{args.algo.upper()} on {args.env_id}, updates/s over steps {s0}-{s1}, {args.threads} torch thread(s), "
+        f"{args.rounds} rounds"
+    )
     print(f"command: python benchmarks/step_paths.py {' '.join(sys.argv[1:])}")
     for p in args.paths:
         ratios = [a / b for a, b in zip(by[p], by[first])]
-        print(f"  {p:>12}: median {statistics.median(by[p]):6.1f}  rounds {', '.join(f'{v:.1f}' for v in by[p])}"
-              + ("" if p == first else f"  ratio to {first}: median {statistics.median(ratios):.3f} "
-                 f"(range {min(ratios):.3f}-{max(ratios):.3f})"))
+        print(
+            f"  {p:>12}: median {statistics.median(by[p]):6.1f}  rounds {', '.join(f'{v:.1f}' for v in by[p])}"
+            + (
+                ""
+                if p == first
+                else f"  ratio to {first}: median {statistics.median(ratios):.3f} "
+                f"(range {min(ratios):.3f}-{max(ratios):.3f})"
+            )
+        )
     startups = [row["startup_s"] for row in rows if row.get("startup_s") is not None]
     if startups:
         print(f"  start-up check: median {statistics.median(startups) * 1000:.0f} ms")

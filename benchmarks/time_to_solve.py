@@ -39,7 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -58,15 +57,29 @@ def heron_side(args: argparse.Namespace, seed: int, native: bool, out: Path) -> 
     import heron
 
     algo, env_id, native_id, threshold = TASKS[args.task]
-    settings = dict(total_steps=args.max_steps, eval_every=args.eval_every, eval_episodes=10, checkpoint_every=0,
-                    checkpoint_minutes=0, torch_threads=args.threads, progress="none", seed=seed, run_dir=str(out),
-                    env_id=native_id if native else env_id)
+    settings = dict(
+        total_steps=args.max_steps,
+        eval_every=args.eval_every,
+        eval_episodes=10,
+        checkpoint_every=0,
+        checkpoint_minutes=0,
+        torch_threads=args.threads,
+        progress="none",
+        seed=seed,
+        run_dir=str(out),
+        env_id=native_id if native else env_id,
+    )
     presets = []
     if algo == "sac":
         settings.update(learning_starts=1000, policy_lr=1e-3)
         if native:
-            settings.update(vector_mode="native", num_envs=args.num_envs, gradient_steps=args.gradient_steps,
-                            batch_size=args.batch_size, n_step=args.n_step)
+            settings.update(
+                vector_mode="native",
+                num_envs=args.num_envs,
+                gradient_steps=args.gradient_steps,
+                batch_size=args.batch_size,
+                n_step=args.n_step,
+            )
     else:
         presets = ["classic"]
         if native:
@@ -87,6 +100,7 @@ def heron_side(args: argparse.Namespace, seed: int, native: bool, out: Path) -> 
 
 def sb3_side(args: argparse.Namespace, seed: int) -> tuple[float | None, int | None]:
     import torch
+    from offpolicy_curves_vs_sb3 import SB3Policy  # (benchmarks/, this script's folder)
     from stable_baselines3 import PPO, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -94,20 +108,41 @@ def sb3_side(args: argparse.Namespace, seed: int) -> tuple[float | None, int | N
 
     from heron.envs.make import make_env
     from heron.runtime.episodes import EVAL_SEED_OFFSET, evaluate
-    from offpolicy_curves_vs_sb3 import SB3Policy  # (benchmarks/, this script's folder)
 
     algo, env_id, _, threshold = TASKS[args.task]
     torch.set_num_threads(args.threads)
     start, hit = time.perf_counter(), {}
     if algo == "sac":
         env = make_vec_env(lambda: make_env(env_id), n_envs=1, seed=seed)
-        model = SAC("MlpPolicy", env, learning_rate=1e-3, learning_starts=1000, batch_size=256,
-                    buffer_size=1_000_000, policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu", verbose=0)
+        model = SAC(
+            "MlpPolicy",
+            env,
+            learning_rate=1e-3,
+            learning_starts=1000,
+            batch_size=256,
+            buffer_size=1_000_000,
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            device="cpu",
+            verbose=0,
+        )
     else:
         env = make_vec_env(lambda: make_env(env_id), n_envs=8, seed=seed)
-        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-                    ent_coef=0.0, clip_range=0.2, learning_rate=lambda remaining: 1e-3 * remaining, seed=seed,
-                    device="cpu", verbose=0)
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=256,
+            n_epochs=20,
+            gamma=0.98,
+            gae_lambda=0.8,
+            ent_coef=0.0,
+            clip_range=0.2,
+            learning_rate=lambda remaining: 1e-3 * remaining,
+            seed=seed,
+            device="cpu",
+            verbose=0,
+        )
     every = max(args.eval_every // env.num_envs, 1)  # vector steps between evaluations
     model.set_logger(Logger(folder=None, output_formats=[]))
 
@@ -130,15 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", choices=list(TASKS), default="pendulum")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--sides", nargs="+", default=["heron-native", "heron", "sb3"],
-                   choices=["heron-native", "heron", "sb3"])
-    p.add_argument("--eval-every", type=int, help="env steps between evaluations, every side (default: pendulum "
-                   "1000, cartpole 2048)")
-    p.add_argument("--max-steps", type=int, help="give up after this many env steps (default: pendulum 60000, "
-                   "cartpole 100000, over which PPO anneals its learning rate)")
+    p.add_argument(
+        "--sides", nargs="+", default=["heron-native", "heron", "sb3"], choices=["heron-native", "heron", "sb3"]
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="env steps between evaluations, every side (default: pendulum 1000, cartpole 2048)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        help="give up after this many env steps (default: pendulum 60000, "
+        "cartpole 100000, over which PPO anneals its learning rate)",
+    )
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--num-envs", type=int, help="heron-native: envs stepped at once (default: pendulum 16, "
-                   "cartpole 8)")
+    p.add_argument("--num-envs", type=int, help="heron-native: envs stepped at once (default: pendulum 16, cartpole 8)")
     p.add_argument("--gradient-steps", type=int, default=4, help="heron-native, pendulum: updates per vector step")
     p.add_argument("--batch-size", type=int, default=256, help="heron-native, pendulum")
     p.add_argument("--n-step", type=int, default=3, help="heron-native, pendulum")
@@ -154,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         for side in args.sides:
             out = Path(args.out) / f"{side}_s{seed}_{time.time_ns()}"
-            seconds, step = (sb3_side(args, seed) if side == "sb3"
-                             else heron_side(args, seed, side == "heron-native", out))
+            seconds, step = (
+                sb3_side(args, seed) if side == "sb3" else heron_side(args, seed, side == "heron-native", out)
+            )
             results[side].append((seconds, step))
             shown = "not solved" if seconds is None else f"{seconds:.1f} s at {step} env steps"
             print(f"{side} seed {seed}: {shown}", flush=True)
@@ -172,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         for side in (s for s in results if s != "sb3"):
             ratios = [b / s for (s, _), b in zip(results[side], base) if s and b]
             if ratios:
-                print(f"{side}: {statistics.median(ratios):.2f}x faster than sb3 to {threshold:g} "
-                      "(median of per-seed ratios)")
+                print(
+                    f"{side}: {statistics.median(ratios):.2f}x faster than sb3 to {threshold:g} "
+                    "(median of per-seed ratios)"
+                )
     if args.json:
         Path(args.json).write_text(json.dumps({k: [list(r) for r in v] for k, v in results.items()}, indent=1))
     return 0

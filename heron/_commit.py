@@ -4,4 +4,5 @@
 because ``.gitattributes`` marks this file ``export-subst``; in a checkout it stays a placeholder and
 ``heron.bench.git_commit`` asks git instead.
 """
+
 COMMIT = "$Format:%H$"

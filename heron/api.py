@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 
 from heron import registry
+from heron.accel.acting import Policy
 from heron.config import apply_overrides
-from heron.runtime import checkpoint as ckpt
-from heron.ops import dist
-from heron.runtime import evalworker
 from heron.envs.ids import callable_env_id, check_env_id, instance_env_id, is_callable_id, takes_num_envs, use_callable
+from heron.errors import EnvCrashed, Fault, HeronError, WriteFailed, first_line
+from heron.ops import dist
+from heron.runtime import checkpoint as ckpt
+from heron.runtime import evalworker
 from heron.runtime.episodes import EVAL_SEED_OFFSET
 from heron.runtime.episodes import evaluate as run_episodes
-from heron.accel.acting import Policy
 from heron.runtime.run import Run
 from heron.runtime.rundir import check_state, read_config, read_yaml
 from heron.runtime.setup import resolve_device
-from heron.errors import EnvCrashed, Fault, HeronError, WriteFailed, first_line
 
 
-def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
-                **overrides: Any) -> Any:
+def make_config(
+    algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None, **overrides: Any
+) -> Any:
     """Resolve a config: defaults -> config file -> presets (in order) -> overrides; validated."""
     module = registry.get(algo)
     cfg = module.Config()
@@ -44,9 +46,15 @@ def make_config(algo: str, presets: tuple[str, ...] | list[str] = (), config_fil
     return cfg
 
 
-def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str | None = None,
-          env: Any = None, callback: Callable[[dict], None] | None = None,
-          eval_env: Callable[..., Any] | None = None, **hyperparameters: Any) -> dict:
+def train(
+    algo: str,
+    presets: tuple[str, ...] | list[str] = (),
+    config_file: str | None = None,
+    env: Any = None,
+    callback: Callable[[dict], None] | None = None,
+    eval_env: Callable[..., Any] | None = None,
+    **hyperparameters: Any,
+) -> dict:
     """Train an algorithm and return the summary of its final evaluation.
 
     Example: ``heron.train("sac", env_id="Hopper-v5", total_steps=100_000, run_dir="runs/h")``.
@@ -105,8 +113,9 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
             hyperparameters["env_id"] = instance_env_id(env)
             use_callable(hyperparameters["env_id"], env, eval_env)
             if hyperparameters.setdefault("num_envs", env.num_envs) != env.num_envs:
-                raise HeronError(f"num_envs={hyperparameters['num_envs']}, but the vector env given has "
-                                 f"{env.num_envs} envs")
+                raise HeronError(
+                    f"num_envs={hyperparameters['num_envs']}, but the vector env given has {env.num_envs} envs"
+                )
         else:
             hyperparameters["env_id"] = callable_env_id(env)
         if isinstance(env, gym.vector.VectorEnv) or takes_num_envs(env):
@@ -114,9 +123,12 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
             if mode != "native":
                 raise HeronError(f"a vector env trains with vector_mode='native', not {mode!r}")
         if is_callable_id(hyperparameters["env_id"]):
-            print(f"heron: note: env {hyperparameters['env_id']} cannot be imported by another process: "
-                  "`heron eval` and `heron train --resume` of this run will ask for it; in Python pass it again "
-                  "(heron.evaluate(run_dir, env=...), heron.resume(run_dir, env=...))", file=sys.stderr)
+            print(
+                f"heron: note: env {hyperparameters['env_id']} cannot be imported by another process: "
+                "`heron eval` and `heron train --resume` of this run will ask for it; in Python pass it again "
+                "(heron.evaluate(run_dir, env=...), heron.resume(run_dir, env=...))",
+                file=sys.stderr,
+            )
     elif eval_env is not None:
         raise HeronError("eval_env goes with env= a vector env instance")
     cfg = make_config(algo, presets, config_file, **hyperparameters)
@@ -129,9 +141,14 @@ def train(algo: str, presets: tuple[str, ...] | list[str] = (), config_file: str
     return _run(module, run)
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None, env: Any = None,
-           torch_threads: int | None = None, eval_async: str | None = None,
-           eval_env: Callable[..., Any] | None = None) -> dict:
+def resume(
+    run_dir: str | Path,
+    total_steps: int | None = None,
+    env: Any = None,
+    torch_threads: int | None = None,
+    eval_async: str | None = None,
+    eval_env: Callable[..., Any] | None = None,
+) -> dict:
     """Continue an interrupted run from its latest checkpoint, exactly where it stopped.
 
     Args:
@@ -186,21 +203,24 @@ def _run(module: Any, run: Run) -> dict:
     except EnvCrashed as exc:
         raise EnvCrashed(f"{exc}; {run.save_after_crash()}") from exc
     except WriteFailed as exc:
-        raise WriteFailed(f"{exc}; {run.kept()}; make room, then continue with: heron train --resume "
-                          f"{run.run_dir}") from exc
+        raise WriteFailed(
+            f"{exc}; {run.kept()}; make room, then continue with: heron train --resume {run.run_dir}"
+        ) from exc
     except RuntimeError as exc:
         if not run.world.distributed:
             raise
         # a collective failed: another rank died (its own message, if any, is its last words)
-        raise Fault(f"rank {run.world.rank}: another process of this torchrun job failed or left it "
-                    f"({first_line(exc)[:160]}); {run.kept()}; continue with: heron train --resume {run.run_dir}") \
-            from exc
+        raise Fault(
+            f"rank {run.world.rank}: another process of this torchrun job failed or left it "
+            f"({first_line(exc)[:160]}); {run.kept()}; continue with: heron train --resume {run.run_dir}"
+        ) from exc
     finally:
         run.close()
 
 
-def load_checkpoint(run_dir: str | Path, which: str = "latest", env: Callable[..., Any] | None = None,
-                    check_env: bool = False) -> tuple[str, Any, dict]:
+def load_checkpoint(
+    run_dir: str | Path, which: str = "latest", env: Callable[..., Any] | None = None, check_env: bool = False
+) -> tuple[str, Any, dict]:
     """(algo, config, state) of a run's ``latest`` or ``best`` checkpoint, or of a checkpoint file.
     ``check_env``: also that the env (``env``: the callable the run was trained on, when it was
     given as one) has the spaces the checkpoint was saved for."""
@@ -240,9 +260,16 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
     return policy
 
 
-def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest", seed: int | None = None,
-             video: bool = False, device: str = "auto", env: Callable[..., Any] | None = None,
-             envs: int | None = None) -> dict:
+def evaluate(
+    run_dir: str | Path,
+    episodes: int = 10,
+    checkpoint: str = "latest",
+    seed: int | None = None,
+    video: bool = False,
+    device: str = "auto",
+    env: Callable[..., Any] | None = None,
+    envs: int | None = None,
+) -> dict:
     """Play a saved policy deterministically, as ``heron eval --json`` does.
 
     Args:
@@ -271,10 +298,24 @@ def evaluate(run_dir: str | Path, episodes: int = 10, checkpoint: str = "latest"
     if video:
         video_path = str(Path(run_dir) / "videos" / f"eval_{algo}_step_{int(state['step'])}.mp4")
     seed = seed if seed is not None else cfg.seed + EVAL_SEED_OFFSET
-    returns = run_episodes(policy.on_host(), cfg.env_id, episodes, seed, video_path=video_path,
-                           env_fn=evalworker.eval_env_fn(module, cfg), at_once=envs or cfg.eval_envs)
-    out = {"mean_return": float(returns.mean()), "std_return": float(returns.std()), "episodes": len(returns),
-           "env_id": cfg.env_id, "algo": algo, "steps": int(state["step"]), "returns": returns.tolist()}
+    returns = run_episodes(
+        policy.on_host(),
+        cfg.env_id,
+        episodes,
+        seed,
+        video_path=video_path,
+        env_fn=evalworker.eval_env_fn(module, cfg),
+        at_once=envs or cfg.eval_envs,
+    )
+    out = {
+        "mean_return": float(returns.mean()),
+        "std_return": float(returns.std()),
+        "episodes": len(returns),
+        "env_id": cfg.env_id,
+        "algo": algo,
+        "steps": int(state["step"]),
+        "returns": returns.tolist(),
+    }
     if video_path:
         out["video"] = video_path
     return out

@@ -31,18 +31,31 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from heron import __version__
 from heron._commit import COMMIT
+from heron.errors import HeronError
 from heron.runtime.cores import busy_cores, others_now, usable_cpus
 from heron.runtime.logger import complete_rows, write_csv
 from heron.runtime.rundir import best_logged_eval, read_config
-from heron.errors import HeronError
 
-RESULTS_HEADER = ["suite", "algo", "env_id", "seed", "steps", "final_return", "final_std", "best_return",
-                  "wall_s", "heron_version", "git_commit", "train_return"]
+RESULTS_HEADER = [
+    "suite",
+    "algo",
+    "env_id",
+    "seed",
+    "steps",
+    "final_return",
+    "final_std",
+    "best_return",
+    "wall_s",
+    "heron_version",
+    "git_commit",
+    "train_return",
+]
 # results.csv as written before train_return: read, its rows padded, and rewritten whole by record()
 _EARLIER_HEADER = RESULTS_HEADER[:-1]
 TRAIN_WINDOW = 0.1  # train_return: the training episodes that ended in the last tenth of the steps
@@ -109,19 +122,30 @@ PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("ppo", "Hopper-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "Walker2d-v5"): [("DI-engine, v3, best mean", "3000")],
     ("ppo", "HalfCheetah-v5"): [("DI-engine, v3, best mean", "3500")],
-    **{("ppo", f"{game}NoFrameskip-v4"): [("DI-engine, NoFrameskip-v4, best mean", figure)]
-       for game, figure in DI_ENGINE_ATARI.items()},
-    **{("ppo", f"ALE/{game}-v5"): [("DI-engine, NoFrameskip-v4 (no sticky actions), best mean", figure)]
-       for game, figure in DI_ENGINE_ATARI.items()},
+    **{
+        ("ppo", f"{game}NoFrameskip-v4"): [("DI-engine, NoFrameskip-v4, best mean", figure)]
+        for game, figure in DI_ENGINE_ATARI.items()
+    },
+    **{
+        ("ppo", f"ALE/{game}-v5"): [("DI-engine, NoFrameskip-v4 (no sticky actions), best mean", figure)]
+        for game, figure in DI_ENGINE_ATARI.items()
+    },
     ("dreamer_v2", "dmc_walker_walk"): [("DreamerV2 paper, 1M frames", "~950")],
     # the DreamerV3 authors' published curves (danijar/dreamerv3, scores/*-dreamerv3.json.gz): the mean return of
     # the episodes in the last 10% of the budget, mean ± std over seeds (benchmarks/dreamer_v3_published.py)
-    **{("dreamer_v3", env): [("DreamerV3 official scores, 400k frames, 5 seeds", figure)] for env, figure in (
-        ("PongNoFrameskip-v4", "-4.2 ± 3.1"), ("BreakoutNoFrameskip-v4", "9.0 ± 1.9"),
-        ("BoxingNoFrameskip-v4", "79.4 ± 6.4"), ("MsPacmanNoFrameskip-v4", "1525.8 ± 269.1"))},
+    **{
+        ("dreamer_v3", env): [("DreamerV3 official scores, 400k frames, 5 seeds", figure)]
+        for env, figure in (
+            ("PongNoFrameskip-v4", "-4.2 ± 3.1"),
+            ("BreakoutNoFrameskip-v4", "9.0 ± 1.9"),
+            ("BoxingNoFrameskip-v4", "79.4 ± 6.4"),
+            ("MsPacmanNoFrameskip-v4", "1525.8 ± 269.1"),
+        )
+    },
     ("dreamer_v3", "dmc_walker_walk"): [("DreamerV3 official scores, DMC vision, 1M frames, 10 seeds", "960.6 ± 2.1")],
-    ("dreamer_v3", "dmc_cartpole_swingup"): [("DreamerV3 official scores, DMC vision, 1M frames, 10 seeds",
-                                              "860.1 ± 11.9")],
+    ("dreamer_v3", "dmc_cartpole_swingup"): [
+        ("DreamerV3 official scores, DMC vision, 1M frames, 10 seeds", "860.1 ± 11.9")
+    ],
 }
 
 
@@ -169,11 +193,32 @@ class Job:
     def command(self, threads: int, device: str) -> list[str]:
         base = [sys.executable, "-m", "heron", "train"]
         if self.has_checkpoint():
-            return base + ["--resume", str(self.run_dir), "--total-steps", str(self.total_steps),
-                           "--torch-threads", str(threads)]  # this bench's division of the cores
-        flags = ["--env-id", self.entry.env_id, "--preset", *self.entry.presets, "--total-steps", str(self.total_steps),
-                 "--seed", str(self.seed), "--run-dir", str(self.run_dir), "--torch-threads", str(threads),
-                 "--progress", "log", "--device", device]
+            return base + [
+                "--resume",
+                str(self.run_dir),
+                "--total-steps",
+                str(self.total_steps),
+                "--torch-threads",
+                str(threads),
+            ]  # this bench's division of the cores
+        flags = [
+            "--env-id",
+            self.entry.env_id,
+            "--preset",
+            *self.entry.presets,
+            "--total-steps",
+            str(self.total_steps),
+            "--seed",
+            str(self.seed),
+            "--run-dir",
+            str(self.run_dir),
+            "--torch-threads",
+            str(threads),
+            "--progress",
+            "log",
+            "--device",
+            device,
+        ]
         for key, value in self.entry.overrides:
             flags += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
         return base + [self.entry.algo] + flags
@@ -241,8 +286,10 @@ def suite_entries(suite: str, only: Iterable[str] = ()) -> list[Entry]:
     if only:
         entries = [e for e in entries if any(o in e.algo.lower() or o in e.env_id.lower() for o in only)]
         if not entries:
-            raise HeronError(f"--only {' '.join(only)} matches no entry of {suite}: "
-                             f"{', '.join(f'{e.algo} {e.env_id}' for e in SUITES[suite])}")
+            raise HeronError(
+                f"--only {' '.join(only)} matches no entry of {suite}: "
+                f"{', '.join(f'{e.algo} {e.env_id}' for e in SUITES[suite])}"
+            )
     return entries
 
 
@@ -253,8 +300,9 @@ def check_entries(entries: list[Entry], steps: int | None) -> None:
     from heron.envs.ids import check_env_id
 
     for e in entries:
-        cfg = api.make_config(e.algo, e.presets, None, env_id=e.env_id, total_steps=steps or e.total_steps,
-                              **dict(e.overrides))
+        cfg = api.make_config(
+            e.algo, e.presets, None, env_id=e.env_id, total_steps=steps or e.total_steps, **dict(e.overrides)
+        )
         check_env_id(cfg.env_id)
         registry.get(e.algo).check(cfg)
 
@@ -266,12 +314,17 @@ def git_commit() -> str:
         return COMMIT[:12]
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if head.returncode:
             return ""
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -290,9 +343,20 @@ def suite_label(suite: str, precision: str = "32") -> str:
     return suite if precision == "32" else f"{suite}.{precision}"
 
 
-def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel: int = 1, steps: int | None = None,
-              only: Iterable[str] = (), device: str = "auto", status_every: float = 60.0, dry_run: bool = False,
-              threads: int = 0, echo: Any = print, precision: str = "32") -> int:
+def run_suite(
+    suite: str,
+    seeds: list[int],
+    out: str | Path = "bench",
+    parallel: int = 1,
+    steps: int | None = None,
+    only: Iterable[str] = (),
+    device: str = "auto",
+    status_every: float = 60.0,
+    dry_run: bool = False,
+    threads: int = 0,
+    echo: Any = print,
+    precision: str = "32",
+) -> int:
     """Run (or continue) a suite; returns the exit code: 0 when every run finished, 1 when some
     failed (the others still ran), 130 when interrupted (every running child checkpoints first).
     ``precision`` is every run's ``--precision``; its runs go under ``suite_label``."""
@@ -320,11 +384,15 @@ def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel:
     busy = min(busy_cores(others), n_cores - 1)
     threads = threads or max(1, (n_cores - busy) // parallel)
     if busy:
-        echo(f"heron bench: note: other processes keep {others:.1f} of {n_cores} cores busy: {threads} torch "
-             "thread(s) per run (--threads N to choose)")
+        echo(
+            f"heron bench: note: other processes keep {others:.1f} of {n_cores} cores busy: {threads} torch "
+            "thread(s) per run (--threads N to choose)"
+        )
     if parallel * threads > n_cores - busy:
-        echo(f"heron bench: note: {parallel} run(s) x {threads} thread(s) on {n_cores - busy} free cores: they "
-             "compete for cores, and torch slows down badly when its threads wait for one")
+        echo(
+            f"heron bench: note: {parallel} run(s) x {threads} thread(s) on {n_cores - busy} free cores: they "
+            "compete for cores, and torch slows down badly when its threads wait for one"
+        )
     pending = []
     for job in jobs:
         if job.finished():
@@ -337,8 +405,10 @@ def run_suite(suite: str, seeds: list[int], out: str | Path = "bench", parallel:
         return 0
     if pending:
         (suite_dir / "logs").mkdir(parents=True, exist_ok=True)
-        echo(f"heron bench {suite}: {len(jobs)} runs ({len(jobs) - len(pending)} finished earlier), {parallel} at a "
-             f"time, {threads} torch thread(s) each; results in {out}")
+        echo(
+            f"heron bench {suite}: {len(jobs)} runs ({len(jobs) - len(pending)} finished earlier), {parallel} at a "
+            f"time, {threads} torch thread(s) each; results in {out}"
+        )
     commit = git_commit()
     running: list[Job] = []
     failed: list[Job] = []
@@ -420,16 +490,27 @@ def _start(job: Job, threads: int, device: str, echo: Any) -> None:
     resumed = "--resume" in cmd
     state = job.state() if job.run_dir.exists() else {}
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    job.save_state(wall_before=float(state.get("wall_s", 0.0)), attempts=int(state.get("attempts", 0)) + 1,
-                   done=False, total_steps=job.total_steps, command=cmd)
+    job.save_state(
+        wall_before=float(state.get("wall_s", 0.0)),
+        attempts=int(state.get("attempts", 0)) + 1,
+        done=False,
+        total_steps=job.total_steps,
+        command=cmd,
+    )
     job.start_step = job.checkpoint_step() if resumed else 0
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     job.log = open(job.run_dir.parent / "logs" / f"{job.run_dir.name}.log", "a")
     job.log.write(f"\n$ {' '.join(cmd)}\n")
     job.log.flush()
     # its own process group: a Ctrl-C at the terminal reaches the bench only, which asks each child once
-    job.proc = subprocess.Popen(cmd, stdout=job.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    job.proc = subprocess.Popen(
+        cmd,
+        stdout=job.log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
     job.started = time.monotonic()
     how = f"resuming at step {job.start_step}" if resumed else "starting"
     echo(f"[start] {job.label}: {how} -> {job.total_steps} steps ({job.run_dir})")
@@ -442,11 +523,26 @@ def _ended(job: Job, code: int, suite: str, commit: str, out: Path, failed: list
     if code == 0 and summary is not None and summary[0] >= job.total_steps:
         step, final, std, best = summary
         train = train_summary(job.run_dir)
-        job.save_state(wall_s=wall, done=True, steps=step, final_return=final, final_std=std, best_return=best,
-                       train_return=train)
-        record(out / "results.csv", [suite, job.entry.algo, job.entry.env_id, job.seed, step, f"{final:.2f}",
-                                     f"{std:.2f}", f"{best:.2f}", f"{wall:.0f}", __version__, commit,
-                                     "" if train is None else f"{train:.2f}"])
+        job.save_state(
+            wall_s=wall, done=True, steps=step, final_return=final, final_std=std, best_return=best, train_return=train
+        )
+        record(
+            out / "results.csv",
+            [
+                suite,
+                job.entry.algo,
+                job.entry.env_id,
+                job.seed,
+                step,
+                f"{final:.2f}",
+                f"{std:.2f}",
+                f"{best:.2f}",
+                f"{wall:.0f}",
+                __version__,
+                commit,
+                "" if train is None else f"{train:.2f}",
+            ],
+        )
         echo(f"[done] {job.label}: {step} steps in {_duration(wall)}; final {final:.1f} +- {std:.1f}, best {best:.1f}")
         return
     job.save_state(wall_s=wall, done=False, last_exit=code)
@@ -498,7 +594,7 @@ def _read_rows(path: Path) -> list[list[str]]:
         rows = list(csv.reader(f))
     if rows and rows[0] == _EARLIER_HEADER:  # written before train_return: that column left empty
         return [r + [""] for r in rows[1:] if len(r) == len(_EARLIER_HEADER)]
-    if not rows or rows[0][:len(RESULTS_HEADER)] != RESULTS_HEADER:
+    if not rows or rows[0][: len(RESULTS_HEADER)] != RESULTS_HEADER:
         raise HeronError(f"{path} is not a heron bench results file (header {rows[0] if rows else 'missing'})")
     return [r for r in rows[1:] if len(r) == len(RESULTS_HEADER)]
 
@@ -553,10 +649,20 @@ def unfinished_runs(out: Path, suite: str, rows: list[dict]) -> list[dict]:
         if summary is None:
             continue
         step, mean, std, best = summary
-        found.append(dict(env_id=cfg.get("env_id", "?"), algo=algo, seed=cfg.get("seed", "?"),
-                          steps=max(step, last_logged_step(run_dir / "metrics.csv")),
-                          total_steps=int(cfg.get("total_steps", 0)), eval_step=step, final_return=mean,
-                          final_std=std, best_return=best, train_return=train_summary(run_dir)))
+        found.append(
+            dict(
+                env_id=cfg.get("env_id", "?"),
+                algo=algo,
+                seed=cfg.get("seed", "?"),
+                steps=max(step, last_logged_step(run_dir / "metrics.csv")),
+                total_steps=int(cfg.get("total_steps", 0)),
+                eval_step=step,
+                final_return=mean,
+                final_std=std,
+                best_return=best,
+                train_return=train_summary(run_dir),
+            )
+        )
     return found
 
 
@@ -568,34 +674,48 @@ def table(rows: list[dict], suite: str, unfinished: list[dict] = ()) -> str:
     for row in rows:
         if row["suite"] == suite:
             groups.setdefault((row["env_id"], row["algo"]), []).append(row)
-    lines = [f"### {suite}", "",
-             "| Env | Algorithm | Steps | Seeds | Final eval | Best eval | Training return (last 10%) | Published "
-             "| Wall time per run |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    lines = [
+        f"### {suite}",
+        "",
+        "| Env | Algorithm | Steps | Seeds | Final eval | Best eval | Training return (last 10%) | Published "
+        "| Wall time per run |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for (env, algo), group in groups.items():
         group.sort(key=lambda r: r["seed"])
         published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
         steps = sorted({r["steps"] for r in group})
-        lines.append(f"| {env} | {algo} | {'/'.join(f'{s:,}' for s in steps)} | {len(group)} "
-                     f"| {_mean_std([r['final_return'] for r in group])} | {_mean_std([r['best_return'] for r in group])} "
-                     f"| {_mean_std([r['train_return'] for r in group])} | {published} "
-                     f"| {_duration(sum(r['wall_s'] for r in group) / len(group))} |")
+        lines.append(
+            f"| {env} | {algo} | {'/'.join(f'{s:,}' for s in steps)} | {len(group)} "
+            f"| {_mean_std([r['final_return'] for r in group])} | {_mean_std([r['best_return'] for r in group])} "
+            f"| {_mean_std([r['train_return'] for r in group])} | {published} "
+            f"| {_duration(sum(r['wall_s'] for r in group) / len(group))} |"
+        )
     if len(lines) == 4:
         lines.append("| (no finished runs) | | | | | | | | |")
     commits = sorted({r["git_commit"] or "?" for r in rows if r["suite"] == suite})
-    lines += ["", f"Final: the deterministic evaluation at the end of training; best: the highest periodic "
-              f"evaluation; training return: the mean return of the training episodes (the exploring policy) "
-              f"that ended in the last 10% of the steps, the figure CleanRL's tables give. Mean ± sample "
-              f"standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}."]
+    lines += [
+        "",
+        f"Final: the deterministic evaluation at the end of training; best: the highest periodic "
+        f"evaluation; training return: the mean return of the training episodes (the exploring policy) "
+        f"that ended in the last 10% of the steps, the figure CleanRL's tables give. Mean ± sample "
+        f"standard deviation over seeds. heron commit(s): {', '.join(commits) or '-'}.",
+    ]
     if unfinished:
-        lines += ["", "Not finished yet (stopped or training; not in the means above). The same command continues them:",
-                  "", "| Env | Algorithm | Seed | Steps so far | Latest eval | Best eval | Training return (last 10% so far) |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "Not finished yet (stopped or training; not in the means above). The same command continues them:",
+            "",
+            "| Env | Algorithm | Seed | Steps so far | Latest eval | Best eval | Training return (last 10% so far) |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
         for run in unfinished:
             train = "-" if run["train_return"] is None else f"{run['train_return']:.1f}"
-            lines.append(f"| {run['env_id']} | {run['algo']} | {run['seed']} | {run['steps']:,} of "
-                         f"{run['total_steps']:,} | {run['final_return']:.1f} ± {run['final_std']:.1f} "
-                         f"(at {run['eval_step']:,}) | {run['best_return']:.1f} | {train} |")
+            lines.append(
+                f"| {run['env_id']} | {run['algo']} | {run['seed']} | {run['steps']:,} of "
+                f"{run['total_steps']:,} | {run['final_return']:.1f} ± {run['final_std']:.1f} "
+                f"(at {run['eval_step']:,}) | {run['best_return']:.1f} | {train} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -635,8 +755,12 @@ def _plots(out: Path, suite: str, rows: list[dict]) -> list[Path]:
     for env, groups in by_env.items():
         path = out / "plots" / suite / f"{safe_name(env)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        plot_bands(groups, str(path), title=f"{env} ({suite})",
-                   references=[ref for algo in groups for ref in published_lines(algo, env)])
+        plot_bands(
+            groups,
+            str(path),
+            title=f"{env} ({suite})",
+            references=[ref for algo in groups for ref in published_lines(algo, env)],
+        )
         written.append(path)
     return written
 

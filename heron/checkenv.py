@@ -60,9 +60,11 @@ class Report:
         return dataclasses.asdict(self) | {"problems": self.problems}
 
     def text(self) -> str:
-        lines = [f"heron check-env {self.env_id}",
-                 f"  observation space  {self.observation_space}",
-                 f"  action space       {self.action_space}"]
+        lines = [
+            f"heron check-env {self.env_id}",
+            f"  observation space  {self.observation_space}",
+            f"  action space       {self.action_space}",
+        ]
         if self.rollout:
             lines.append(f"  rollout            {self.rollout}")
         lines.append("")
@@ -74,8 +76,11 @@ class Report:
         for algo, reason in self.algos.items():
             lines.append(f"    {algo:<{width}}  {'yes' if not reason else 'no: ' + reason}")
         lines.append("")
-        lines.append("  no problems found" if not self.problems else
-                     f"  {self.problems} problem{'s' if self.problems > 1 else ''} found (FAIL above)")
+        lines.append(
+            "  no problems found"
+            if not self.problems
+            else f"  {self.problems} problem{'s' if self.problems > 1 else ''} found (FAIL above)"
+        )
         return "\n".join(lines)
 
 
@@ -170,8 +175,10 @@ def _check_obs(obs: Any, space: gym.Space, where: str, dtype: _First, inside: _F
     if isinstance(space, gym.spaces.Box):
         arr = np.asarray(obs)
         if arr.dtype != space.dtype:
-            dtype.add(f"{where} returned {name} of dtype {arr.dtype}; the observation space declares {space.dtype} "
-                      f"(heron converts by the declared dtype)")
+            dtype.add(
+                f"{where} returned {name} of dtype {arr.dtype}; the observation space declares {space.dtype} "
+                f"(heron converts by the declared dtype)"
+            )
         if arr.shape != space.shape:
             inside.add(f"{where} returned {name} of shape {arr.shape}; the observation space declares {space.shape}")
             return
@@ -180,8 +187,9 @@ def _check_obs(obs: Any, space: gym.Space, where: str, dtype: _First, inside: _F
         if bad.any():
             i = tuple(int(j) for j in np.argwhere(bad)[0])
             idx = i[0] if len(i) == 1 else i
-            inside.add(f"{where} returned {name}[{idx}] = {arr[i]:.6g}, outside [{space.low[i]:.6g}, "
-                       f"{space.high[i]:.6g}]")
+            inside.add(
+                f"{where} returned {name}[{idx}] = {arr[i]:.6g}, outside [{space.low[i]:.6g}, {space.high[i]:.6g}]"
+            )
         return
     if not space.contains(obs):
         inside.add(f"{where} returned {name} {obs!r}, not in {space}")
@@ -213,18 +221,27 @@ def _rollout(env: gym.Env, steps: int, seed: int, report: Report) -> list[Findin
                 _check_obs(obs, space, f"reset() after step {t}", dtype, inside)
     except Exception as exc:  # the env itself raised under random actions
         crash.add(f"at step {t}: {first_line(exc)}")
-    report.rollout = (f"{t} random steps, {episodes} episodes ended" +
-                      (f" (mean length {np.mean(lengths):.0f})" if lengths else ""))
-    out = [dtype.finding("observation dtype", "as declared"),
-           inside.finding("observations inside the observation space", "every one"),
-           rewards.finding("rewards", "finite numbers"),
-           flags.finding("terminated / truncated", "booleans")]
+    report.rollout = f"{t} random steps, {episodes} episodes ended" + (
+        f" (mean length {np.mean(lengths):.0f})" if lengths else ""
+    )
+    out = [
+        dtype.finding("observation dtype", "as declared"),
+        inside.finding("observations inside the observation space", "every one"),
+        rewards.finding("rewards", "finite numbers"),
+        flags.finding("terminated / truncated", "booleans"),
+    ]
     if crash.count:
         out.append(crash.finding("random actions"))
     elif not episodes:
-        out.append(Finding(False, "episodes end", f"none ended in {steps} random steps: give the env a time limit "
-                           "(gym.register(..., max_episode_steps=N) or --max-episode-steps where the algorithm has it); "
-                           "evaluations run each episode to its end"))
+        out.append(
+            Finding(
+                False,
+                "episodes end",
+                f"none ended in {steps} random steps: give the env a time limit "
+                "(gym.register(..., max_episode_steps=N) or --max-episode-steps where the algorithm has it); "
+                "evaluations run each episode to its end",
+            )
+        )
     else:
         out.append(Finding(True, "episodes end"))
     return out
@@ -266,9 +283,13 @@ def _vector_finding(env_id: str, steps: int, seed: int, num_envs: int = 4) -> Fi
     outputs = "torch.Tensor observations" if envs.tensors else "numpy.ndarray observations"
     if envs.tensors:
         outputs += f" on {envs.device}, read as tensors (the tensor contract holds)"
-    return Finding(True, what, f"{envs.mode.value} autoreset, {outputs}; {episodes} episode(s) ended "
-                   f"in {max(1, steps // num_envs)} steps of {num_envs} envs"
-                   + (f", {reset_rows} reset row(s) left out" if reset_rows else ""))
+    return Finding(
+        True,
+        what,
+        f"{envs.mode.value} autoreset, {outputs}; {episodes} episode(s) ended "
+        f"in {max(1, steps // num_envs)} steps of {num_envs} envs"
+        + (f", {reset_rows} reset row(s) left out" if reset_rows else ""),
+    )
 
 
 def _action_findings(space: gym.Space) -> list[Finding]:
@@ -276,12 +297,18 @@ def _action_findings(space: gym.Space) -> list[Finding]:
         return []
     if np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
         return [Finding(True, "action bounds", "finite")]
-    return [Finding(False, "action bounds", "not finite: sac, td3, dreamer_v2 and dreamer_v3 squash their actions "
-                    "into the bounds, so they need finite ones (ppo clips its Gaussian samples to them)")]
+    return [
+        Finding(
+            False,
+            "action bounds",
+            "not finite: sac, td3, dreamer_v2 and dreamer_v3 squash their actions "
+            "into the bounds, so they need finite ones (ppo clips its Gaussian samples to them)",
+        )
+    ]
 
 
 def _algo_reason(algo: str, env_id: str) -> str:
-    """"" when ``heron train ALGO --env-id ENV_ID`` passes its pre-run checks, else why not."""
+    """ "" when ``heron train ALGO --env-id ENV_ID`` passes its pre-run checks, else why not."""
     module = registry.get(algo)
     cfg = dataclasses.replace(module.Config(), env_id=env_id)
     try:

@@ -19,15 +19,16 @@ from typing import Any
 
 from heron import registry
 from heron.config import field_types, flag, type_name
+from heron.errors import Fault, HeronError, Interrupted, first_line
 from heron.ops import dist
 from heron.runtime.memory import keep_freed_memory
-from heron.errors import Fault, HeronError, Interrupted, first_line
 
 USAGE = """usage: heron <command> ...
 
 commands:
   train ALGO [flags]                      train an algorithm (heron train ALGO --help lists its flags)
-  train --resume RUN_DIR [--total-steps N] [--torch-threads N] [--eval-async M]  continue a run from its latest checkpoint
+  train --resume RUN_DIR [--total-steps N] [--torch-threads N] [--eval-async M]
+                                          continue a run from its latest checkpoint
   eval RUN_DIR [--episodes N] [--video] [--json] [--checkpoint latest|best] [--envs N]
   check-env ENV_ID [--steps N] [--json]   will this env train with heron, and with which algorithms?
   list                                    algorithms and their presets
@@ -83,11 +84,20 @@ def _negative_values(argv: list[str]) -> list[str]:
 def config_parser(algo: str, cls: type, defaults: Any) -> _Parser:
     """A parser with one flag per Config field; values stay strings (coerced by apply_overrides)
     and absent flags are absent from the namespace."""
-    p = _Parser(prog=f"heron train {algo}", add_help=True, argument_default=argparse.SUPPRESS,
-                description=f"Train {algo}. Order of precedence: defaults < --config < --preset < flags.")
+    p = _Parser(
+        prog=f"heron train {algo}",
+        add_help=True,
+        argument_default=argparse.SUPPRESS,
+        description=f"Train {algo}. Order of precedence: defaults < --config < --preset < flags.",
+    )
     p.add_argument("--config", metavar="FILE.yaml", help="read options from a YAML file (e.g. a run's config.yaml)")
-    p.add_argument("--preset", nargs="+", action="extend", metavar="NAME",
-                   help="named overlays applied in order (repeating the flag adds to the list)")
+    p.add_argument(
+        "--preset",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="named overlays applied in order (repeating the flag adds to the list)",
+    )
     types = field_types(cls)
     for f in dataclasses.fields(cls):
         kind = types[f.name]
@@ -113,9 +123,11 @@ def cmd_train(argv: list[str]) -> int:
     from heron import api
 
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: heron train ALGO [flags]  |  heron train --resume RUN_DIR [--total-steps N] [--torch-threads N] "
-              "[--eval-async auto|on|off]\n"
-              f"algorithms: {', '.join(registry.ALGOS)}; see heron train ALGO --help")
+        print(
+            "usage: heron train ALGO [flags]  |  heron train --resume RUN_DIR [--total-steps N] [--torch-threads N] "
+            "[--eval-async auto|on|off]\n"
+            f"algorithms: {', '.join(registry.ALGOS)}; see heron train ALGO --help"
+        )
         return 0 if argv else 2
     if argv[0] == "--resume" or argv[0].startswith("--resume="):
         p = _Parser(prog="heron train --resume")
@@ -124,9 +136,11 @@ def cmd_train(argv: list[str]) -> int:
         p.add_argument("--torch-threads", type=int)
         p.add_argument("--eval-async", choices=["auto", "on", "off"])
         args, unknown = p.parse_known_args(argv)
-        _reject_unknown(unknown, ["--resume", "--total-steps", "--torch-threads", "--eval-async"],
-                        "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads "
-                        "and --eval-async")
+        _reject_unknown(
+            unknown,
+            ["--resume", "--total-steps", "--torch-threads", "--eval-async"],
+            "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads and --eval-async",
+        )
         if args.total_steps is not None and args.total_steps <= 0:
             raise HeronError(f"--total-steps must be positive, got {args.total_steps}")
         api.resume(args.resume, args.total_steps, torch_threads=args.torch_threads, eval_async=args.eval_async)
@@ -164,27 +178,32 @@ def cmd_eval(argv: list[str]) -> int:
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")
     p.add_argument("--seed", type=int, default=None, help="first episode seed (default: the run's eval seed)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--envs", type=int, default=None,
-                   help="episodes played at once, one env each (default: the run's --eval-envs)")
+    p.add_argument(
+        "--envs", type=int, default=None, help="episodes played at once, one env each (default: the run's --eval-envs)"
+    )
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, ["--episodes", "--video", "--json", "--checkpoint", "--seed", "--device", "--envs"])
-    out = api.evaluate(args.run_dir, args.episodes, args.checkpoint, args.seed, args.video, args.device,
-                       envs=args.envs)
+    out = api.evaluate(args.run_dir, args.episodes, args.checkpoint, args.seed, args.video, args.device, envs=args.envs)
     if args.json:
         print(json.dumps(out))
     else:
         video = out.get("video")
-        print(f"{out['algo']} on {out['env_id']} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
-              f"{out['std_return']:.2f} over {out['episodes']} episodes" + (f"; video {video}" if video else ""))
+        print(
+            f"{out['algo']} on {out['env_id']} @ {out['steps']} steps: {out['mean_return']:.2f} +- "
+            f"{out['std_return']:.2f} over {out['episodes']} episodes" + (f"; video {video}" if video else "")
+        )
     return 0
 
 
 def cmd_check_env(argv: list[str]) -> int:
     from heron.checkenv import check
 
-    p = _Parser(prog="heron check-env", description="Check that an environment trains with heron, and with "
-                "which algorithms: Gymnasium's env checker, a rollout of random actions checked against the "
-                "spaces, each algorithm's own requirements. Exit 0 when nothing failed, 1 otherwise.")
+    p = _Parser(
+        prog="heron check-env",
+        description="Check that an environment trains with heron, and with "
+        "which algorithms: Gymnasium's env checker, a rollout of random actions checked against the "
+        "spaces, each algorithm's own requirements. Exit 0 when nothing failed, 1 otherwise.",
+    )
     p.add_argument("env_id", metavar="ENV_ID", help="a Gymnasium id, module:EnvId, or module:factory")
     p.add_argument("--steps", type=int, default=500, help="random steps of the rollout (default: 500)")
     p.add_argument("--seed", type=int, default=0, help="seed of the rollout (default: 0)")
@@ -220,13 +239,17 @@ def cmd_plot(argv: list[str]) -> int:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/returns.png of the first run)")
     p.add_argument("--metric", default="charts/episodic_return", help="metric from metrics.csv to plot")
-    p.add_argument("--bands", action="store_true", help="the evaluation returns of runs with the same algorithm "
-                   "and env (seeds) as one line: their mean with a band of one standard deviation")
+    p.add_argument(
+        "--bands",
+        action="store_true",
+        help="the evaluation returns of runs with the same algorithm "
+        "and env (seeds) as one line: their mean with a band of one standard deviation",
+    )
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, ["--out", "--metric", "--bands"])
     if args.bands:
-        from heron.runtime.rundir import read_config
         from heron.plot import plot_bands
+        from heron.runtime.rundir import read_config
 
         groups: dict[str, list[str]] = {}
         for run_dir in args.run_dirs:
@@ -242,26 +265,51 @@ def cmd_plot(argv: list[str]) -> int:
 def cmd_bench(argv: list[str]) -> int:
     from heron import bench
 
-    p = _Parser(prog="heron bench", allow_abbrev=False, description="Run a benchmark suite: every entry once per seed, each an "
-                "ordinary run directory under OUT/SUITE. Give the same command again to continue: finished runs "
-                "are skipped, stopped ones resume from their latest checkpoint. Writes OUT/results.csv, "
-                "OUT/SUITE.md (mean and std over seeds beside the published figures) and OUT/plots/SUITE/*.png.")
+    p = _Parser(
+        prog="heron bench",
+        allow_abbrev=False,
+        description="Run a benchmark suite: every entry once per seed, each an "
+        "ordinary run directory under OUT/SUITE. Give the same command again to continue: finished runs "
+        "are skipped, stopped ones resume from their latest checkpoint. Writes OUT/results.csv, "
+        "OUT/SUITE.md (mean and std over seeds beside the published figures) and OUT/plots/SUITE/*.png.",
+    )
     p.add_argument("suite", nargs="?", metavar="SUITE", help=f"one of: {', '.join(bench.SUITES)}")
     p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="SEED", help="seeds (default: 1)")
-    p.add_argument("--parallel", type=int, default=1, metavar="K",
-                   help="runs at once, the cores divided among them (default: 1)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="torch threads per run (default: 0, the free cores divided among the --parallel runs)")
+    p.add_argument(
+        "--parallel", type=int, default=1, metavar="K", help="runs at once, the cores divided among them (default: 1)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch threads per run (default: 0, the free cores divided among the --parallel runs)",
+    )
     p.add_argument("--out", default="bench", metavar="DIR", help="output folder (default: bench)")
-    p.add_argument("--steps", type=int, default=None, metavar="N", help="total steps of every run instead of "
-                   "the suite's")
-    p.add_argument("--only", nargs="+", default=[], metavar="TEXT",
-                   help="only the entries whose algorithm or env id contains one of these")
+    p.add_argument(
+        "--steps", type=int, default=None, metavar="N", help="total steps of every run instead of the suite's"
+    )
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="TEXT",
+        help="only the entries whose algorithm or env id contains one of these",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--precision", default="32", help="every run's --precision (default: 32); runs at another "
-                   "precision go under SUITE.PRECISION (their own folder, rows and table)")
-    p.add_argument("--status-every", type=float, default=60.0, metavar="S",
-                   help="seconds between progress lines (default: 60; 0: none)")
+    p.add_argument(
+        "--precision",
+        default="32",
+        help="every run's --precision (default: 32); runs at another "
+        "precision go under SUITE.PRECISION (their own folder, rows and table)",
+    )
+    p.add_argument(
+        "--status-every",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds between progress lines (default: 60; 0: none)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
     p.add_argument("--list", action="store_true", help="list the suites and their entries")
     p.add_argument("--report", action="store_true", help="only write the tables and plots from OUT/results.csv")
@@ -280,25 +328,46 @@ def cmd_bench(argv: list[str]) -> int:
         return 0
     if not args.suite:
         raise HeronError(f"name a suite: heron bench SUITE (one of {', '.join(bench.SUITES)}), or --list")
-    return bench.run_suite(args.suite, args.seeds, args.out, args.parallel, args.steps, args.only, args.device,
-                           args.status_every, args.dry_run, args.threads, echo=lambda line: print(line, flush=True),
-                           precision=args.precision)
+    return bench.run_suite(
+        args.suite,
+        args.seeds,
+        args.out,
+        args.parallel,
+        args.steps,
+        args.only,
+        args.device,
+        args.status_every,
+        args.dry_run,
+        args.threads,
+        echo=lambda line: print(line, flush=True),
+        precision=args.precision,
+    )
 
 
 def cmd_tune(argv: list[str]) -> int:
     from heron import tune
     from heron.runtime.cores import busy_cores, choose_threads, others_now
 
-    p = _Parser(prog="heron tune", allow_abbrev=False, description="Search hyperparameters with Optuna (TPE, "
-                "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "
-                "Any other flag is an option of every trial (heron train ALGO --help): --total-steps, --eval-every, "
-                "... Give the same command again to continue the study.")
+    p = _Parser(
+        prog="heron tune",
+        allow_abbrev=False,
+        description="Search hyperparameters with Optuna (TPE, "
+        "median pruning on the periodic evaluations); every trial is a run directory under OUT/trials. "
+        "Any other flag is an option of every trial (heron train ALGO --help): --total-steps, --eval-every, "
+        "... Give the same command again to continue the study.",
+    )
     p.add_argument("algo", metavar="ALGO")
-    p.add_argument("--trials", type=int, required=True, metavar="N", help="finished or pruned trials the study "
-                   "should hold")
+    p.add_argument(
+        "--trials", type=int, required=True, metavar="N", help="finished or pruned trials the study should hold"
+    )
     p.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes on this machine (default: 1)")
-    p.add_argument("--storage", default=None, metavar="URL", help="Optuna RDB storage (default: sqlite:///OUT/study.db; "
-                   "a PostgreSQL URL to share the study between machines)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help="Optuna RDB storage (default: sqlite:///OUT/study.db; "
+        "a PostgreSQL URL to share the study between machines)",
+    )
     p.add_argument("--study", default=None, metavar="NAME", help="study name (default: ALGO-ENV)")
     p.add_argument("--out", default=None, metavar="DIR", help="study folder (default: tune/STUDY)")
     p.add_argument("--space", default=None, metavar="FILE.yaml", help="search-space entries over the algorithm's")
@@ -306,10 +375,20 @@ def cmd_tune(argv: list[str]) -> int:
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="a config file of every trial")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
     p.add_argument("--pruner", default="median", choices=["median", "none"], help="default: median")
-    p.add_argument("--startup-trials", type=int, default=5, metavar="N",
-                   help="trials sampled at random and never pruned before TPE and the pruner start (default: 5)")
-    p.add_argument("--threads", type=int, default=0, metavar="N", help="torch threads per trial (default: the free "
-                   "cores divided among the jobs)")
+    p.add_argument(
+        "--startup-trials",
+        type=int,
+        default=5,
+        metavar="N",
+        help="trials sampled at random and never pruned before TPE and the pruner start (default: 5)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch threads per trial (default: the free cores divided among the jobs)",
+    )
     p.add_argument("--plot", action="store_true", help="write the optimization history and parameter importances")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args, rest = p.parse_known_args(argv)
@@ -324,9 +403,23 @@ def cmd_tune(argv: list[str]) -> int:
     if args.startup_trials < 0:
         raise HeronError(f"--startup-trials must be >= 0, got {args.startup_trials}")
     threads = args.threads or choose_threads(0, 0, "sync", args.jobs, busy_cores(others_now()))  # the free cores
-    opts = tune.Options(args.algo, env_id, args.trials, out, study, args.storage or f"sqlite:///{out.resolve() / 'study.db'}",
-                        tuple(args.preset), args.config, args.space, args.seed, args.startup_trials, args.pruner, threads,
-                        overrides, [a for a in argv])
+    opts = tune.Options(
+        args.algo,
+        env_id,
+        args.trials,
+        out,
+        study,
+        args.storage or f"sqlite:///{out.resolve() / 'study.db'}",
+        tuple(args.preset),
+        args.config,
+        args.space,
+        args.seed,
+        args.startup_trials,
+        args.pruner,
+        threads,
+        overrides,
+        [a for a in argv],
+    )
     echo = lambda line: print(line, flush=True)  # noqa: E731
     if args.worker is not None:
         tune.work(opts, args.worker, echo)
@@ -337,28 +430,48 @@ def cmd_tune(argv: list[str]) -> int:
 def cmd_export(argv: list[str]) -> int:
     from heron.export import FORMATS, export
 
-    p = _Parser(prog="heron export", allow_abbrev=False, description="Write a run's deterministic policy "
-                "(observation normalization included) as a standalone ONNX or TorchScript file, with a .json "
-                "sidecar naming its inputs and outputs, and check it against the run's policy.")
+    p = _Parser(
+        prog="heron export",
+        allow_abbrev=False,
+        description="Write a run's deterministic policy "
+        "(observation normalization included) as a standalone ONNX or TorchScript file, with a .json "
+        "sidecar naming its inputs and outputs, and check it against the run's policy.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", default="onnx", metavar="|".join(FORMATS), help="default: onnx")
     p.add_argument("--out", default=None, metavar="FILE", help="default: RUN_DIR/export/policy.onnx (or .pt)")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")
-    p.add_argument("--verify", type=int, default=64, metavar="N", help="random observations to compare the "
-                   "file's actions with the policy's on (default: 64; 0: no check)")
+    p.add_argument(
+        "--verify",
+        type=int,
+        default=64,
+        metavar="N",
+        help="random observations to compare the file's actions with the policy's on (default: 64; 0: no check)",
+    )
     args, unknown = p.parse_known_args(argv)
     _reject_unknown(unknown, [o for a in p._actions for o in a.option_strings])
     info = export(args.run_dir, args.format, args.out, args.checkpoint, args.verify)
     ins = ", ".join(f"{i['name']} {i['dtype']}{i['shape']}" for i in info["inputs"])
     outs = ", ".join(f"{o['name']} {o['dtype']}{o['shape']}" for o in info["outputs"])
-    checked = f"; matches the policy on {info['verified_on']} observations (max diff {info['max_abs_diff']:.2g})" \
-        if "max_abs_diff" in info else ""
+    checked = (
+        f"; matches the policy on {info['verified_on']} observations (max diff {info['max_abs_diff']:.2g})"
+        if "max_abs_diff" in info
+        else ""
+    )
     print(f"{info['path']}: {info['algo']} {info['env_id']} @ {info['step']} steps; in: {ins}; out: {outs}{checked}")
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "check-env": cmd_check_env, "list": cmd_list, "plot": cmd_plot,
-            "bench": cmd_bench, "tune": cmd_tune, "export": cmd_export}
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "check-env": cmd_check_env,
+    "list": cmd_list,
+    "plot": cmd_plot,
+    "bench": cmd_bench,
+    "tune": cmd_tune,
+    "export": cmd_export,
+}
 
 
 def entry() -> int:
@@ -413,8 +526,11 @@ def main(argv: list[str] | None = None) -> int:
         if rank is None:
             raise
         # a collective failed: another process of the job died or left it
-        print(f"heron: error: {_on(rank)}another process of this torchrun job failed or left it "
-              f"({first_line(exc)[:160]})", file=sys.stderr)
+        print(
+            f"heron: error: {_on(rank)}another process of this torchrun job failed or left it "
+            f"({first_line(exc)[:160]})",
+            file=sys.stderr,
+        )
         return 1
 
 

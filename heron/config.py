@@ -28,44 +28,76 @@ def opt(default: Any, help: str, choices: tuple | None = None) -> Any:
 class RunConfig:
     """Fields shared by every algorithm: environment, seed, budget, devices, cadences, logging."""
 
-    env_id: str = opt("Pendulum-v1", "Gymnasium environment id (e.g. Hopper-v5, HopperBulletEnv-v0), or your own: "
-                      "module:EnvId imports module first; module:name may name an env class or factory")
+    env_id: str = opt(
+        "Pendulum-v1",
+        "Gymnasium environment id (e.g. Hopper-v5, HopperBulletEnv-v0), or your own: "
+        "module:EnvId imports module first; module:name may name an env class or factory",
+    )
     seed: int = opt(1, "seed of python, numpy, torch and the environments")
     total_steps: int = opt(1_000_000, "total environment steps to train for (summed over envs)")
     num_envs: int = opt(1, "number of parallel environments")
-    vector_mode: str = opt("sync", "vector env: sync (same process), async (subprocesses), or native: the env's own "
-                           "vector implementation, for an id registered with a vector_entry_point",
-                           ("sync", "async", "native"))
+    vector_mode: str = opt(
+        "sync",
+        "vector env: sync (same process), async (subprocesses), or native: the env's own "
+        "vector implementation, for an id registered with a vector_entry_point",
+        ("sync", "async", "native"),
+    )
     device: str = opt("auto", "torch device: auto (cuda when available), cpu or cuda[:N]")
     run_dir: str = opt("", "run directory; empty means runs/<env>__<algo>__<seed>__<time>")
     eval_every: int = opt(10_000, "deterministic evaluation every N env steps (0 = off)")
     eval_episodes: int = opt(10, "episodes per evaluation")
-    eval_envs: int = opt(10, "envs an evaluation plays its episodes in at once, one episode each, acting for all "
-                         "of them in one batch (1: one episode after another in one env, for an env of which "
-                         "only one instance can exist)")
-    eval_async: str = opt("auto", "play evaluations in a worker process while training goes on, from a snapshot "
-                          "of the policy, with the same results: auto (a GPU run with a core spare beyond its "
-                          "torch threads, env workers and other processes' load), on or off", ("auto", "on", "off"))
-    checkpoint_every: int = opt(100_000, "checkpoint every N env steps (0 = off; a checkpoint is always written at the end)")
-    checkpoint_minutes: float = opt(10.0, "also checkpoint by wall time: first after 1 minute, then every 2, 4, 8, ... "
-                                    "minutes up to this many (0 = off)")
+    eval_envs: int = opt(
+        10,
+        "envs an evaluation plays its episodes in at once, one episode each, acting for all "
+        "of them in one batch (1: one episode after another in one env, for an env of which "
+        "only one instance can exist)",
+    )
+    eval_async: str = opt(
+        "auto",
+        "play evaluations in a worker process while training goes on, from a snapshot "
+        "of the policy, with the same results: auto (a GPU run with a core spare beyond its "
+        "torch threads, env workers and other processes' load), on or off",
+        ("auto", "on", "off"),
+    )
+    checkpoint_every: int = opt(
+        100_000, "checkpoint every N env steps (0 = off; a checkpoint is always written at the end)"
+    )
+    checkpoint_minutes: float = opt(
+        10.0,
+        "also checkpoint by wall time: first after 1 minute, then every 2, 4, 8, ... minutes up to this many (0 = off)",
+    )
     keep_checkpoints: int = opt(3, "step-numbered checkpoints kept on disk (latest and best are always kept)")
     log_every: int = opt(1000, "write losses every N env steps (the only host syncs of training)")
-    progress: str = opt("auto", "progress display: auto, bar, log (plain lines) or none", ("auto", "bar", "log", "none"))
-    torch_threads: int = opt(0, "torch intra-op threads (0 = one per free core, at most 4: "
-                            "cores other processes keep busy are left out, also during the run)")
+    progress: str = opt(
+        "auto", "progress display: auto, bar, log (plain lines) or none", ("auto", "bar", "log", "none")
+    )
+    torch_threads: int = opt(
+        0,
+        "torch intra-op threads (0 = one per free core, at most 4: "
+        "cores other processes keep busy are left out, also during the run)",
+    )
     torch_deterministic: bool = opt(True, "use deterministic torch kernels")
     compile: bool = opt(False, "torch.compile the update step")
-    cuda_graphs: bool = opt(False, "record the gradient step (and the acting step) as a CUDA graph after 3 eager "
-                            "steps and replay it (CUDA only; the same computation with far fewer kernel launches)")
+    cuda_graphs: bool = opt(
+        False,
+        "record the gradient step (and the acting step) as a CUDA graph after 3 eager "
+        "steps and replay it (CUDA only; the same computation with far fewer kernel launches)",
+    )
     track: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("heron", "Weights & Biases project name")
     capture_video: bool = opt(False, "record a video of the final evaluation into the run directory")
-    precision: str = opt("32", "numerics: 32 (float32), tf32 (TF32 matrix products on CUDA), bf16-mixed (bfloat16 "
-                         "matrix products, CPU or CUDA), 16-mixed (float16 with loss scaling, CUDA)",
-                         ("32", "tf32", "bf16-mixed", "16-mixed"))
-    dist_backend: str = opt("auto", "torch.distributed backend under torchrun: auto (NCCL when each local rank "
-                            "has its own GPU, else gloo), nccl or gloo", ("auto", "nccl", "gloo"))
+    precision: str = opt(
+        "32",
+        "numerics: 32 (float32), tf32 (TF32 matrix products on CUDA), bf16-mixed (bfloat16 "
+        "matrix products, CPU or CUDA), 16-mixed (float16 with loss scaling, CUDA)",
+        ("32", "tf32", "bf16-mixed", "16-mixed"),
+    )
+    dist_backend: str = opt(
+        "auto",
+        "torch.distributed backend under torchrun: auto (NCCL when each local rank "
+        "has its own GPU, else gloo), nccl or gloo",
+        ("auto", "nccl", "gloo"),
+    )
 
     def validate(self) -> None:
         """Reject impossible values with a one-line reason."""
@@ -95,8 +127,9 @@ class RunConfig:
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
-                raise HeronError(f"--{flag(f.name)} must be one of {', '.join(map(str, choices))}, "
-                                 f"got {getattr(self, f.name)!r}")
+                raise HeronError(
+                    f"--{flag(f.name)} must be one of {', '.join(map(str, choices))}, got {getattr(self, f.name)!r}"
+                )
 
 
 def check_device(name: str, option: str) -> None:
@@ -202,7 +235,7 @@ class OffPolicyConfig(RunConfig):
     # without it; asked for anew, it is refused.
     REMOVED: typing.ClassVar[dict[str, str]] = {
         "act_on_host": "acting stays on the training device (acting on a host copy of the actor measured 14% "
-                       "slower for SAC and no faster for TD3 on a GPU); leave it out",
+        "slower for SAC and no faster for TD3 on a GPU); leave it out",
     }
 
     buffer_size: int = opt(1_000_000, "replay buffer capacity in transitions")
@@ -215,15 +248,21 @@ class OffPolicyConfig(RunConfig):
     q_lr: float = opt(1e-3, "critic learning rate")
     policy_frequency: int = opt(2, "actor update every N gradient steps")
     gradient_steps: int = opt(1, "gradient steps per vector env step")
-    n_step: int = opt(1, "n-step returns: each critic target sums the discounted rewards of up to N steps and "
-                      "bootstraps with gamma^k after the k steps it summed; a termination, a truncation or the "
-                      "newest stored step ends the sum early (1 = one-step targets)")
+    n_step: int = opt(
+        1,
+        "n-step returns: each critic target sums the discounted rewards of up to N steps and "
+        "bootstraps with gamma^k after the k steps it summed; a termination, a truncation or the "
+        "newest stored step ends the sum early (1 = one-step targets)",
+    )
     hidden_sizes: tuple[int, ...] = opt((256, 256), "hidden layer sizes of actor and critics")
     max_grad_norm: float = opt(0.0, "clip actor and critic gradient norms to this (0 = off)")
     obs_norm: bool = opt(False, "normalize observations with running statistics (saved with the model)")
-    act_ahead: bool = opt(True, "take the next env step's actions before gradient steps that leave the actor as it "
-                          "is (the critic-only steps between actor updates; feed-forward actors), so that on a GPU "
-                          "the env steps while the critics train; the same numbers either way")
+    act_ahead: bool = opt(
+        True,
+        "take the next env step's actions before gradient steps that leave the actor as it "
+        "is (the critic-only steps between actor updates; feed-forward actors), so that on a GPU "
+        "the env steps while the critics train; the same numbers either way",
+    )
 
     def validate(self) -> None:
         super().validate()

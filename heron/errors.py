@@ -56,8 +56,11 @@ def install_hint(extra: str) -> str:
     marker = re.compile(r"extra\s*==\s*['\"]" + re.escape(extra) + r"['\"]")
     packages = [r.split(";")[0].strip() for r in requirements if marker.search(r)]
     hint = f"pip install -e '.[{extra}]' in heron's checkout"
-    return hint + (f", or: pip install {' '.join(repr(p) if any(c in p for c in '[<>=') else p for p in packages)}"
-                   if packages else "")
+    return hint + (
+        f", or: pip install {' '.join(repr(p) if any(c in p for c in '[<>=') else p for p in packages)}"
+        if packages
+        else ""
+    )
 
 
 def first_line(exc: BaseException) -> str:

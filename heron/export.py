@@ -69,8 +69,8 @@ class ExportedDreamer(nn.Module):
             self.register_buffer("high", torch.as_tensor(spaces["action_high"], dtype=torch.float32))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        obs = dict(zip(self.keys, inputs[:len(self.keys)]))
-        state, uniform = inputs[len(self.keys):]
+        obs = dict(zip(self.keys, inputs[: len(self.keys)]))
+        state, uniform = inputs[len(self.keys) :]
         action, state = self.player.act(obs, state, True, uniform=uniform)
         if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: heron.algos.dreamer.to_env_actions
             return action.argmax(-1), state
@@ -90,8 +90,9 @@ def _dreamer_inputs(policy: Any, n: int, rng: np.random.Generator) -> list[tuple
     return inputs
 
 
-def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None, checkpoint: str = "latest",
-           verify: int = 64) -> dict:
+def export(
+    run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None, checkpoint: str = "latest", verify: int = 64
+) -> dict:
     """Write the policy of ``run_dir`` as ``fmt`` and, with ``verify`` > 0, check the file against
     the policy on that many random observations. Returns the sidecar's description (with ``path``,
     and ``max_abs_diff`` when verified)."""
@@ -130,29 +131,46 @@ def export(run_dir: str | Path, fmt: str = "onnx", out: str | Path | None = None
                 traced = torch.jit.trace(module, inputs, check_trace=False)
                 torch.jit.save(traced, str(tmp))
             else:
-                torch.onnx.export(module, inputs, str(tmp), input_names=names_in, output_names=names_out,
-                                  dynamic_axes={n: {0: "batch"} for n in names_in + names_out}, opset_version=OPSET,
-                                  dynamo=False)
+                torch.onnx.export(
+                    module,
+                    inputs,
+                    str(tmp),
+                    input_names=names_in,
+                    output_names=names_out,
+                    dynamic_axes={n: {0: "batch"} for n in names_in + names_out},
+                    opset_version=OPSET,
+                    dynamo=False,
+                )
             tmp.replace(path)
         except Exception as exc:
             tmp.unlink(missing_ok=True)
             raise HeronError(f"cannot export {run_dir} as {fmt}: {str(exc).strip().splitlines()[0][:200]}") from None
     action = expected[0] if recurrent else expected
     info = {
-        "format": fmt, "path": str(path), "opset": OPSET if fmt == "onnx" else None,
-        "algo": algo, "env_id": cfg.env_id, "step": int(state["step"]), "checkpoint": checkpoint,
-        "heron_version": __version__, "deterministic": True,
-        "inputs": [{"name": name, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).split(".")[-1]}
-                   for name, t in named],
-        "outputs": [{"name": "action", "shape": ["batch", *action.shape[1:]], "dtype": str(action.dtype).split(".")[-1]}]
+        "format": fmt,
+        "path": str(path),
+        "opset": OPSET if fmt == "onnx" else None,
+        "algo": algo,
+        "env_id": cfg.env_id,
+        "step": int(state["step"]),
+        "checkpoint": checkpoint,
+        "heron_version": __version__,
+        "deterministic": True,
+        "inputs": [
+            {"name": name, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).split(".")[-1]} for name, t in named
+        ],
+        "outputs": [
+            {"name": "action", "shape": ["batch", *action.shape[1:]], "dtype": str(action.dtype).split(".")[-1]}
+        ]
         + ([{"name": "state_out", "shape": ["batch", policy.state_size], "dtype": "float32"}] if recurrent else []),
         "action_space": _action_space(algo, state["spaces"]),
     }
     if dreamer:  # where every episode starts (DreamerV2: zeros; DreamerV3: its learned initial state)
         info["initial_state"] = policy.actor.initial_state(1, "cpu")[0].tolist()
     if verify:
-        info["max_abs_diff"] = check_dreamer(path, fmt, module, policy, verify) if dreamer \
-            else check(path, fmt, policy, verify)
+        info["max_abs_diff"] = (
+            check_dreamer(path, fmt, module, policy, verify) if dreamer else check(path, fmt, policy, verify)
+        )
         info["verified_on"] = verify
     path.with_name(path.name + ".json").write_text(json.dumps(info, indent=2) + "\n")
     return info
@@ -175,8 +193,13 @@ def _action_space(algo: str, spaces: dict) -> dict:
     return {"kind": "box", "low": as_list(low), "high": as_list(high)}
 
 
-def run_exported(path: str | Path, fmt: str, obs: np.ndarray | dict, state: np.ndarray | None = None,
-                 uniform: np.ndarray | None = None) -> list[np.ndarray]:
+def run_exported(
+    path: str | Path,
+    fmt: str,
+    obs: np.ndarray | dict,
+    state: np.ndarray | None = None,
+    uniform: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """The exported file's outputs on a batch: onnxruntime for ONNX, ``torch.jit.load`` for
     TorchScript. ``obs``: an array, or for DreamerV2 a dict of arrays in the run's key order."""
     feed = {f"obs_{k}": v for k, v in obs.items()} if isinstance(obs, dict) else {"obs": obs}
@@ -192,8 +215,9 @@ def run_exported(path: str | Path, fmt: str, obs: np.ndarray | dict, state: np.n
     try:
         import onnxruntime as ort
     except ImportError:
-        raise HeronError(f"checking an ONNX export needs onnxruntime: {install_hint('export')} "
-                         "(or --verify 0 to skip the check)") from None
+        raise HeronError(
+            f"checking an ONNX export needs onnxruntime: {install_hint('export')} (or --verify 0 to skip the check)"
+        ) from None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, feed)
 
@@ -215,9 +239,11 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
             worst = max(worst, float(np.abs(got[1] - policy.state.cpu().numpy()).max()))
         if np.issubdtype(want.dtype, np.integer):
             if not np.array_equal(got[0], want):
-                raise HeronError(f"{path}: the exported policy chose other actions than the run's policy on "
-                                 f"{int((got[0] != want).any(-1).sum() if want.ndim > 1 else (got[0] != want).sum())} "
-                                 f"of {n} observations")
+                raise HeronError(
+                    f"{path}: the exported policy chose other actions than the run's policy on "
+                    f"{int((got[0] != want).any(-1).sum() if want.ndim > 1 else (got[0] != want).sum())} "
+                    f"of {n} observations"
+                )
         else:
             worst = max(worst, float(np.abs(got[0] - want).max()))
     scale = 1e-4 * max(1.0, float(np.abs(want).max())) if not np.issubdtype(want.dtype, np.integer) else 0

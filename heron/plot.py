@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from heron.runtime.logger import complete_rows
 from heron.errors import HeronError, install_hint
+from heron.runtime.logger import complete_rows
 
 Curve = tuple[list[int], list[float]]  # steps, values
 EvalCurve = tuple[list[int], list[float], list[float]]  # steps, mean returns, std returns
@@ -107,8 +107,12 @@ def band_of(curves: list[tuple[list[float], list[float]]]) -> tuple[list[float],
     return grid.tolist(), mean.tolist(), std.tolist(), len(curves)
 
 
-def plot_bands(groups: dict[str, list[str]], out: str, title: str = "deterministic evaluation",
-               references: list[tuple[str, float]] = ()) -> str:
+def plot_bands(
+    groups: dict[str, list[str]],
+    out: str,
+    title: str = "deterministic evaluation",
+    references: list[tuple[str, float]] = (),
+) -> str:
     """One line per group of runs (``label -> run directories``, e.g. the seeds of one algorithm):
     the mean evaluation return with a band of one standard deviation over the runs; each of
     ``references`` (label, return), a published figure, as a dashed horizontal line."""
@@ -118,8 +122,12 @@ def plot_bands(groups: dict[str, list[str]], out: str, title: str = "determinist
     return plot_curve_bands(curves, out, title, references)
 
 
-def plot_curve_bands(groups: dict[str, list[tuple[list[float], list[float]]]], out: str,
-                     title: str = "deterministic evaluation", references: list[tuple[str, float]] = ()) -> str:
+def plot_curve_bands(
+    groups: dict[str, list[tuple[list[float], list[float]]]],
+    out: str,
+    title: str = "deterministic evaluation",
+    references: list[tuple[str, float]] = (),
+) -> str:
     """``plot_bands`` for curves given as (steps, returns) pairs, ``label -> one pair per seed``."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -128,9 +136,14 @@ def plot_curve_bands(groups: dict[str, list[tuple[list[float], list[float]]]], o
         steps, mean, std, n = band_of(curves)
         if not steps:
             continue
-        line, = ax.plot(steps, mean, label=f"{label} ({n} seed{'s' if n > 1 else ''})")
-        ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                        color=line.get_color(), alpha=0.2)
+        (line,) = ax.plot(steps, mean, label=f"{label} ({n} seed{'s' if n > 1 else ''})")
+        ax.fill_between(
+            steps,
+            [m - s for m, s in zip(mean, std)],
+            [m + s for m, s in zip(mean, std)],
+            color=line.get_color(),
+            alpha=0.2,
+        )
         drawn += 1
     if not drawn:
         plt.close(fig)

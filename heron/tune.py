@@ -54,15 +54,24 @@ def load_space(algo: str, space_file: str | None = None) -> dict[str, dict]:
         if name not in fields:
             raise HeronError(f"{where}: {algo} has no option {name!r}")
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("log", "range", "int", "choices"):
-            raise HeronError(f"{where}: give one of log: [low, high], range: [low, high], int: [low, high], "
-                             f"choices: [...]; got {spec!r}")
+            raise HeronError(
+                f"{where}: give one of log: [low, high], range: [low, high], int: [low, high], "
+                f"choices: [...]; got {spec!r}"
+            )
         kind, value = next(iter(spec.items()))
         if kind == "choices":
             if not isinstance(value, list) or not value:
                 raise HeronError(f"{where}: choices must be a non-empty list")
-        elif not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)
-                  and value[0] < value[1] and (kind != "log" or value[0] > 0)):
-            raise HeronError(f"{where}: {kind} needs [low, high] with low < high" + (" and low > 0" if kind == "log" else ""))
+        elif not (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, (int, float)) for v in value)
+            and value[0] < value[1]
+            and (kind != "log" or value[0] > 0)
+        ):
+            raise HeronError(
+                f"{where}: {kind} needs [low, high] with low < high" + (" and low > 0" if kind == "log" else "")
+            )
     if not space:
         raise HeronError(f"the search space of {algo} is empty")
     return space
@@ -131,18 +140,31 @@ def open_study(opts: Options, worker: int = 0) -> Any:
         # worker instead of counting as running forever
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(storage, heartbeat_interval=30, grace_period=90,
-                                                 engine_kwargs={"connect_args": {"timeout": 60}}
-                                                 if storage.startswith("sqlite") else {})
+            storage = optuna.storages.RDBStorage(
+                storage,
+                heartbeat_interval=30,
+                grace_period=90,
+                engine_kwargs={"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {},
+            )
     sampler = optuna.samplers.TPESampler(seed=opts.seed + worker, n_startup_trials=opts.startup_trials)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=opts.startup_trials, n_warmup_steps=0) \
-        if opts.pruner == "median" else optuna.pruners.NopPruner()
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=opts.startup_trials, n_warmup_steps=0)
+        if opts.pruner == "median"
+        else optuna.pruners.NopPruner()
+    )
     try:
-        return optuna.create_study(study_name=opts.study, storage=storage, sampler=sampler, pruner=pruner,
-                                   direction="maximize", load_if_exists=True)
+        return optuna.create_study(
+            study_name=opts.study,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
+        )
     except Exception as exc:  # a bad URL, an unreachable server, a missing driver
-        raise HeronError(f"cannot open study {opts.study!r} at {opts.storage}: {str(exc).splitlines()[0][:200]}") \
-            from None
+        raise HeronError(
+            f"cannot open study {opts.study!r} at {opts.storage}: {str(exc).splitlines()[0][:200]}"
+        ) from None
 
 
 def counted(study: Any) -> int:
@@ -166,8 +188,13 @@ def objective(opts: Options, space: dict[str, dict]):
         trial.set_user_attr("run_dir", str(run_dir))
         if run_dir.exists():  # a number reused after a crash of the storage's writer: start it clean
             shutil.rmtree(run_dir)
-        kwargs = {**opts.overrides, **params, "run_dir": str(run_dir), "progress": "none",
-                  "torch_threads": opts.threads}
+        kwargs = {
+            **opts.overrides,
+            **params,
+            "run_dir": str(run_dir),
+            "progress": "none",
+            "torch_threads": opts.threads,
+        }
         if opts.env_id:
             kwargs["env_id"] = opts.env_id
         total = [None]
@@ -227,12 +254,13 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
     from heron import api
 
     load_space(opts.algo, opts.space_file)
-    cfg = api.make_config(opts.algo, opts.presets, opts.config_file,
-                          **({"env_id": opts.env_id} if opts.env_id else {}), **opts.overrides)
+    cfg = api.make_config(
+        opts.algo, opts.presets, opts.config_file, **({"env_id": opts.env_id} if opts.env_id else {}), **opts.overrides
+    )
     if not cfg.eval_every and opts.pruner == "median":
         echo("heron tune: note: --eval-every 0: no evaluations before the end, so nothing to prune on")
-    from heron.runtime import evalworker
     from heron.envs.ids import check_env_id
+    from heron.runtime import evalworker
 
     check_env_id(cfg.env_id)
     registry.get(opts.algo).check(cfg)
@@ -240,8 +268,10 @@ def run_tune(opts: Options, jobs: int = 1, plot: bool = False, echo: Any = print
     opts.out.mkdir(parents=True, exist_ok=True)
     study = open_study(opts)
     done = counted(study)
-    echo(f"heron tune {opts.algo} {cfg.env_id}: study {opts.study!r} at {opts.storage}; {done}/{opts.trials} "
-         f"trials done; {jobs} job(s), {opts.threads} torch thread(s) each; trials in {opts.out / 'trials'}")
+    echo(
+        f"heron tune {opts.algo} {cfg.env_id}: study {opts.study!r} at {opts.storage}; {done}/{opts.trials} "
+        f"trials done; {jobs} job(s), {opts.threads} torch thread(s) each; trials in {opts.out / 'trials'}"
+    )
     code = 0
     if done < opts.trials:
         try:
@@ -331,8 +361,10 @@ def report(opts: Options, plot: bool = False, echo: Any = print) -> None:
         data = read_yaml(src)
         data.pop("run_dir", None)
         data.update(progress="auto", torch_threads=0)  # the trial's were the tuner's choices
-        text = f"# heron tune: best of study {opts.study!r} (trial {best.number}, return {best.value:.2f}).\n" \
-               f"# heron train {opts.algo} --config {opts.out / 'best.yaml'}\n" + yaml.safe_dump(data, sort_keys=False)
+        text = (
+            f"# heron tune: best of study {opts.study!r} (trial {best.number}, return {best.value:.2f}).\n"
+            f"# heron train {opts.algo} --config {opts.out / 'best.yaml'}\n" + yaml.safe_dump(data, sort_keys=False)
+        )
         (opts.out / "best.yaml").write_text(text)
         echo(f"best: trial {best.number}, return {best.value:.2f}; config {opts.out / 'best.yaml'}")
     if plot:
@@ -354,8 +386,10 @@ def _plots(study: Any, out: Path, echo: Any) -> None:
         raise HeronError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna marks its matplotlib plots experimental
-        for name, draw in (("optimization_history", ovm.plot_optimization_history),
-                           ("param_importances", ovm.plot_param_importances)):
+        for name, draw in (
+            ("optimization_history", ovm.plot_optimization_history),
+            ("param_importances", ovm.plot_param_importances),
+        ):
             try:
                 ax = draw(study)
             except (ValueError, RuntimeError) as exc:  # importances need two finished trials that differ

@@ -1,8 +1,7 @@
 import os
 
-import pytest
-
 import process_state
+import pytest
 
 
 def pytest_configure(config):
@@ -14,12 +13,22 @@ def pytest_configure(config):
     if worker and count > 1 and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         if len(cores) >= count:
-            os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
+            os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count :: count])
 
 
 # Small, fast settings shared by smoke tests (a few seconds per run on 2 cores).
-TINY = dict(env_id="Pendulum-v1", total_steps=600, learning_starts=200, batch_size=32, buffer_size=2000,
-            hidden_sizes=(32, 32), eval_every=0, eval_episodes=1, log_every=100, progress="none")
+TINY = dict(
+    env_id="Pendulum-v1",
+    total_steps=600,
+    learning_starts=200,
+    batch_size=32,
+    buffer_size=2000,
+    hidden_sizes=(32, 32),
+    eval_every=0,
+    eval_episodes=1,
+    log_every=100,
+    progress="none",
+)
 
 
 @pytest.fixture
@@ -44,8 +53,9 @@ def pytest_runtest_teardown(item, nextitem):
     if before is not None:
         changed = process_state.differences(before, process_state.snapshot())
         if changed:
-            raise AssertionError("the test left process-wide state changed (tests/process_state.py):\n  "
-                                 + "\n  ".join(changed))
+            raise AssertionError(
+                "the test left process-wide state changed (tests/process_state.py):\n  " + "\n  ".join(changed)
+            )
     return result
 
 
@@ -60,5 +70,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter, config):
     seed = getattr(config.option, "randomly_seed", None)
     if isinstance(seed, int) and config.pluginmanager.hasplugin("randomly"):
-        terminalreporter.write_line(f"test order: pytest-randomly seed {seed}; "
-                                    f"this order again: python -m pytest -p randomly --randomly-seed={seed} ...")
+        terminalreporter.write_line(
+            f"test order: pytest-randomly seed {seed}; "
+            f"this order again: python -m pytest -p randomly --randomly-seed={seed} ..."
+        )

@@ -63,8 +63,7 @@ def _torch_state() -> dict[str, Any]:
         "torch.get_num_threads()": torch.get_num_threads(),
         "torch.get_default_dtype()": torch.get_default_dtype(),
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-        "torch.is_deterministic_algorithms_warn_only_enabled()":
-            torch.is_deterministic_algorithms_warn_only_enabled(),
+        "torch.is_deterministic_algorithms_warn_only_enabled()": torch.is_deterministic_algorithms_warn_only_enabled(),
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
         "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
         "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
@@ -104,8 +103,9 @@ def _gym_registry() -> dict[str, Any]:
     gym_envs = sys.modules.get("gymnasium.envs.registration")
     if gym_envs is None:
         return {}
-    return {env_id: (spec.entry_point, spec.kwargs, spec.max_episode_steps)
-            for env_id, spec in gym_envs.registry.items()}
+    return {
+        env_id: (spec.entry_point, spec.kwargs, spec.max_episode_steps) for env_id, spec in gym_envs.registry.items()
+    }
 
 
 def _registry_changes(old: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -114,12 +114,15 @@ def _registry_changes(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     the same in every order."""
     removed = sorted(old.keys() - new.keys())
     changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
-    added = sorted(k for k in new.keys() - old.keys()
-                   if not isinstance(new[k][0], str) and not k.startswith(_HERON_REGISTERED))
+    added = sorted(
+        k for k in new.keys() - old.keys() if not isinstance(new[k][0], str) and not k.startswith(_HERON_REGISTERED)
+    )
     if not (removed or changed or added):
         return None
-    return (f"gymnasium registry: ids added {added}, removed {removed}, registered anew {changed} "
-            "(gymnasium.registry.pop(id) what the test registered)")
+    return (
+        f"gymnasium registry: ids added {added}, removed {removed}, registered anew {changed} "
+        "(gymnasium.registry.pop(id) what the test registered)"
+    )
 
 
 def _heron_state() -> dict[str, Any]:
@@ -229,8 +232,9 @@ def _shadowing(name: str, module: Any) -> str | None:
         return None
     spec = getattr(module, "__spec__", None)
     if spec is None:
-        return (f"sys.modules[{name!r}] was made by hand (no import spec) and left there: later imports of "
-                f"{name!r} get it")
+        return (
+            f"sys.modules[{name!r}] was made by hand (no import spec) and left there: later imports of {name!r} get it"
+        )
     loaded = _module_file(module)
     if loaded is None:  # a namespace package, or one a library made through importlib
         return None
@@ -238,8 +242,10 @@ def _shadowing(name: str, module: Any) -> str | None:
     found_file = os.path.realpath(found.origin) if found is not None and found.origin else None
     if found_file == loaded or (found_file is None and _installed(loaded)):
         return None
-    return (f"sys.modules[{name!r}] is {loaded}, which a plain import would not find now "
-            f"({found_file or 'no module'}): remove it (and its submodules) from sys.modules")
+    return (
+        f"sys.modules[{name!r}] is {loaded}, which a plain import would not find now "
+        f"({found_file or 'no module'}): remove it (and its submodules) from sys.modules"
+    )
 
 
 def differences(before: Snapshot, after: Snapshot) -> list[str]:
@@ -266,8 +272,8 @@ def differences(before: Snapshot, after: Snapshot) -> list[str]:
             if (why := _registry_changes(old, new)) is not None:
                 found.append(why)
         elif key == "sys.path":
-            appended = new[len(old):]
-            if new[:len(old)] != old or not all(_installed(os.path.realpath(p)) for p in appended):
+            appended = new[len(old) :]
+            if new[: len(old)] != old or not all(_installed(os.path.realpath(p)) for p in appended):
                 found.append(f"sys.path: {old!r} -> {new!r}")
             # else: a package appended one of its own folders on import (setuptools' _vendor)
         else:

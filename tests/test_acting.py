@@ -14,17 +14,17 @@ import torch
 import heron
 import heron.algos.sac.networks as sac_networks
 import heron.algos.td3.networks as td3_networks
+from heron.accel import acting
+from heron.accel.acting import Policy
+from heron.accel.precision import Precision
+from heron.accel.step import Learn
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.ppo.train import _build as ppo_build
 from heron.algos.sac.networks import NumpyActor, build, draw
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
-from heron.accel import acting
-from heron.accel.step import Learn
 from heron.envs.make import VecEnv
 from heron.runtime.checkpoint import latest_checkpoint
-from heron.accel.acting import Policy
-from heron.accel.precision import Precision
 
 LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
 
@@ -105,15 +105,26 @@ def test_numpy_acting_only_where_it_applies():
     assert NumpyActor.of(sac_mixed, 1) is None and NumpyActor.of(sac_mixed, 1, mixed=True) is not None
     sac_actor, _ = build(5, LOW, HIGH, (32,), False, "gru", 8)
     assert NumpyActor.of(sac_actor, 1) is None
-    assert acting.PRODUCT_MAX == 2 ** 18 - 1
+    assert acting.PRODUCT_MAX == 2**18 - 1
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
     """A short Pendulum run from one seed with numpy acting and with torch acting: the same
     episode returns and final weights to float32 rounding (the actions differ by rounding only)."""
-    flags = dict(env_id="Pendulum-v1", total_steps=1000, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
-                 obs_norm=True, eval_every=0, eval_episodes=1, checkpoint_every=0, log_every=200, progress="none")
+    flags = dict(
+        env_id="Pendulum-v1",
+        total_steps=1000,
+        learning_starts=400,
+        batch_size=32,
+        hidden_sizes=(32, 32),
+        obs_norm=True,
+        eval_every=0,
+        eval_episodes=1,
+        checkpoint_every=0,
+        log_every=200,
+        progress="none",
+    )
     heron.train(algo, run_dir=str(tmp_path / "numpy"), **flags)
     for module in (sac_networks, td3_networks):
         monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs, mixed=False: None))
@@ -125,24 +136,38 @@ def test_numpy_acting_runs_like_torch_acting(algo, tmp_path, monkeypatch):
 
     assert len(returns("numpy")) == 5
     torch.testing.assert_close(torch.tensor(returns("numpy")), torch.tensor(returns("torch")), rtol=1e-4, atol=1e-2)
-    a, b = (torch.load(latest_checkpoint(tmp_path / run / "checkpoints"), weights_only=True)["actor"]
-            for run in ("numpy", "torch"))
+    a, b = (
+        torch.load(latest_checkpoint(tmp_path / run / "checkpoints"), weights_only=True)["actor"]
+        for run in ("numpy", "torch")
+    )
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=1e-4, msg=name)
 
 
 def _ppo_model(kind: str, **overrides):
-    action = {"discrete": {"kind": "discrete", "n": 4}, "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
-              "box": {"kind": "box", "low": [-1.0, -2.0, 0.0], "high": [1.0, 2.0, 3.0]}}[kind]
-    return ppo_build(PPOConfig(obs_norm=True, **overrides), {"obs_shape": [5], "obs_dtype": "float32",
-                                                             "action": action, "obs_parts": None})
+    action = {
+        "discrete": {"kind": "discrete", "n": 4},
+        "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
+        "box": {"kind": "box", "low": [-1.0, -2.0, 0.0], "high": [1.0, 2.0, 3.0]},
+    }[kind]
+    return ppo_build(
+        PPOConfig(obs_norm=True, **overrides),
+        {"obs_shape": [5], "obs_dtype": "float32", "action": action, "obs_parts": None},
+    )
 
 
-@pytest.mark.parametrize("make", [
-    lambda: build(5, LOW, HIGH, (32, 32), True, "none", 8)[0], lambda: td3_build(5, LOW, HIGH, (32, 32), True)[0],
-    lambda: _ppo_model("box"), lambda: _ppo_model("box", state_dependent_std=True), lambda: _ppo_model("discrete"),
-    lambda: _ppo_model("multidiscrete")], ids=["sac", "td3", "ppo-box", "ppo-box-state-std", "ppo-discrete",
-                                               "ppo-multidiscrete"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: build(5, LOW, HIGH, (32, 32), True, "none", 8)[0],
+        lambda: td3_build(5, LOW, HIGH, (32, 32), True)[0],
+        lambda: _ppo_model("box"),
+        lambda: _ppo_model("box", state_dependent_std=True),
+        lambda: _ppo_model("discrete"),
+        lambda: _ppo_model("multidiscrete"),
+    ],
+    ids=["sac", "td3", "ppo-box", "ppo-box-state-std", "ppo-discrete", "ppo-multidiscrete"],
+)
 def test_policy_predicts_in_numpy_what_the_actor_acts(make):
     """Policy.predict (evaluations, heron.load) takes the actor's deterministic numpy step: the
     deterministic actions of ``act`` to float32 rounding, for a batch and for one observation, with
@@ -214,26 +239,54 @@ DELAY_3 = {"policy_frequency": 3, "gradient_steps": 2, "num_envs": 2}
 
 # SAC with two envs: with one env and Pendulum's one action dimension every other draw of torch's
 # normals comes from a cached value, and a draw moved to the ahead point went unseen
-@pytest.mark.parametrize("algo,extra,numpy_acting", [
-    ("td3", {}, True), ("td3", DELAY_3, True), ("td3", {"num_envs": 2}, False),
-    ("sac", {"num_envs": 2}, True), ("sac", DELAY_3, False)],
-    ids=["td3", "td3-delay-3-two-steps-two-envs", "td3-two-envs-torch-acting", "sac-two-envs",
-         "sac-delay-3-two-steps-two-envs-torch-acting"])
+@pytest.mark.parametrize(
+    "algo,extra,numpy_acting",
+    [
+        ("td3", {}, True),
+        ("td3", DELAY_3, True),
+        ("td3", {"num_envs": 2}, False),
+        ("sac", {"num_envs": 2}, True),
+        ("sac", DELAY_3, False),
+    ],
+    ids=[
+        "td3",
+        "td3-delay-3-two-steps-two-envs",
+        "td3-two-envs-torch-acting",
+        "sac-two-envs",
+        "sac-delay-3-two-steps-two-envs-torch-acting",
+    ],
+)
 def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_acting, tmp_path, monkeypatch):
     """--act-ahead (SAC's and TD3's default): before gradient steps that train the critics alone,
     the next env step's greedy actions (TD3) or Gaussian (SAC, whose draw stays where it was) are
     taken at once; on a GPU that env step then runs while the critics train. The run is the same
     run: weights, losses, returns and evaluations bit for bit, with observation normalization moving
     every step; and it does act ahead, and only before critic steps."""
-    flags = dict(env_id="Pendulum-v1", total_steps=1200, learning_starts=400, batch_size=32, hidden_sizes=(32, 32),
-                 obs_norm=True, eval_every=600, eval_episodes=1, checkpoint_every=0, log_every=100, progress="none",
-                 torch_threads=1, eval_async="off", **extra)
+    flags = dict(
+        env_id="Pendulum-v1",
+        total_steps=1200,
+        learning_starts=400,
+        batch_size=32,
+        hidden_sizes=(32, 32),
+        obs_norm=True,
+        eval_every=600,
+        eval_episodes=1,
+        checkpoint_every=0,
+        log_every=100,
+        progress="none",
+        torch_threads=1,
+        eval_async="off",
+        **extra,
+    )
     if not numpy_acting:
         for module in (sac_networks, td3_networks):
             monkeypatch.setattr(module.NumpyActor, "of", staticmethod(lambda actor, num_envs, mixed=False: None))
-    acting_call = {("td3", True): (TD3NumpyActor, "__call__"), ("td3", False): (td3_networks.Actor, "forward"),
-                   ("sac", True): (sac_networks.NumpyActor, "gaussian"),
-                   ("sac", False): (sac_networks.Actor, "gaussian")}[algo, numpy_acting]
+    acting_call = {
+        ("td3", True): (TD3NumpyActor, "__call__"),
+        ("td3", False): (td3_networks.Actor, "forward"),
+        ("sac", True): (sac_networks.NumpyActor, "gaussian"),
+        ("sac", False): (sac_networks.Actor, "gaussian"),
+    }[algo, numpy_acting]
     events = record_loop(monkeypatch, acting_call)
     order = {}
     for ahead in (True, False):
@@ -245,16 +298,21 @@ def test_acting_ahead_of_critic_steps_changes_no_number(algo, extra, numpy_actin
     before = {ahead: acted_ahead(evts) for ahead, evts in order.items()}
     assert before[False] == [] and len(before[True]) > 50 and set(before[True]) == {False}
     assert sorted(map(str, order[True])) == sorted(map(str, order[False]))  # as many of each
-    a, b = (torch.load(latest_checkpoint(tmp_path / str(ahead) / "checkpoints"), weights_only=True)
-            for ahead in (True, False))
+    a, b = (
+        torch.load(latest_checkpoint(tmp_path / str(ahead) / "checkpoints"), weights_only=True)
+        for ahead in (True, False)
+    )
     for key in ("actor", "critic", "critic_target") + (("actor_target",) if algo == "td3" else ("log_alpha",)):
-        for name, tensor in (a[key].items() if isinstance(a[key], dict) else [("", a[key])]):
+        for name, tensor in a[key].items() if isinstance(a[key], dict) else [("", a[key])]:
             assert torch.equal(tensor, b[key][name] if name else b[key]), f"{key}.{name}"
 
     def rows(run, name):
         with open(tmp_path / run / name) as f:
-            return [{k: v for k, v in r.items() if k != "wall_time"} for r in csv.DictReader(f)
-                    if r.get("metric") != "charts/SPS"]
+            return [
+                {k: v for k, v in r.items() if k != "wall_time"}
+                for r in csv.DictReader(f)
+                if r.get("metric") != "charts/SPS"
+            ]
 
     for name in ("metrics.csv", "eval.csv"):
         assert rows("True", name) == rows("False", name) and len(rows("True", name)) >= 2, name
@@ -281,12 +339,18 @@ def test_ppo_recorded_acting_unpacks_what_the_step_acts(monkeypatch, body, actio
     from heron.algos.ppo.networks import RecordedActing
 
     monkeypatch.setattr(acting_module, "GraphedActor", _EagerGraph)
-    space = {"discrete": {"kind": "discrete", "n": 6},
-             "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 4]},
-             "box": {"kind": "box", "low": torch.tensor([-1.0, -0.5]), "high": torch.tensor([1.0, 0.5])}}[action]
+    space = {
+        "discrete": {"kind": "discrete", "n": 6},
+        "multidiscrete": {"kind": "multidiscrete", "nvec": [3, 4]},
+        "box": {"kind": "box", "low": torch.tensor([-1.0, -0.5]), "high": torch.tensor([1.0, 0.5])},
+    }[action]
     image = body == "cnn"
-    spaces = {"obs_shape": [4, 84, 84] if image else [5], "obs_dtype": "uint8" if image else "float32",
-              "action": space, "obs_parts": None}
+    spaces = {
+        "obs_shape": [4, 84, 84] if image else [5],
+        "obs_dtype": "uint8" if image else "float32",
+        "action": space,
+        "obs_parts": None,
+    }
     cfg = PPOConfig(hidden_sizes=() if image else (16,), shared_network=True, init_log_std=0.5)
     torch.manual_seed(0)
     model = ppo_build(cfg, spaces)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 import torch
-
 import toy_envs  # noqa: F401
+
 import heron
 
 
@@ -24,9 +24,11 @@ def test_train_returns_summary_and_load_predicts_single_and_batch(tmp_path, tiny
 
 def test_loaded_policy_reproduces_the_training_evaluation(tmp_path, tiny):
     result = heron.train("td3", run_dir=str(tmp_path / "r"), **{**tiny, "eval_episodes": 2})
-    from heron.runtime.episodes import evaluate
-    from heron.runtime.episodes import EVAL_SEED_OFFSET
-    returns = evaluate(heron.load(tmp_path / "r", device="cpu"), "Pendulum-v1", 2, tiny.get("seed", 1) + EVAL_SEED_OFFSET)
+    from heron.runtime.episodes import EVAL_SEED_OFFSET, evaluate
+
+    returns = evaluate(
+        heron.load(tmp_path / "r", device="cpu"), "Pendulum-v1", 2, tiny.get("seed", 1) + EVAL_SEED_OFFSET
+    )
     assert returns.mean() == pytest.approx(result["mean_return"])
 
 
@@ -60,8 +62,12 @@ def test_a_run_leaves_the_callers_process_settings_as_it_found_them(tmp_path, ti
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     threads = torch.get_num_threads()
-    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-              torch.backends.cudnn.benchmark, signal.getsignal(signal.SIGINT))
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        signal.getsignal(signal.SIGINT),
+    )
     other = 2 if threads == 1 else 1
     during = []
     random.seed(7), np.random.seed(7), torch.manual_seed(7)
@@ -69,24 +75,42 @@ def test_a_run_leaves_the_callers_process_settings_as_it_found_them(tmp_path, ti
     random.seed(7), np.random.seed(7), torch.manual_seed(7)
 
     def callback(_):
-        during.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
-                       torch.backends.cudnn.deterministic, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-                       signal.getsignal(signal.SIGINT) is before[3]))
+        during.append(
+            (
+                torch.get_num_threads(),
+                torch.are_deterministic_algorithms_enabled(),
+                torch.backends.cudnn.deterministic,
+                os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                signal.getsignal(signal.SIGINT) is before[3],
+            )
+        )
         if ends == "raises":
             raise RuntimeError("the caller's callback failed")
 
     try:
         if ends == "raises":
             with pytest.raises(RuntimeError, match="callback failed"):
-                heron.train("td3", run_dir=str(tmp_path / "r"), callback=callback,
-                            **{**tiny, "torch_threads": other, "torch_deterministic": True})
+                heron.train(
+                    "td3",
+                    run_dir=str(tmp_path / "r"),
+                    callback=callback,
+                    **{**tiny, "torch_threads": other, "torch_deterministic": True},
+                )
         else:
-            heron.train("td3", run_dir=str(tmp_path / "r"), callback=callback,
-                        **{**tiny, "torch_threads": other, "torch_deterministic": True})
+            heron.train(
+                "td3",
+                run_dir=str(tmp_path / "r"),
+                callback=callback,
+                **{**tiny, "torch_threads": other, "torch_deterministic": True},
+            )
         assert during == [(other, True, True, ":4096:8", False)]
         assert torch.get_num_threads() == threads
-        assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-                torch.backends.cudnn.benchmark, signal.getsignal(signal.SIGINT)) == before
+        assert (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+            signal.getsignal(signal.SIGINT),
+        ) == before
         assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
         assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
     finally:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import cli_error
 
 from heron import bench
 from heron.cli import main
 from heron.runtime import checkpoint as ckpt
-from cli_helpers import cli_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,8 +27,14 @@ def _rows(out):
 
 
 def _bench(*args, **popen):
-    return subprocess.Popen([sys.executable, "-m", "heron", "bench", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "heron", "bench", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **popen,
+    )
 
 
 def _dmc_pixels() -> bool:
@@ -50,14 +56,33 @@ def _dmc_pixels() -> bool:
 def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, capsys):
     out = tmp_path / "b"
     for seed, final, best, train in ((1, 3000, 3100, 2500), (2, 3200, 3300, 2700), (3, 3400, 3500, 2900)):
-        bench.record(out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", seed, 1_000_000, final, 10.0, best,
-                                           3600 * seed, "0.1.0", "abc123", train])
-    bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3300, 5.0, 3400, 600,
-                                       "0.1.0", "abc123", 3000])
+        bench.record(
+            out / "results.csv",
+            [
+                "mujoco-sac",
+                "sac",
+                "Hopper-v5",
+                seed,
+                1_000_000,
+                final,
+                10.0,
+                best,
+                3600 * seed,
+                "0.1.0",
+                "abc123",
+                train,
+            ],
+        )
+    bench.record(
+        out / "results.csv",
+        ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3300, 5.0, 3400, 600, "0.1.0", "abc123", 3000],
+    )
     # a run recorded again (it was trained further) replaces its row, it does not add one; this one
     # ended no training episode in its last tenth (an empty training return)
-    bench.record(out / "results.csv", ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3310, 5.0, 3410, 1200,
-                                       "0.1.0", "def456", ""])
+    bench.record(
+        out / "results.csv",
+        ["mujoco-td3", "td3", "Hopper-v5", 1, 1_000_000, 3310, 5.0, 3410, 1200, "0.1.0", "def456", ""],
+    )
     assert len(_rows(out)) == 4
     assert main(["bench", "--report", "--out", str(out)]) == 0
     sac = (out / "mujoco-sac.md").read_text()
@@ -67,16 +92,23 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     assert "2686 ± 762 (CleanRL, v2, 1M, training return); ~3250 (SAC paper)" in sac
     assert "| 2h00m |" in sac and "abc123" in sac
     td3 = (out / "mujoco-td3.md").read_text()
-    assert "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 ± 115 (TD3 paper, v1, 1M, max average return) | 20m00s |" in td3
+    assert (
+        "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 ± 115 (TD3 paper, v1, 1M, max average return) | 20m00s |"  # noqa: E501 (the table's row as printed)
+        in td3
+    )
     assert "def456" in td3 and "abc123" not in td3
     # a run without a results row (stopped, or training now) is listed apart with where it stands
     run = out / "mujoco-td3" / "td3__Walker2d-v5__s1"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("algo: td3\nenv_id: Walker2d-v5\nseed: 1\ntotal_steps: 1000000\n")
-    (run / "eval.csv").write_text("step,mean_return,std_return,episodes,wall_time\n"
-                                  "10000,300.0,20.0,10,1.0\n20000,900.5,40.25,10,2.0\n30000,700.0,5.0,10,3.0\n")
-    (run / "metrics.csv").write_text("step,time,metric,value\n29000,1.0,charts/episodic_return,400.0\n"
-                                     "31000,1.0,charts/episodic_return,600.0\n32000,1.0,losses/qf_loss,1.0\n")
+    (run / "eval.csv").write_text(
+        "step,mean_return,std_return,episodes,wall_time\n"
+        "10000,300.0,20.0,10,1.0\n20000,900.5,40.25,10,2.0\n30000,700.0,5.0,10,3.0\n"
+    )
+    (run / "metrics.csv").write_text(
+        "step,time,metric,value\n29000,1.0,charts/episodic_return,400.0\n"
+        "31000,1.0,charts/episodic_return,600.0\n32000,1.0,losses/qf_loss,1.0\n"
+    )
     done = out / "mujoco-td3" / "td3__Hopper-v5__s1"  # finished (its row above): not listed again
     done.mkdir()
     for name in ("config.yaml", "eval.csv"):
@@ -94,8 +126,10 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     (pong / "eval.csv").write_text("step,mean_return,std_return,episodes,wall_time\n250000,-20.0,1.0,5,1.0\n")
     (out / "plots").mkdir(exist_ok=True)  # not a suite
     assert main(["bench", "--report", "--out", str(out)]) == 0
-    assert "| ALE/Pong-v5 | ppo | 1 | 250,000 of 10,000,000 | -20.0 ± 1.0 (at 250,000) | -20.0 | - |" in \
-        (out / "atari-ppo.md").read_text()
+    assert (
+        "| ALE/Pong-v5 | ppo | 1 | 250,000 of 10,000,000 | -20.0 ± 1.0 (at 250,000) | -20.0 | - |"
+        in (out / "atari-ppo.md").read_text()
+    )
     assert not (out / "plots.md").exists()
     # a results file of something else is refused in one line, and left as it was
     (out / "results.csv").write_text("a,b\n1,2\n")
@@ -112,31 +146,40 @@ def test_training_return_of_the_last_tenth_and_results_from_before_the_column(tm
     (run / "metrics.csv").write_text(
         "step,wall_time,metric,value\n100,0,charts/episodic_return,1000\n500,0,charts/episodic_return,20\n"
         "899,0,charts/episodic_return,7\n900,0,charts/episodic_return,30\n950,0,losses/qf_loss,9999\n"
-        "960,0,charts/episodic_return,40\n1000,0,charts/episodic_return,50\n1000,0,charts/episodic_return,99")
+        "960,0,charts/episodic_return,40\n1000,0,charts/episodic_return,50\n1000,0,charts/episodic_return,99"
+    )
     assert bench.train_summary(run) == pytest.approx(40.0)
     assert bench.train_summary(out / "nowhere") is None
     # results.csv as heron bench wrote it before the column: read, its run's training return computed
     # from the run directory, and rewritten with the column when a run is recorded
-    (out / "results.csv").write_text(",".join(bench.RESULTS_HEADER[:-1]) + "\n"
-                                     "mujoco-sac,sac,Hopper-v5,1,1000,3000,10,3100,60,0.1.0,abc\n"
-                                     "mujoco-sac,sac,Hopper-v5,2,1000,3200,10,3300,60,0.1.0,abc\n")
+    (out / "results.csv").write_text(
+        ",".join(bench.RESULTS_HEADER[:-1]) + "\n"
+        "mujoco-sac,sac,Hopper-v5,1,1000,3000,10,3100,60,0.1.0,abc\n"
+        "mujoco-sac,sac,Hopper-v5,2,1000,3200,10,3300,60,0.1.0,abc\n"
+    )
     rows = bench.read_results(out / "results.csv")
     assert [r["train_return"] for r in rows] == [pytest.approx(40.0), None]  # seed 2's run is not here
     assert main(["bench", "--report", "--out", str(out)]) == 0
-    assert "| Hopper-v5 | sac | 1,000 | 2 | 3100.0 ± 141.4 | 3200.0 ± 141.4 | - |" in (out / "mujoco-sac.md").read_text()
-    bench.record(out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", 3, 1000, 3400, 10, 3500, 60, "0.1.0", "abc",
-                                       "41.00"])
+    assert (
+        "| Hopper-v5 | sac | 1,000 | 2 | 3100.0 ± 141.4 | 3200.0 ± 141.4 | - |" in (out / "mujoco-sac.md").read_text()
+    )
+    bench.record(
+        out / "results.csv", ["mujoco-sac", "sac", "Hopper-v5", 3, 1000, 3400, 10, 3500, 60, "0.1.0", "abc", "41.00"]
+    )
     assert [r["train_return"] for r in _rows(out)] == ["", "", "41.00"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bench", "smok"], "unknown suite 'smok' (did you mean smoke?)"),
-    (["bench", "smoke", "--parallel", "0"], "--parallel must be at least 1"),
-    (["bench", "smoke", "--only", "nothing"], "--only nothing matches no entry of smoke"),
-    (["bench", "smoke", "--steps", "-5"], "--steps must be positive"),
-    (["bench", "smoke", "--seed", "3"], "unknown flag --seed (did you mean --seeds?)"),
-    (["bench", "--report", "--out", "/nonexistent/heron-bench"], "results.csv not found"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "smok"], "unknown suite 'smok' (did you mean smoke?)"),
+        (["bench", "smoke", "--parallel", "0"], "--parallel must be at least 1"),
+        (["bench", "smoke", "--only", "nothing"], "--only nothing matches no entry of smoke"),
+        (["bench", "smoke", "--steps", "-5"], "--steps must be positive"),
+        (["bench", "smoke", "--seed", "3"], "unknown flag --seed (did you mean --seeds?)"),
+        (["bench", "--report", "--out", "/nonexistent/heron-bench"], "results.csv not found"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     assert message in cli_error(capsys, argv)
 
@@ -159,9 +202,14 @@ def test_a_tree_exported_by_git_archive_knows_its_commit(tmp_path):
     # Benchmarks run from exported snapshots (no .git), and their results.csv must still name the code.
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "heron"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tar.stdout, check=True)
-    out = subprocess.run([sys.executable, "-c", "from heron.bench import git_commit; print(git_commit())"],
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "from heron.bench import git_commit; print(git_commit())"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == HEAD.strip()[:12]
     assert bench.git_commit().startswith(HEAD.strip()[:12])  # the checkout asks git
 
@@ -170,8 +218,22 @@ def test_interrupted_suite_continues_where_it_stopped(tmp_path):
     """SIGINT to the bench while seed 2 trains: seed 2 checkpoints and stops, seed 1's result stays;
     the same command then skips seed 1 and resumes seed 2 from its checkpoint."""
     out = tmp_path / "b"
-    args = ["smoke", "--only", "td3", "--seeds", "1", "2", "--steps", "1500", "--threads", "1", "--out", str(out),
-            "--status-every", "1"]
+    args = [
+        "smoke",
+        "--only",
+        "td3",
+        "--seeds",
+        "1",
+        "2",
+        "--steps",
+        "1500",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        "--status-every",
+        "1",
+    ]
     proc = _bench(*args)
     try:
         seed2 = out / "smoke" / "td3__Hopper-v5__s2"
@@ -228,15 +290,17 @@ def test_smoke_suite_end_to_end(tmp_path):
     rows = _rows(out)
     assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.algo, e.env_id) for e in entries)
     for r in rows:
-        assert int(r["steps"]) >= next(e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) ==
-                                       (r["algo"], r["env_id"]))
+        assert int(r["steps"]) >= next(
+            e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) == (r["algo"], r["env_id"])
+        )
         assert float(r["wall_s"]) > 0 and r["heron_version"]
         if r["env_id"] == "Hopper-v5":  # its early episodes are short: some end in the last tenth
             assert float(r["train_return"]) > 0
     table = (out / "smoke.md").read_text()
     assert table.count("\n| ") == 1 + len(rows)  # the header and one line per (env, algo)
-    assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == \
-        sorted({f"{bench.safe_name(e.env_id)}.png" for e in entries})
+    assert sorted(p.name for p in (out / "plots" / "smoke").iterdir()) == sorted(
+        {f"{bench.safe_name(e.env_id)}.png" for e in entries}
+    )
     assert "about" in text and "left" in text  # the overall progress line with its estimate
 
 
@@ -269,21 +333,28 @@ def test_a_precision_runs_under_its_own_label(tmp_path, capsys):
     """--precision bf16-mixed: every run gets the flag, its runs, rows and table go under
     SUITE.bf16-mixed (never beside the float32 runs), and a precision the device lacks is refused."""
     lines = []
-    assert bench.run_suite("smoke", [1, 2], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append,
-                           precision="bf16-mixed") == 0
+    assert (
+        bench.run_suite(
+            "smoke", [1, 2], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append, precision="bf16-mixed"
+        )
+        == 0
+    )
     commands = [line for line in lines if " train " in line]
     assert len(commands) == 2 and all("--precision bf16-mixed" in c for c in commands)
     assert all(f"{tmp_path / 'smoke.bf16-mixed' / 'td3__Hopper-v5__s'}" in c for c in commands)
     lines.clear()
     bench.run_suite("smoke", [1], tmp_path, only=["td3"], dry_run=True, threads=1, echo=lines.append)
     assert "--precision" not in lines[-1] and f"{tmp_path / 'smoke' / 'td3__Hopper-v5__s1'}" in lines[-1]
-    bench.record(tmp_path / "results.csv", ["smoke.bf16-mixed", "td3", "Hopper-v5", 1, 1500, 30, 2, 35, 9, "0.1.0",
-                                            "abc", "20.00"])
+    bench.record(
+        tmp_path / "results.csv",
+        ["smoke.bf16-mixed", "td3", "Hopper-v5", 1, 1500, 30, 2, 35, 9, "0.1.0", "abc", "20.00"],
+    )
     assert main(["bench", "smoke", "--precision", "bf16-mixed", "--report", "--out", str(tmp_path)]) == 0
     assert "### smoke.bf16-mixed" in (tmp_path / "smoke.bf16-mixed.md").read_text()
     if not torch.cuda.is_available():
-        assert "16-mixed needs CUDA" in cli_error(capsys, ["bench", "smoke", "--precision", "16-mixed", "--device",
-                                                             "cpu", "--dry-run"])
+        assert "16-mixed needs CUDA" in cli_error(
+            capsys, ["bench", "smoke", "--precision", "16-mixed", "--device", "cpu", "--dry-run"]
+        )
 
 
 def test_the_curves_draw_each_published_figure_as_a_line_at_its_mean():

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from cli_helpers import load_script
 
 from heron.config import to_dict
-from cli_helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,10 +35,21 @@ def _args(curves, tmp_path, *extra):
 def test_sb3_settings_follow_heron_td3_preset(curves, tmp_path):
     args = _args(curves, tmp_path, "--set", "gamma=0.98", "hidden_sizes=400,300")
     settings = curves.sb3_settings(curves.heron_config(args, 1, tmp_path))
-    assert settings == dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=25_000, batch_size=256,
-                            tau=0.005, gamma=0.98, train_freq=1, gradient_steps=1,
-                            policy_kwargs=dict(net_arch=[400, 300]), policy_delay=2, target_policy_noise=0.2,
-                            target_noise_clip=0.5, exploration_noise=0.1)
+    assert settings == dict(
+        learning_rate=1e-3,
+        buffer_size=1_000_000,
+        learning_starts=25_000,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.98,
+        train_freq=1,
+        gradient_steps=1,
+        policy_kwargs=dict(net_arch=[400, 300]),
+        policy_delay=2,
+        target_policy_noise=0.2,
+        target_noise_clip=0.5,
+        exploration_noise=0.1,
+    )
 
 
 def test_sb3_settings_refuse_what_sb3_cannot_run(curves, tmp_path):
@@ -100,11 +111,24 @@ def test_report_summarises_finished_runs_and_plots_both_libraries(curves, tmp_pa
             run_dir = tmp_path / f"{lib}_td3_Pendulum-v1_s{seed}"
             run_dir.mkdir()
             rows = [(10_000, 10.0 * seed)] + ([(20_000, finals[lib, seed])] if (lib, seed) in finals else [])
-            (run_dir / "eval.csv").write_text("step,mean_return,std_return,episodes\n"
-                                              + "".join(f"{st},{r},0,10\n" for st, r in rows))
+            (run_dir / "eval.csv").write_text(
+                "step,mean_return,std_return,episodes\n" + "".join(f"{st},{r},0,10\n" for st, r in rows)
+            )
     png = tmp_path / "curves.png"
-    argv = ["--env-id", "Pendulum-v1", "--total-steps", "20000", "--out", str(tmp_path), "--seeds", "1", "2",
-            "--report-only", "--plot", str(png)]
+    argv = [
+        "--env-id",
+        "Pendulum-v1",
+        "--total-steps",
+        "20000",
+        "--out",
+        str(tmp_path),
+        "--seeds",
+        "1",
+        "2",
+        "--report-only",
+        "--plot",
+        str(png),
+    ]
     assert curves.main(argv) == 0
     out = capsys.readouterr().out
     assert "| 20,000 | 150 ± 71 | 400 ± 0 | 100, 200 | 400, - |" in out  # sample std: 50 * sqrt(2)
@@ -123,8 +147,17 @@ def test_permutation_p_draws_random_splits_past_the_exact_limit(curves):
 
 
 def test_plot_with_nothing_to_draw_is_a_one_line_refusal(curves, tmp_path, capsys):
-    argv = ["--env-id", "Pendulum-v1", "--total-steps", "20000", "--out", str(tmp_path), "--report-only",
-            "--plot", str(tmp_path / "curves.png")]
+    argv = [
+        "--env-id",
+        "Pendulum-v1",
+        "--total-steps",
+        "20000",
+        "--out",
+        str(tmp_path),
+        "--report-only",
+        "--plot",
+        str(tmp_path / "curves.png"),
+    ]
     assert curves.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["offpolicy_curves_vs_sb3: --plot: nothing to plot: no evaluations"]
@@ -192,19 +225,33 @@ def _stubbed(tmp_path, **env):
         f'case "$1" in .leanrl/*) exec {sys.executable} {tmp_path / "leanrl_stub.py"} "$@";; esac\n'
         '[ "$1" = benchmarks/dreamer_v3_vs_sheeprl.py ] && '
         '{ echo "$*" >> "$CALLS.dv3"; echo \'{"ratio_sheeprl_over_heron": 2.0}\'; exit 0; }\n'
-        f'exec {sys.executable} "$@"\n')
+        f'exec {sys.executable} "$@"\n'
+    )
     (bin_dir / "nvidia-smi").write_text("#!/bin/bash\necho 'a stub GPU, 1 MiB'\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
-                OUT=str(tmp_path / "out"), GPU_CHECK_SITE=str(tmp_path / "site"),
-                GPU_CHECK_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(ROOT), **env)
+    return dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        CALLS=str(tmp_path / "calls.jsonl"),
+        OUT=str(tmp_path / "out"),
+        GPU_CHECK_SITE=str(tmp_path / "site"),
+        GPU_CHECK_RUNS=str(tmp_path / "runs"),
+        PYTHONPATH=str(ROOT),
+        **env,
+    )
 
 
 def _run_script(tmp_path, script, *args, **env):
     """Runs benchmarks/SCRIPT in tmp_path with the stubs; the heron configs it asked for, in order."""
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), *args], cwd=tmp_path,
-                          env=_stubbed(tmp_path, **env), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / script), *args],
+        cwd=tmp_path,
+        env=_stubbed(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
 
@@ -213,12 +260,22 @@ def test_gpu_check_times_the_runs_its_labels_name(tmp_path):
     """GPU time is costly: gpu_check.sh's timed runs must pass heron the flags their labels
     and file names say (--act-ahead, --compile, --cuda-graphs), each in a run directory of its own,
     and read their rates from the window it states."""
-    calls = _run_script(tmp_path, "gpu_check.sh", "sps", SPS_ALGOS="td3 ppo", SPS_GRAPHS="true",
-                        SPS_ACT_AHEAD="true false", SPS_COMPILE="true", SPS_SECONDS="60")
+    calls = _run_script(
+        tmp_path,
+        "gpu_check.sh",
+        "sps",
+        SPS_ALGOS="td3 ppo",
+        SPS_GRAPHS="true",
+        SPS_ACT_AHEAD="true false",
+        SPS_COMPILE="true",
+        SPS_SECONDS="60",
+    )
     lines = (tmp_path / "out" / "sps.txt").read_text().splitlines()[1:]
     assert len(calls) == len(lines) == 3, lines  # TD3 acting ahead and behind; PPO
-    assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / n) for n in (
-        "td3-true-auto-compiled", "td3-true-auto-compiled-behind", "ppo-true-auto-compiled")]
+    assert [c["run_dir"] for c in calls] == [
+        str(tmp_path / "runs" / n)
+        for n in ("td3-true-auto-compiled", "td3-true-auto-compiled-behind", "ppo-true-auto-compiled")
+    ]
     for call, line in zip(calls, lines):
         assert line.startswith(f"{call['algo']} --cuda-graphs true --eval-async auto"), line
         assert call["cuda_graphs"] and call["eval_async"] == "auto" and call["checkpoint_every"] == 10000
@@ -236,8 +293,14 @@ def test_gpu_check_times_dreamer_v3_as_its_labels_name(tmp_path):
     """gpu_check.sh dreamer-v3: each size and mode once, on CUDA; "recorded" is heron's
     --cuda-graphs against sheeprl's --sheeprl-compile and "eager" neither; each line of the summary
     names its size and mode and ends with the benchmark's ratio."""
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "dreamer-v3"], cwd=tmp_path,
-                          env=_stubbed(tmp_path), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "dreamer-v3"],
+        cwd=tmp_path,
+        env=_stubbed(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     calls = (tmp_path / "calls.jsonl.dv3").read_text().splitlines()
     lines = (tmp_path / "out" / "dreamer_v3.txt").read_text().splitlines()[1:]
@@ -249,23 +312,34 @@ def test_gpu_check_times_dreamer_v3_as_its_labels_name(tmp_path):
         assert ("--cuda-graphs" in argv) == ("--sheeprl-compile" in argv) == (mode == "recorded"), call
         assert line == f'{size} {mode} (exit 0): {{"ratio_sheeprl_over_heron": 2.0}}', line
     # and the benchmark takes those flags (parsed by its own parser, in a process of their own)
-    parse = ("import sys; sys.path.insert(0, 'benchmarks'); import dreamer_v3_vs_sheeprl as b; "
-             "[b.parser().parse_args(line.split()[1:]) for line in sys.stdin.read().splitlines()]")
-    parsed = subprocess.run([sys.executable, "-c", parse], cwd=ROOT, input="\n".join(calls), capture_output=True,
-                            text=True, timeout=60)
+    parse = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import dreamer_v3_vs_sheeprl as b; "
+        "[b.parser().parse_args(line.split()[1:]) for line in sys.stdin.read().splitlines()]"
+    )
+    parsed = subprocess.run(
+        [sys.executable, "-c", parse], cwd=ROOT, input="\n".join(calls), capture_output=True, text=True, timeout=60
+    )
     assert parsed.returncode == 0, parsed.stderr
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--cuda-graphs"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
-    (["--sheeprl-compile"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
-    (["--device", "cuda", "--cuda-graphs", "--warmup", "3"], "give --warmup 4 or more"),
-    (["--device", "cuda", "--flops"], "--flops compares the step with this CPU core's rate"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--cuda-graphs"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
+        (["--sheeprl-compile"], "--cuda-graphs and --sheeprl-compile need --device cuda"),
+        (["--device", "cuda", "--cuda-graphs", "--warmup", "3"], "give --warmup 4 or more"),
+        (["--device", "cuda", "--flops"], "--flops compares the step with this CPU core's rate"),
+    ],
+)
 def test_dreamer_v3_step_benchmark_refuses_settings_it_cannot_time(argv, needle):
     """Refused before anything is built (exit 2): a mistake found on the GPU costs device time."""
-    done = subprocess.run([sys.executable, "benchmarks/dreamer_v3_vs_sheeprl.py", *argv], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/dreamer_v3_vs_sheeprl.py", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
@@ -275,8 +349,9 @@ def test_gpu_vs_leanrl_runs_each_mode_as_named_and_prints_the_ratio(tmp_path):
     run's rate is read from metrics.csv past START, LeanRL's from its counted env steps, and the
     summary gives each heron mode over LeanRL."""
     modes = ("graphs", "features-compiled-behind", "features-autograd")
-    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="sac", HERON_MODES=" ".join(modes),
-                        HERON_SECONDS="60", LEANRL_SECONDS="60")
+    calls = _run_script(
+        tmp_path, "gpu_vs_leanrl.sh", ALGOS="sac", HERON_MODES=" ".join(modes), HERON_SECONDS="60", LEANRL_SECONDS="60"
+    )
     assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-sac-{m}") for m in modes]
     graphs, compiled_behind, autograd = calls
     assert all(c["cuda_graphs"] and c["algo"] == "sac" for c in calls)
@@ -296,8 +371,14 @@ def test_gpu_vs_leanrl_runs_atari_pong_on_both_sides(tmp_path):
     """ALGOS=atari: heron's PPO from Pong frames on ALE's vector env (--preset atari, 8 threads), then
     LeanRL's Atari script on its EnvPool and gym stand-ins (ALE's vector env under EnvPool's API)."""
     modes = ("graphs", "features-once-tf32")
-    calls = _run_script(tmp_path, "gpu_vs_leanrl.sh", ALGOS="atari", HERON_MODES=" ".join(modes),
-                        ATARI_SECONDS="60", LEANRL_SECONDS="60")
+    calls = _run_script(
+        tmp_path,
+        "gpu_vs_leanrl.sh",
+        ALGOS="atari",
+        HERON_MODES=" ".join(modes),
+        ATARI_SECONDS="60",
+        LEANRL_SECONDS="60",
+    )
     assert [c["run_dir"] for c in calls] == [str(tmp_path / "runs" / f"vs-atari-{m}") for m in modes]
     for c in calls:
         assert c["algo"] == "ppo" and c["cuda_graphs"] and c["env_id"] == "PongNoFrameskip-v4"
@@ -361,16 +442,48 @@ def test_ppo_phases_account_for_each_iteration(tmp_path):
     wraps heron's PPO loop from outside: its phases must cover each iteration, with the env's
     steps counted apart from the acting around them."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "ppo_phases.py"), "--skip", "1", "--", "--preset", "debug",
-         "--total-steps", "1024", "--num-envs", "2", "--num-steps", "64", "--eval-every", "0",
-         "--checkpoint-every", "0", "--torch-threads", "1", "--progress", "none", "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "ppo_phases.py"),
+            "--skip",
+            "1",
+            "--",
+            "--preset",
+            "debug",
+            "--total-steps",
+            "1024",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "64",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--torch-threads",
+            "1",
+            "--progress",
+            "none",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("7 iterations of 128 env steps"))
-    rows = {line[:20].strip(): line.split() for line in lines[head + 2:head + 8]}
-    assert list(rows) == ["env steps", "acting and storing", "value passes", "advantages", "gradient steps",
-                          "after_step"]
+    rows = {line[:20].strip(): line.split() for line in lines[head + 2 : head + 8]}
+    assert list(rows) == [
+        "env steps",
+        "acting and storing",
+        "value passes",
+        "advantages",
+        "gradient steps",
+        "after_step",
+    ]
     shares = [float(r[-1].rstrip("%")) for r in rows.values()]
     assert abs(sum(shares) - 100) < 0.5 and all(s > 0 for s in shares[:5]), rows
 
@@ -379,36 +492,82 @@ def test_atari_pipeline_times_both_rollout_loops():
     """benchmarks/atari_pipeline.py (would two env halves stepped in turn pay?): both loops and the
     envs alone run and are reported, with their ratio."""
     pytest.importorskip("ale_py")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "atari_pipeline.py"), "--device", "cpu",
-                           "--num-envs", "2", "--steps", "20", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "atari_pipeline.py"),
+            "--device",
+            "cpu",
+            "--num-envs",
+            "2",
+            "--steps",
+            "20",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("  ")]
-    assert [" ".join(r[:-2]) for r in rows[:4]] == ["envs alone, 2 envs", "envs alone, 1 envs", "act, then step 2 envs",
-                                                   "two halves of 1 in turn"]
+    assert [" ".join(r[:-2]) for r in rows[:4]] == [
+        "envs alone, 2 envs",
+        "envs alone, 1 envs",
+        "act, then step 2 envs",
+        "two halves of 1 in turn",
+    ]
     assert all(float(r[-2]) > 0 for r in rows[:4]) and rows[4][:3] == ["two", "halves", "/"]
 
 
 def test_cpu_profile_splits_a_training_by_kind_of_work():
     """benchmarks/cpu_profile.py: the profiled window of a training, split into matrix products,
     other torch operators and what runs outside torch, the shares adding up."""
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_profile.py"), "--skip", "150", "--window", "100",
-                           "--", "td3", "--env-id", "Pendulum-v1", "--total-steps", "300", "--learning-starts", "100",
-                           "--eval-every", "0", "--checkpoint-every", "0", "--eval-episodes", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cpu_profile.py"),
+            "--skip",
+            "150",
+            "--window",
+            "100",
+            "--",
+            "td3",
+            "--env-id",
+            "Pendulum-v1",
+            "--total-steps",
+            "300",
+            "--learning-starts",
+            "100",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--eval-episodes",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("100 profiled iterations"))
-    shares = {line[:32].strip(): float(line.split()[-1].rstrip("%")) for line in lines[head + 1:]
-              if line.endswith("%")}
+    shares = {
+        line[:32].strip(): float(line.split()[-1].rstrip("%")) for line in lines[head + 1 :] if line.endswith("%")
+    }
     assert {"matrix products", "outside torch (env, Python)", "other torch operators"} <= set(shares), shares
     assert abs(sum(shares.values()) - 100) < 0.5 and shares["matrix products"] > 0
 
 
 def test_dreamer_v3_published_scores_are_the_last_tenth_of_each_run(tmp_path, capsys, monkeypatch):
     published = _script("dreamer_v3_published")
-    runs = [{"task": "atari_pong", "seed": 0, "xs": [100, 500, 920, 1000], "ys": [-21, -10, 2, 4]},
-            {"task": "atari_pong", "seed": 1, "xs": [300, 899, 950], "ys": [-21, 5, -6]}]
+    runs = [
+        {"task": "atari_pong", "seed": 0, "xs": [100, 500, 920, 1000], "ys": [-21, -10, 2, 4]},
+        {"task": "atari_pong", "seed": 1, "xs": [300, 899, 950], "ys": [-21, 5, -6]},
+    ]
     # the budget is the largest frame count (1000): the episodes from frame 900 on count
     assert published.final_scores(runs) == [3, -6]
     files: dict[str, list] = {}
@@ -441,46 +600,68 @@ def test_dreamer_v3_same_step_puts_every_sheeprl_weight_on_its_heron_parameter(m
             if name.startswith("dreamer_"):
                 del sys.modules[name]
     d, z, h, e, bins = 64, 256, 128, 64, 255
-    mlp = {"_model.0.weight": (d, None), "_model.1.weight": (d,), "_model.1.bias": (d,), "_model.3.weight": (d, d),
-           "_model.4.weight": (d,), "_model.4.bias": (d,)}
+    mlp = {
+        "_model.0.weight": (d, None),
+        "_model.1.weight": (d,),
+        "_model.1.bias": (d,),
+        "_model.3.weight": (d, d),
+        "_model.4.weight": (d,),
+        "_model.4.bias": (d,),
+    }
 
     def trunk(prefix, fan_in):
         return {prefix + k: (v[0], fan_in) if len(v) == 2 and v[1] is None else v for k, v in mlp.items()}
 
     for discrete, actions in ((True, 2), (False, 1)):
-        shapes = {**trunk("world.encoder._forward_module.mlp_encoder.model.", 4),
-                  "world.rssm.initial_recurrent_state": (h,),
-                  "world.rssm.recurrent_model._forward_module.mlp._model.0.weight": (d, z + actions),
-                  "world.rssm.recurrent_model._forward_module.mlp._model.1.weight": (d,),
-                  "world.rssm.recurrent_model._forward_module.mlp._model.1.bias": (d,),
-                  "world.rssm.recurrent_model._forward_module.rnn.linear.weight": (3 * h, h + d),
-                  "world.rssm.recurrent_model._forward_module.rnn.layer_norm.weight": (3 * h,),
-                  "world.rssm.recurrent_model._forward_module.rnn.layer_norm.bias": (3 * h,),
-                  **{f"world.rssm.{m}._forward_module._model.{k}": s for m, fan_in in
-                     (("representation_model", h + e), ("transition_model", h))
-                     for k, s in (("0.weight", (128, fan_in)), ("1.weight", (128,)), ("1.bias", (128,)),
-                                  ("3.weight", (z, 128)), ("3.bias", (z,)))},
-                  **trunk("world.observation_model._forward_module.mlp_decoder.model.", z + h),
-                  "world.observation_model._forward_module.mlp_decoder.heads.0.weight": (4, d),
-                  "world.observation_model._forward_module.mlp_decoder.heads.0.bias": (4,),
-                  **trunk("world.reward_model._forward_module.", z + h),
-                  "world.reward_model._forward_module._model.6.weight": (bins, d),
-                  "world.reward_model._forward_module._model.6.bias": (bins,),
-                  **trunk("world.continue_model._forward_module.", z + h),
-                  "world.continue_model._forward_module._model.6.weight": (1, d),
-                  "world.continue_model._forward_module._model.6.bias": (1,),
-                  **trunk("actor._forward_module.model.", z + h),
-                  "actor._forward_module.mlp_heads.0.weight": (2 if discrete else 2 * actions, d),
-                  "actor._forward_module.mlp_heads.0.bias": (2 if discrete else 2 * actions,),
-                  **trunk("critic._forward_module.", z + h),
-                  "critic._forward_module._model.6.weight": (bins, d), "critic._forward_module._model.6.bias": (bins,)}
+        shapes = {
+            **trunk("world.encoder._forward_module.mlp_encoder.model.", 4),
+            "world.rssm.initial_recurrent_state": (h,),
+            "world.rssm.recurrent_model._forward_module.mlp._model.0.weight": (d, z + actions),
+            "world.rssm.recurrent_model._forward_module.mlp._model.1.weight": (d,),
+            "world.rssm.recurrent_model._forward_module.mlp._model.1.bias": (d,),
+            "world.rssm.recurrent_model._forward_module.rnn.linear.weight": (3 * h, h + d),
+            "world.rssm.recurrent_model._forward_module.rnn.layer_norm.weight": (3 * h,),
+            "world.rssm.recurrent_model._forward_module.rnn.layer_norm.bias": (3 * h,),
+            **{
+                f"world.rssm.{m}._forward_module._model.{k}": s
+                for m, fan_in in (("representation_model", h + e), ("transition_model", h))
+                for k, s in (
+                    ("0.weight", (128, fan_in)),
+                    ("1.weight", (128,)),
+                    ("1.bias", (128,)),
+                    ("3.weight", (z, 128)),
+                    ("3.bias", (z,)),
+                )
+            },
+            **trunk("world.observation_model._forward_module.mlp_decoder.model.", z + h),
+            "world.observation_model._forward_module.mlp_decoder.heads.0.weight": (4, d),
+            "world.observation_model._forward_module.mlp_decoder.heads.0.bias": (4,),
+            **trunk("world.reward_model._forward_module.", z + h),
+            "world.reward_model._forward_module._model.6.weight": (bins, d),
+            "world.reward_model._forward_module._model.6.bias": (bins,),
+            **trunk("world.continue_model._forward_module.", z + h),
+            "world.continue_model._forward_module._model.6.weight": (1, d),
+            "world.continue_model._forward_module._model.6.bias": (1,),
+            **trunk("actor._forward_module.model.", z + h),
+            "actor._forward_module.mlp_heads.0.weight": (2 if discrete else 2 * actions, d),
+            "actor._forward_module.mlp_heads.0.bias": (2 if discrete else 2 * actions,),
+            **trunk("critic._forward_module.", z + h),
+            "critic._forward_module._model.6.weight": (bins, d),
+            "critic._forward_module._model.6.bias": (bins,),
+        }
         sheeprl = {name: torch.randn(shape) for name, shape in shapes.items()}
         mapped = same.to_heron_names(sheeprl, z, h, 2)
-        spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-                  "discrete": discrete, "action_dim": actions}
+        spaces = {
+            "obs_spec": {"state": [[4], "float32"]},
+            "cnn_keys": [],
+            "mlp_keys": ["state"],
+            "discrete": discrete,
+            "action_dim": actions,
+        }
         agent = build(Config(**same.SIZES["vector"]), spaces)
         assert {n: tuple(t.shape) for n, t in mapped.items()} == {
-            n: tuple(p.shape) for n, p in agent.named_parameters() if not n.startswith("target_critic.")}
+            n: tuple(p.shape) for n, p in agent.named_parameters() if not n.startswith("target_critic.")
+        }
         gru = sheeprl["world.rssm.recurrent_model._forward_module.rnn.linear.weight"]  # sheeprl: cat(h, x)
         assert torch.equal(mapped["world.rssm.gru.linear.weight"], torch.cat([gru[:, h:], gru[:, :h]], 1))
         joined = sheeprl["world.rssm.recurrent_model._forward_module.mlp._model.0.weight"]  # cat(z, a)
@@ -492,20 +673,33 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
     on, with the command that makes them (the kept runs' file, relative to the checkout), where the
     task's old rows were."""
     import argparse
-
     import csv
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when run as a script
     learning = _script("dreamer_learning_vs_sheeprl")
     path = tmp_path / "summaries.csv"
-    path.write_text("table,row,column,value,seeds,machine,recorded,command,note\n"
-                    "dreamer-v3-twohot,\"Pendulum-v1 (old) | 1 | 1 | 0-1\",heron,1,1,m,,c,n\n"
-                    "other,x,heron,2,1,m,,c,n\n")
-    args = argparse.Namespace(algo="dreamer_v3", task="pendulum", seeds=[1, 2], steps=2000, bin=1000, eval_every=2500,
-                              heron_flags="", sheeprl_flags="", variant="--twohot-space symlog", record_from=1000,
-                              skip_heron=False, skip_sheeprl=False,
-                              record_table="dreamer-v3-twohot", machine="m",
-                              runs=str(Path(learning.__file__).resolve().parent / "results" / "dreamer_curves.csv"))
+    path.write_text(
+        "table,row,column,value,seeds,machine,recorded,command,note\n"
+        'dreamer-v3-twohot,"Pendulum-v1 (old) | 1 | 1 | 0-1",heron,1,1,m,,c,n\n'
+        "other,x,heron,2,1,m,,c,n\n"
+    )
+    args = argparse.Namespace(
+        algo="dreamer_v3",
+        task="pendulum",
+        seeds=[1, 2],
+        steps=2000,
+        bin=1000,
+        eval_every=2500,
+        heron_flags="",
+        sheeprl_flags="",
+        variant="--twohot-space symlog",
+        record_from=1000,
+        skip_heron=False,
+        skip_sheeprl=False,
+        record_table="dreamer-v3-twohot",
+        machine="m",
+        runs=str(Path(learning.__file__).resolve().parent / "results" / "dreamer_curves.csv"),
+    )
     side = {"mean": -700.0, "se": 12.25, "n": 2}
     rows = [{"steps": f"{lo}-{lo + 1000}", "heron": side, "sheeprl": side, "variant": side} for lo in (0, 1000)]
     had = "results_tables" in sys.modules
@@ -517,12 +711,15 @@ def test_dreamer_learning_records_each_side_in_place_of_the_tasks_rows(tmp_path,
     got = list(csv.DictReader(path.open(newline="")))
     label = "Pendulum-v1 (vectors, continuous) | 2,000 | 2 + 2 + 2 | 1,000-2,000"
     assert [(r["table"], r["row"], r["column"], r["value"]) for r in got[:3]] == [
-        ("dreamer-v3-twohot", label, side_name, "-700.0 ± 12.2") for side_name in
-        ("heron", "sheeprl 0.8.4", "heron --twohot-space symlog")]
+        ("dreamer-v3-twohot", label, side_name, "-700.0 ± 12.2")
+        for side_name in ("heron", "sheeprl 0.8.4", "heron --twohot-space symlog")
+    ]
     assert got[3]["table"] == "other" and len(got) == 4
-    assert got[0]["command"] == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum '
-                                 '--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 '
-                                 '--variant="--twohot-space symlog" --runs benchmarks/results/dreamer_curves.csv')
+    assert got[0]["command"] == (
+        "python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 --task pendulum "
+        "--seeds 1 2 --steps 2000 --eval-every 2500 --bin 1000 "
+        '--variant="--twohot-space symlog" --runs benchmarks/results/dreamer_curves.csv'
+    )
 
 
 def test_dreamer_learning_command_names_the_sides_it_skips(monkeypatch):
@@ -531,12 +728,24 @@ def test_dreamer_learning_command_names_the_sides_it_skips(monkeypatch):
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     learning = _script("dreamer_learning_vs_sheeprl")
-    args = argparse.Namespace(algo="dreamer_v3", task="cartpole", seeds=[1], steps=1000, bin=500, eval_every=5000,
-                              heron_flags="", sheeprl_flags="", variant="--world-lr 3e-4", skip_heron=False,
-                              skip_sheeprl=True)
-    assert learning.command_of(args) == ('python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 '
-                                         '--task cartpole --seeds 1 --steps 1000 --variant="--world-lr 3e-4" '
-                                         '--skip-sheeprl')
+    args = argparse.Namespace(
+        algo="dreamer_v3",
+        task="cartpole",
+        seeds=[1],
+        steps=1000,
+        bin=500,
+        eval_every=5000,
+        heron_flags="",
+        sheeprl_flags="",
+        variant="--world-lr 3e-4",
+        skip_heron=False,
+        skip_sheeprl=True,
+    )
+    assert learning.command_of(args) == (
+        "python benchmarks/dreamer_learning_vs_sheeprl.py --algo dreamer_v3 "
+        '--task cartpole --seeds 1 --steps 1000 --variant="--world-lr 3e-4" '
+        "--skip-sheeprl"
+    )
 
 
 def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp_path, monkeypatch, capsys):
@@ -550,14 +759,30 @@ def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp
     (first / "heron_1").mkdir(parents=True)
     (first / "heron_1" / "metrics.csv").write_text(
         "step,metric,value\n200,charts/episodic_return,-1500.5\n400,charts/episodic_return,-1300.25\n"
-        "400,losses/kl,1.0\n1200,charts/episodic_return,-900\n")
+        "400,losses/kl,1.0\n1200,charts/episodic_return,-900\n"
+    )
     (first / "heron_1" / "eval.csv").write_text("step,mean_return\n2000,-700.5\n")
-    (first / "sheeprl_1.log").write_text("Rank-0: policy_step=200, reward_env_0=-1400.0\n"
-                                         "Rank-0: policy_step=1400, reward_env_0=[-800.5]\n")
+    (first / "sheeprl_1.log").write_text(
+        "Rank-0: policy_step=200, reward_env_0=-1400.0\nRank-0: policy_step=1400, reward_env_0=[-800.5]\n"
+    )
     for side in ("heron_1", "sheeprl_1"):
         (first / f"{side}.done").touch()
-    common = ["--algo", "dreamer_v3", "--task", "pendulum", "--seeds", "1", "--steps", "2000", "--bin", "1000",
-              "--runs", str(runs), "--machine", "m"]
+    common = [
+        "--algo",
+        "dreamer_v3",
+        "--task",
+        "pendulum",
+        "--seeds",
+        "1",
+        "--steps",
+        "2000",
+        "--bin",
+        "1000",
+        "--runs",
+        str(runs),
+        "--machine",
+        "m",
+    ]
 
     def main(*argv):
         monkeypatch.setattr(sys, "argv", ["dreamer_learning_vs_sheeprl.py", *common, *argv])
@@ -568,18 +793,33 @@ def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp
     kept = list(csv.DictReader(runs.open(newline="")))
     assert [(r["side"], r["seed"], r["train"], r["evals"]) for r in kept] == [
         ("heron", "1", "200:-1500.50 400:-1300.25 1200:-900.00", "2000:-700.50"),
-        ("sheeprl", "1", "200:-1400.00 1400:-800.50", "")]
+        ("sheeprl", "1", "200:-1400.00 1400:-800.50", ""),
+    ]
     assert kept[0]["command"].endswith("--task pendulum --seeds 1 --steps 2000 --bin 1000")
 
     started = []
     monkeypatch.setattr(learning, "run_jobs", lambda jobs, parallel: started.extend(jobs))
-    again = main("--work-dir", str(tmp_path / "second"), "--out", str(tmp_path / "second.json"),
-                 "--plot", str(tmp_path / "b.png"))
+    again = main(
+        "--work-dir",
+        str(tmp_path / "second"),
+        "--out",
+        str(tmp_path / "second.json"),
+        "--plot",
+        str(tmp_path / "b.png"),
+    )
     assert started == [] and "kept in" in capsys.readouterr().out
     assert again["table"] == made["table"]
     assert made["table"][0]["heron"] == {"mean": -1400.4, "se": 0.0, "n": 1}  # (-1500.5 - 1300.25) / 2
     assert made["table"][1]["sheeprl"] == {"mean": -800.5, "se": 0.0, "n": 1}
-    args = argparse.Namespace(algo="dreamer_v3", task="pendulum", steps=2000, eval_every=5000, eval_episodes=10,
-                              heron_flags="--twohot-space symlog", sheeprl_flags="", variant="")
+    args = argparse.Namespace(
+        algo="dreamer_v3",
+        task="pendulum",
+        steps=2000,
+        eval_every=5000,
+        eval_episodes=10,
+        heron_flags="--twohot-space symlog",
+        sheeprl_flags="",
+        variant="",
+    )
     assert learning.run_key(args, "heron", 1) not in learning.load_runs(runs)
     assert learning.run_key(args, "sheeprl", 1) in learning.load_runs(runs)

@@ -6,9 +6,14 @@ from heron.rl.buffers import ReplayBuffer
 
 def _row(buf, t, n_envs=2, obs_shape=(3,), dtype=np.float32):
     obs = np.full((n_envs, *obs_shape), t, dtype)
-    return dict(obs=obs, next_obs=obs + 1, actions=np.full((n_envs, 1), t, np.float32),
-                rewards=np.full(n_envs, t, np.float32), terminated=np.zeros(n_envs, bool),
-                truncated=np.zeros(n_envs, bool))
+    return dict(
+        obs=obs,
+        next_obs=obs + 1,
+        actions=np.full((n_envs, 1), t, np.float32),
+        rewards=np.full(n_envs, t, np.float32),
+        terminated=np.zeros(n_envs, bool),
+        truncated=np.zeros(n_envs, bool),
+    )
 
 
 def test_wraparound_keeps_the_newest_rows():
@@ -26,9 +31,14 @@ def test_wraparound_keeps_the_newest_rows():
 
 def test_dtypes_are_kept_and_uint8_stays_uint8():
     buf = ReplayBuffer(capacity=8, num_envs=1, obs_shape=(4, 4), obs_dtype=np.uint8, action_shape=(2,))
-    buf.add(obs=np.full((1, 4, 4), 255, np.uint8), next_obs=np.zeros((1, 4, 4), np.uint8),
-            actions=np.zeros((1, 2), np.float32), rewards=np.ones(1, np.float32),
-            terminated=np.array([True]), truncated=np.array([False]))
+    buf.add(
+        obs=np.full((1, 4, 4), 255, np.uint8),
+        next_obs=np.zeros((1, 4, 4), np.uint8),
+        actions=np.zeros((1, 2), np.float32),
+        rewards=np.ones(1, np.float32),
+        terminated=np.array([True]),
+        truncated=np.array([False]),
+    )
     batch = buf.sample(4)
     assert batch["obs"].dtype == torch.uint8 and batch["obs"].shape == (4, 4, 4)
     assert int(batch["obs"].max()) == 255
@@ -55,7 +65,7 @@ def test_sequences_are_contiguous_per_env_and_never_cross_the_write_position():
     assert r.shape == (200, 4)
     assert torch.all(r[:, 1:] - r[:, :-1] == 1)  # consecutive time steps, oldest 3 .. newest 8
     assert r.min() >= 3 and r.max() <= 8
-    env = (seqs["obs"][:, :, 0] >= 100)  # each sequence stays within one env
+    env = seqs["obs"][:, :, 0] >= 100  # each sequence stays within one env
     assert torch.all(env == env[:, :1])
 
 
@@ -87,6 +97,7 @@ def test_rollout_ring_checkpointed_mid_rollout_keeps_the_whole_rollouts_oldest_f
     """An env crash mid-rollout checkpoints the ring without the half-overwritten slot, oldest first,
     so that after resume the next rollout is written after the newest and evicts the oldest."""
     import torch
+
     from heron.rl.buffers import RolloutBuffer
 
     buf = RolloutBuffer(3, 2, 1, {"x": ((), torch.float32)}, {})
@@ -123,10 +134,15 @@ def test_cpu_sampling_gathers_the_rows_index_select_gathers_and_only_the_fields_
     from the same generator state as the tensor path, with every dtype kept."""
     buf = ReplayBuffer(capacity=40, num_envs=2, obs_shape=(3,), obs_dtype=np.float32, action_shape=(1,))
     rng = np.random.default_rng(0)
-    for t in range(13):
-        buf.add(obs=rng.normal(size=(2, 3)), next_obs=rng.normal(size=(2, 3)).astype(np.float32),
-                actions=rng.normal(size=(2, 1)), rewards=rng.normal(size=2), terminated=rng.random(2) < 0.3,
-                truncated=torch.as_tensor(rng.random(2) < 0.3))  # a tensor value takes the tensor path
+    for _ in range(13):
+        buf.add(
+            obs=rng.normal(size=(2, 3)),
+            next_obs=rng.normal(size=(2, 3)).astype(np.float32),
+            actions=rng.normal(size=(2, 1)),
+            rewards=rng.normal(size=2),
+            terminated=rng.random(2) < 0.3,
+            truncated=torch.as_tensor(rng.random(2) < 0.3),
+        )  # a tensor value takes the tensor path
     state = buf.generator.get_state()
     got = buf.sample(64, ("obs", "rewards", "terminated", "truncated"))
     assert set(got) == {"obs", "rewards", "terminated", "truncated"}
@@ -141,8 +157,9 @@ def test_cpu_sampling_gathers_the_rows_index_select_gathers_and_only_the_fields_
 def test_sequence_windows_are_the_same_rows_through_numpy_and_index_select():
     """Sequence windows go through the same gather as single transitions: on the CPU numpy's take,
     giving what index_select gives, shaped [B, L, ...], every field and dtype kept."""
-    buf = ReplayBuffer(capacity=30, num_envs=3, obs_shape=(2,), obs_dtype=np.uint8, action_shape=(1,),
-                       extra={"actor_state": (4,)})
+    buf = ReplayBuffer(
+        capacity=30, num_envs=3, obs_shape=(2,), obs_dtype=np.uint8, action_shape=(1,), extra={"actor_state": (4,)}
+    )
     rng = np.random.default_rng(1)
     for t in range(14):  # wraps past the 10 rows
         buf.add(**_row(buf, t, 3, (2,), np.uint8), actor_state=rng.normal(size=(3, 4)).astype(np.float32))
@@ -164,10 +181,14 @@ def test_n_step_windows_stop_at_a_truncation_a_termination_and_the_newest_step()
     rb = ReplayBuffer(20, 2, (1,), np.float32, (1,))  # 10 steps x 2 envs
     ended = {(1, 0): "truncated", (4, 0): "terminated"}
     for t in range(6):
-        rb.add(obs=np.array([[t], [t]], np.float32), next_obs=np.array([[100 * t], [100 * t + 1]], np.float32),
-               actions=np.zeros((2, 1), np.float32), rewards=np.array([t + 1, 10 * (t + 1)], np.float32),
-               terminated=np.array([ended.get((t, e)) == "terminated" for e in range(2)]),
-               truncated=np.array([ended.get((t, e)) == "truncated" for e in range(2)]))
+        rb.add(
+            obs=np.array([[t], [t]], np.float32),
+            next_obs=np.array([[100 * t], [100 * t + 1]], np.float32),
+            actions=np.zeros((2, 1), np.float32),
+            rewards=np.array([t + 1, 10 * (t + 1)], np.float32),
+            terminated=np.array([ended.get((t, e)) == "terminated" for e in range(2)]),
+            truncated=np.array([ended.get((t, e)) == "truncated" for e in range(2)]),
+        )
     starts = torch.tensor([0 * 2 + 0, 2 * 2 + 0, 4 * 2 + 0, 4 * 2 + 1, 5 * 2 + 1, 0 * 2 + 1])  # t * N + env
     batch = rb.gather_nstep(*rb.nstep_rows(starts, 3), gamma=0.5)
     # env 0 from t=0: r 1, then 2 at the truncated step: 1 + 0.5 * 2; bootstraps from t=1's final obs
@@ -184,9 +205,14 @@ def test_n_step_windows_stop_at_a_truncation_a_termination_and_the_newest_step()
 def test_n_step_windows_follow_the_ring_past_its_end():
     rb = ReplayBuffer(4, 1, (1,), np.float32, (1,))  # 4 steps: after 6 writes, rows hold steps 4, 5, 2, 3
     for t in range(6):
-        rb.add(obs=np.array([[t]], np.float32), next_obs=np.array([[t + 1]], np.float32),
-               actions=np.zeros((1, 1), np.float32), rewards=np.array([t], np.float32),
-               terminated=np.array([False]), truncated=np.array([False]))
+        rb.add(
+            obs=np.array([[t]], np.float32),
+            next_obs=np.array([[t + 1]], np.float32),
+            actions=np.zeros((1, 1), np.float32),
+            rewards=np.array([t], np.float32),
+            terminated=np.array([False]),
+            truncated=np.array([False]),
+        )
     batch = rb.gather_nstep(*rb.nstep_rows(torch.tensor([3, 1, 2]), 3), gamma=0.5)
     torch.testing.assert_close(batch["rewards"], torch.tensor([3 + 0.5 * 4 + 0.25 * 5, 5.0, 2 + 0.5 * 3 + 0.25 * 4]))
     assert batch["next_obs"][:, 0].tolist() == [6, 6, 5]  # row 1 (step 5) is the newest: its window is 1 step

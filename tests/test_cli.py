@@ -8,63 +8,86 @@ import sys
 
 import pytest
 import yaml
+from cli_helpers import cli_error as _error
 
 import heron
 from heron.cli import main
-from cli_helpers import cli_error as _error
 
-TINY_FLAGS = ["--total-steps", "600", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000",
-              "--hidden-sizes", "32", "32", "--eval-every", "0", "--eval-episodes", "1", "--progress", "none"]
+TINY_FLAGS = [
+    "--total-steps",
+    "600",
+    "--learning-starts",
+    "200",
+    "--batch-size",
+    "32",
+    "--buffer-size",
+    "2000",
+    "--hidden-sizes",
+    "32",
+    "32",
+    "--eval-every",
+    "0",
+    "--eval-episodes",
+    "1",
+    "--progress",
+    "none",
+]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["train", "sacc"], "unknown algorithm 'sacc' (did you mean sac?)"),
-    (["train", "sac", "--env-id", "Pendulm-v1"], "did you mean Pendulum-v1"),
-    (["train", "sac", "--polcy-lr", "1e-3"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
-    (["train", "sac", "--policy-lr", "-1e-3"], "--policy-lr must be positive"),
-    (["train", "td3", "--q-lr", "0"], "--q-lr must be positive"),
-    (["train", "sac", "--eval-envs", "0"], "--eval-envs must be positive"),
-    (["train", "sac", "--batch-size", "512", "--buffer-size", "256"], "larger than --buffer-size"),
-    (["train", "sac", "--gamma", "1.5"], "--gamma must be in [0, 1]"),
-    (["train", "sac", "--batch-size", "abc"], "--batch-size expects an integer"),
-    (["train", "sac", "--autotune", "maybe"], "--autotune expects true/false"),
-    (["train", "sac", "--recurrent", "transformer"], "--recurrent must be one of none, lstm, gru"),
-    (["train", "sac", "--device", "tpu"], "--device must be auto, cpu or cuda"),
-    (["train", "sac", "--burn-in", "2"], "--burn-in applies to sequences"),
-    (["train", "sac", "--recurrent", "gru", "--learning-starts", "4"], "--learning-starts must be at least"),
-    (["train", "sac", "--autotune", "true", "--alpha", "0"], "--alpha must be >= 0 (> 0 with --autotune"),
-    (["train", "sac", "--env-id", "CartPole-v1"], "sac needs a continuous (Box) action space"),
-    (["train", "td3", "--env-id", "CartPole-v1"], "td3 needs a continuous (Box) action space"),
-    (["train", "sac", "--preset", "nosuch"], "unknown preset 'nosuch'"),
-    (["train", "sac", "--config", "/nonexistent/cfg.yaml"], "config file not found"),
-    (["train", "--resume", "/nonexistent/run"], "run directory not found"),
-    (["eval", "/nonexistent/run"], "run directory not found"),
-    (["eval", "/nonexistent/run", "--envs", "0"], "--envs must be positive"),
-    (["frobnicate"], "unknown command 'frobnicate'"),
-    (["train", "sac", "--track"], "--track needs wandb"),
-    (["train", "td3", "--n-step", "0"], "--n-step must be positive, got 0"),
-    (["train", "sac", "--n-step", "3", "--recurrent", "gru"], "--n-step applies to feed-forward SAC"),
-    (["train", "td3", "--vector-mode", "native"], "Pendulum-v1 has no vector entry point"),
-    (["train", "sac", "--vector-mode", "natve"], "--vector-mode must be one of sync, async, native"),
-    (["train", "ppo", "--dual-clip", "0.5"], "--dual-clip must be greater than 1"),
-    (["train", "ppo", "--recurrent", "lstm", "--num-envs", "3", "--num-minibatches", "2"],
-     "--num-envs (3) must be a multiple of --num-minibatches (2)"),
-    (["train", "ppo", "--mode", "offpolicy"], "--mode must be one of on-policy, off-policy"),
-    (["train", "ppo", "--env-id", "Pendulum-v1", "--env-backend", "envpool"], "--env-backend envpool is for Atari"),
-    (["train", "ppo", "--gae-lambda", "2"], "--gae-lambda must be in [0, 1]"),
-    (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
-    (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
-    (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-    (["train", "td3", "--act-on-host"], "argument: --act-on-host was removed: acting stays on the training device"),
-    (["train", "sac", "--act-on-host", "false"], "--act-on-host was removed"),
-    (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-    (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["train", "sacc"], "unknown algorithm 'sacc' (did you mean sac?)"),
+        (["train", "sac", "--env-id", "Pendulm-v1"], "did you mean Pendulum-v1"),
+        (["train", "sac", "--polcy-lr", "1e-3"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
+        (["train", "sac", "--policy-lr", "-1e-3"], "--policy-lr must be positive"),
+        (["train", "td3", "--q-lr", "0"], "--q-lr must be positive"),
+        (["train", "sac", "--eval-envs", "0"], "--eval-envs must be positive"),
+        (["train", "sac", "--batch-size", "512", "--buffer-size", "256"], "larger than --buffer-size"),
+        (["train", "sac", "--gamma", "1.5"], "--gamma must be in [0, 1]"),
+        (["train", "sac", "--batch-size", "abc"], "--batch-size expects an integer"),
+        (["train", "sac", "--autotune", "maybe"], "--autotune expects true/false"),
+        (["train", "sac", "--recurrent", "transformer"], "--recurrent must be one of none, lstm, gru"),
+        (["train", "sac", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+        (["train", "sac", "--burn-in", "2"], "--burn-in applies to sequences"),
+        (["train", "sac", "--recurrent", "gru", "--learning-starts", "4"], "--learning-starts must be at least"),
+        (["train", "sac", "--autotune", "true", "--alpha", "0"], "--alpha must be >= 0 (> 0 with --autotune"),
+        (["train", "sac", "--env-id", "CartPole-v1"], "sac needs a continuous (Box) action space"),
+        (["train", "td3", "--env-id", "CartPole-v1"], "td3 needs a continuous (Box) action space"),
+        (["train", "sac", "--preset", "nosuch"], "unknown preset 'nosuch'"),
+        (["train", "sac", "--config", "/nonexistent/cfg.yaml"], "config file not found"),
+        (["train", "--resume", "/nonexistent/run"], "run directory not found"),
+        (["eval", "/nonexistent/run"], "run directory not found"),
+        (["eval", "/nonexistent/run", "--envs", "0"], "--envs must be positive"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        (["train", "sac", "--track"], "--track needs wandb"),
+        (["train", "td3", "--n-step", "0"], "--n-step must be positive, got 0"),
+        (["train", "sac", "--n-step", "3", "--recurrent", "gru"], "--n-step applies to feed-forward SAC"),
+        (["train", "td3", "--vector-mode", "native"], "Pendulum-v1 has no vector entry point"),
+        (["train", "sac", "--vector-mode", "natve"], "--vector-mode must be one of sync, async, native"),
+        (["train", "ppo", "--dual-clip", "0.5"], "--dual-clip must be greater than 1"),
+        (
+            ["train", "ppo", "--recurrent", "lstm", "--num-envs", "3", "--num-minibatches", "2"],
+            "--num-envs (3) must be a multiple of --num-minibatches (2)",
+        ),
+        (["train", "ppo", "--mode", "offpolicy"], "--mode must be one of on-policy, off-policy"),
+        (["train", "ppo", "--env-id", "Pendulum-v1", "--env-backend", "envpool"], "--env-backend envpool is for Atari"),
+        (["train", "ppo", "--gae-lambda", "2"], "--gae-lambda must be in [0, 1]"),
+        (["train", "ppo", "--num-steps", "0"], "--num-steps must be positive"),
+        (["train", "ppo", "--env-id", "ALE/Pongg-v5"], "did you mean ALE/Pong-v5"),
+        (["train", "sac", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+        (["train", "td3", "--act-on-host"], "argument: --act-on-host was removed: acting stays on the training device"),
+        (["train", "sac", "--act-on-host", "false"], "--act-on-host was removed"),
+        (["train", "td3", "--cuda-graphs", "--compile", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+        (["train", "ppo", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if argv[-1] == "--track":
         try:
             import wandb  # noqa: F401
+
             pytest.skip("wandb is installed here")
         except ImportError:
             argv = argv + TINY_FLAGS
@@ -80,13 +103,26 @@ def test_malformed_config_file(capsys, tmp_path):
     bad.write_text("- just\n- a list\n")
     assert "malformed config file" in _error(capsys, ["train", "sac", "--config", str(bad)])
     bad.write_text("batch_sise: 3\n")
-    assert "unknown option 'batch_sise' (did you mean batch-size?)" in _error(capsys, ["train", "sac", "--config", str(bad)])
+    assert "unknown option 'batch_sise' (did you mean batch-size?)" in _error(
+        capsys, ["train", "sac", "--config", str(bad)]
+    )
 
 
 def test_corrupt_checkpoint_and_missing_checkpoint(capsys, tmp_path):
     run = tmp_path / "run"
-    heron.train("sac", env_id="Pendulum-v1", run_dir=str(run), total_steps=400, learning_starts=200,
-                batch_size=32, buffer_size=1000, hidden_sizes=(16,), eval_every=0, eval_episodes=1, progress="none")
+    heron.train(
+        "sac",
+        env_id="Pendulum-v1",
+        run_dir=str(run),
+        total_steps=400,
+        learning_starts=200,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(16,),
+        eval_every=0,
+        eval_episodes=1,
+        progress="none",
+    )
     ckpts = sorted((run / "checkpoints").glob("step_*[0-9].pt"))
     good = ckpts[-1].read_bytes()
     ckpts[-1].write_bytes(good[: len(good) // 2])
@@ -102,6 +138,7 @@ def test_corrupt_checkpoint_and_missing_checkpoint(capsys, tmp_path):
     assert "no config.yaml" in _error(capsys, ["eval", str(tmp_path)])
     # a checkpoint that unpickles arbitrary objects is refused by weights_only loading
     import pickle
+
     ckpts[-1].write_bytes(pickle.dumps(os.system))
     assert "corrupt or unreadable checkpoint" in _error(capsys, ["eval", str(run)])
 
@@ -151,7 +188,9 @@ def test_help_lists_every_hyperparameter_with_default(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     import dataclasses
+
     from heron.algos.sac import Config
+
     for f in dataclasses.fields(Config):
         assert f"--{f.name.replace('_', '-')}" in out, f.name
     assert "(default: 0.0003)" in out and "--preset" in out and "--config" in out
@@ -183,6 +222,7 @@ def test_console_script_entry_point(tmp_path):
 
 def test_cuda_requests_without_cuda_are_rejected_before_anything_is_written(capsys, tmp_path, monkeypatch):
     import torch
+
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     monkeypatch.chdir(tmp_path)
@@ -194,6 +234,7 @@ def test_cuda_requests_without_cuda_are_rejected_before_anything_is_written(caps
 def test_missing_simulator_dependency_is_one_line(capsys):
     try:
         import Box2D  # noqa: F401
+
         pytest.skip("Box2D is installed here")
     except ImportError:
         pass
@@ -206,14 +247,20 @@ def test_resume_can_change_the_thread_count(capsys, tmp_path):
     run = tmp_path / "run"
     assert main(["train", "td3", *TINY_FLAGS, "--torch-threads", "2", "--run-dir", str(run)]) == 0
     saved = (run / "config.yaml").read_text()
-    assert "--torch-threads must be >= 0" in _error(capsys, ["train", "--resume", str(run), "--total-steps", "700",
-                                                             "--torch-threads", "-1"])
+    assert "--torch-threads must be >= 0" in _error(
+        capsys, ["train", "--resume", str(run), "--total-steps", "700", "--torch-threads", "-1"]
+    )
     assert (run / "config.yaml").read_text() == saved
-    assert main(["train", "--resume", str(run), "--total-steps", "700", "--torch-threads", "1", "--eval-async", "off"]) == 0
+    assert (
+        main(["train", "--resume", str(run), "--total-steps", "700", "--torch-threads", "1", "--eval-async", "off"])
+        == 0
+    )
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["torch_threads"] == 1 and cfg["total_steps"] == 700 and cfg["eval_async"] == "off"
-    assert "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads and --eval-async" \
+    assert (
+        "a resumed run keeps its config.yaml; resume takes only --total-steps, --torch-threads and --eval-async"
         in _error(capsys, ["train", "--resume", str(run), "--num-envs", "2"])
+    )
 
 
 def test_resuming_a_finished_run_needs_a_larger_target(capsys, tmp_path):

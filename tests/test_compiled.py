@@ -11,9 +11,11 @@ from heron.ops.fused import ReluMLP, TanhMLP
 from heron.rl.nets import EnsembleMLP
 
 
-@pytest.mark.parametrize("make", [lambda: TanhMLP(5, (16, 16)), lambda: ReluMLP(5, (16, 16), 3),
-                                  lambda: EnsembleMLP(2, 5, (16, 16), 1)],
-                         ids=["tanh", "relu", "ensemble"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: TanhMLP(5, (16, 16)), lambda: ReluMLP(5, (16, 16), 3), lambda: EnsembleMLP(2, 5, (16, 16), 1)],
+    ids=["tanh", "relu", "ensemble"],
+)
 def test_compiled_mlps_give_the_eager_gradients(make):
     """Inside torch.compile the MLPs leave their hand-written autograd node for autograd's own graph
     of the same operations: Dynamo before torch 2.13 traced the node's backward wrongly for tanh
@@ -41,9 +43,11 @@ def test_compiled_update_steps_equal_eager_steps(algo):
     lists on the optimizer, which Dynamo before torch 2.13 could not trace: the compiled step takes
     torch's), over steps with the learning rate, targets and normalizer moving in between."""
     if algo == "ppo":
-        (eager, eager_w), (got, got_w), key = (_ppo_steps(False, n=8, device="cpu"),
-                                               _ppo_steps(False, n=8, compiled="aot_eager", device="cpu"),
-                                               "losses/value_loss")
+        (eager, eager_w), (got, got_w), key = (
+            _ppo_steps(False, n=8, device="cpu"),
+            _ppo_steps(False, n=8, compiled="aot_eager", device="cpu"),
+            "losses/value_loss",
+        )
     else:
         eager, eager_w = _offpolicy_steps(algo, graphed=False, n=10, device="cpu")
         got, got_w = _offpolicy_steps(algo, graphed=False, n=10, compiled="aot_eager", device="cpu")

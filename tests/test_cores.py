@@ -11,8 +11,9 @@ import torch
 
 from heron.runtime import cores
 
-linux = pytest.mark.skipif(not os.path.exists("/proc/stat") or not hasattr(os, "sched_setaffinity"),
-                           reason="reads Linux's /proc")
+linux = pytest.mark.skipif(
+    not os.path.exists("/proc/stat") or not hasattr(os, "sched_setaffinity"), reason="reads Linux's /proc"
+)
 
 
 def test_other_load_is_busy_ticks_less_this_process_over_the_window(monkeypatch):
@@ -121,8 +122,9 @@ def test_a_busy_process_on_this_core_reads_as_other_load_and_this_runs_own_work_
         child.wait()
         child = None
         # not ours: started by a shell that exits at once, so the spinner is nobody's child here
-        out = subprocess.run(["sh", "-c", '"$@" >/dev/null 2>&1 & echo $!', "sh", *spin],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["sh", "-c", '"$@" >/dev/null 2>&1 & echo $!', "sh", *spin], capture_output=True, text=True, check=True
+        ).stdout
         stranger = int(out)
         time.sleep(0.3)
         meter.others()
@@ -139,19 +141,28 @@ def test_a_busy_process_on_this_core_reads_as_other_load_and_this_runs_own_work_
 
 def test_a_run_starts_with_the_free_cores_and_says_why(monkeypatch, tmp_path, tiny, capsys):
     import heron
+
     before = torch.get_num_threads()
     monkeypatch.setattr(cores, "usable_cpus", lambda: [0, 1])
     monkeypatch.setattr(cores, "others_now", lambda: 0.9)
     during = []  # the count the run trains with, read at its final evaluation
     try:
         torch.set_num_threads(2)
-        heron.train("td3", run_dir=str(tmp_path / "busy"), callback=lambda _: during.append(torch.get_num_threads()),
-                    **{**tiny, "progress": "log"})
+        heron.train(
+            "td3",
+            run_dir=str(tmp_path / "busy"),
+            callback=lambda _: during.append(torch.get_num_threads()),
+            **{**tiny, "progress": "log"},
+        )
         assert during == [1] and torch.get_num_threads() == 2  # the caller's count back once it returned
         assert "note: other processes keep 0.9 of 2 cores busy: 1 torch thread(s), not 2" in capsys.readouterr().out
         monkeypatch.setattr(cores, "others_now", lambda: pytest.fail("a fixed count reads no load"))
-        heron.train("td3", run_dir=str(tmp_path / "fixed"), callback=lambda _: during.append(torch.get_num_threads()),
-                    **{**tiny, "torch_threads": 1, "progress": "log"})
+        heron.train(
+            "td3",
+            run_dir=str(tmp_path / "fixed"),
+            callback=lambda _: during.append(torch.get_num_threads()),
+            **{**tiny, "torch_threads": 1, "progress": "log"},
+        )
         assert during == [1, 1] and torch.get_num_threads() == 2 and "busy" not in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)

@@ -17,33 +17,38 @@ from test_ppo_lean import _spaces as ppo_spaces
 from test_sac_lean import A, B, D, make_batch, make_nets, make_td3_nets, td3_batches
 
 from heron import api
+from heron.accel import acting
+from heron.accel.acting import GraphedActor
+from heron.accel.graphs import GraphedStep, GraphedSteps, capturable
 from heron.accel.handwritten import sac as sac_lean
+from heron.accel.handwritten import td3 as td3_lean
+from heron.accel.precision import Precision
+from heron.accel.step import Learn, build_step, compile_step
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
-from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
 from heron.cli import main
-from heron.accel import acting
 from heron.ops import dist
-from heron.runtime import checkpoint as ckpt
-from heron.rl.buffers import ReplayBuffer
-from heron.accel.acting import GraphedActor
-from heron.accel.graphs import GraphedStep, GraphedSteps, capturable
-from heron.rl.nets import Polyak
 from heron.ops.adam import adam
-from heron.accel.precision import Precision
-from heron.runtime.setup import cuda_graphs_note, seed_everything
-from heron.accel.step import Learn, build_step, compile_step
+from heron.rl.buffers import ReplayBuffer
+from heron.rl.nets import Polyak
 from heron.rl.schedules import set_lr
+from heron.runtime import checkpoint as ckpt
+from heron.runtime.setup import cuda_graphs_note, seed_everything
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ppo_train = importlib.import_module("heron.algos.ppo.train")
 
 
 def _spaces(discrete: bool) -> dict:
-    spaces = {"obs_spec": {"rgb": [[3, 64, 64], "uint8"], "state": [[4], "float32"]}, "cnn_keys": ["rgb"],
-              "mlp_keys": ["state"], "discrete": discrete, "action_dim": 3}
+    spaces = {
+        "obs_spec": {"rgb": [[3, 64, 64], "uint8"], "state": [[4], "float32"]},
+        "cnn_keys": ["rgb"],
+        "mlp_keys": ["state"],
+        "discrete": discrete,
+        "action_dim": 3,
+    }
     if not discrete:
         spaces.update(action_low=-torch.ones(3), action_high=torch.ones(3))
     return spaces
@@ -59,16 +64,21 @@ def _batches(n: int, T: int, B: int, discrete: bool, device: str = "cuda") -> li
             action = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (T, B))]
         else:
             action = rng.uniform(-1, 1, (T, B, 3)).astype(np.float32)
-        data = {"rgb": rng.integers(0, 256, (T, B, 3, 64, 64), dtype=np.uint8),
-                "state": rng.standard_normal((T, B, 4)).astype(np.float32), "action": action,
-                "reward": rng.standard_normal((T, B)).astype(np.float32), "is_first": first,
-                "is_terminal": rng.random((T, B)) < 0.05}
+        data = {
+            "rgb": rng.integers(0, 256, (T, B, 3, 64, 64), dtype=np.uint8),
+            "state": rng.standard_normal((T, B, 4)).astype(np.float32),
+            "action": action,
+            "reward": rng.standard_normal((T, B)).astype(np.float32),
+            "is_first": first,
+            "is_terminal": rng.random((T, B)) < 0.05,
+        }
         out.append({k: torch.from_numpy(v).to(device) for k, v in data.items()})
     return out
 
 
-def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreamer_v2",
-                 device: str = "cuda") -> tuple[list[dict[str, float]], dict]:
+def _train_steps(
+    cuda_graphs: bool, discrete: bool, batches, algo: str = "dreamer_v2", device: str = "cuda"
+) -> tuple[list[dict[str, float]], dict]:
     """DreamerV2's or DreamerV3's debug-size gradient steps on ``batches``, with what the loop does
     between steps: DreamerV2 copies the critic to its target every second step, DreamerV3 moves its
     slow critic toward the critic (every step, its default)."""
@@ -77,12 +87,21 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
     train = importlib.import_module(f"heron.algos.{algo}.train")
     v2 = algo == "dreamer_v2"
     extra = {"use_continues": True, "critic_target_update_freq": 2} if v2 else {}
-    cfg = config.Config(**{**config.PRESETS["debug"], "progress": "none", **extra, "device": device,
-                           "cuda_graphs": cuda_graphs})
+    cfg = config.Config(
+        **{**config.PRESETS["debug"], "progress": "none", **extra, "device": device, "cuda_graphs": cuda_graphs}
+    )
     spaces = _spaces(discrete)
     agent = train.build(cfg, spaces).to(device)
-    update = build_step(cfg, train.make_update(cfg, agent, spaces, *train.make_optimizers(cfg, agent).values(),
-                                              Precision(cfg.precision, torch.device(device))))
+    update = build_step(
+        cfg,
+        train.make_update(
+            cfg,
+            agent,
+            spaces,
+            *train.make_optimizers(cfg, agent).values(),
+            Precision(cfg.precision, torch.device(device)),
+        ),
+    )
     history = []
     for i, batch in enumerate(batches):
         metrics = update(batch)
@@ -97,10 +116,18 @@ def _train_steps(cuda_graphs: bool, discrete: bool, batches, algo: str = "dreame
     return history, {k: v.detach().clone() for k, v in agent.state_dict().items()}
 
 
-@pytest.mark.parametrize("device,graphs,compiled,precision,ranks,told", [
-    ("cuda", False, False, "32", 1, True), ("cuda", False, False, "bf16-mixed", 1, True),
-    ("cuda", True, False, "32", 1, False), ("cuda", False, True, "32", 1, False), ("cpu", False, False, "32", 1, False),
-    ("cuda", False, False, "16-mixed", 1, False), ("cuda", False, False, "32", 2, False)])
+@pytest.mark.parametrize(
+    "device,graphs,compiled,precision,ranks,told",
+    [
+        ("cuda", False, False, "32", 1, True),
+        ("cuda", False, False, "bf16-mixed", 1, True),
+        ("cuda", True, False, "32", 1, False),
+        ("cuda", False, True, "32", 1, False),
+        ("cpu", False, False, "32", 1, False),
+        ("cuda", False, False, "16-mixed", 1, False),
+        ("cuda", False, False, "32", 2, False),
+    ],
+)
 def test_a_gpu_run_that_could_record_its_steps_is_told_so(device, graphs, compiled, precision, ranks, told):
     """A one-process CUDA run without --cuda-graphs gets a note naming it (on the CPU too: no GPU
     needed); not where it cannot apply (the CPU, 16-mixed, torchrun), nor with graphs already on or
@@ -122,8 +149,9 @@ for algo, discrete in (("dreamer_v2", True), ("dreamer_v3", True), ("dreamer_v3"
     history, _ = t._train_steps(False, discrete, t._batches(2, 8, 4, discrete, "cpu"), algo, "cpu")
     assert len({round(h["losses/world_model_loss"], 6) for h in history}) == 2, algo
 """
-    done = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).parent, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -150,8 +178,16 @@ def test_cuda_graph_steps_equal_eager_steps(discrete, algo):
 def test_cuda_graph_run_checkpoints_and_resumes(tmp_path, algo):
     """A whole run on the GPU with --cuda-graphs, then a resume, then eval of the saved policy."""
     run_dir = tmp_path / "g"
-    r = api.train(algo, presets=["debug"], device="cuda", cuda_graphs=True, total_steps=300,
-                  env_id="Pendulum-v1", run_dir=str(run_dir), progress="none")
+    r = api.train(
+        algo,
+        presets=["debug"],
+        device="cuda",
+        cuda_graphs=True,
+        total_steps=300,
+        env_id="Pendulum-v1",
+        run_dir=str(run_dir),
+        progress="none",
+    )
     assert r["step"] == 300 and np.isfinite(r["mean_return"])
     state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
     assert state["world_opt"]["param_groups"][0]["capturable"]
@@ -164,16 +200,35 @@ def test_cuda_graph_run_checkpoints_and_resumes(tmp_path, algo):
 
 @needs_cuda
 @pytest.mark.parametrize("algo", ["dreamer_v2", "dreamer_v3"])
-@pytest.mark.parametrize("extra", [[], ["--env-id", "dmc_walker_walk"], ["--env-id", "PongNoFrameskip-v4",
-                                                                          "--action-repeat", "4"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--env-id", "dmc_walker_walk"], ["--env-id", "PongNoFrameskip-v4", "--action-repeat", "4"]]
+)
 def test_debug_run_on_cuda(tmp_path, extra, algo):
     if "dmc_walker_walk" in extra:
         pytest.importorskip("dm_control")
     if "PongNoFrameskip-v4" in extra:
         pytest.importorskip("ale_py")
     run_dir = tmp_path / "r"
-    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--run-dir", str(run_dir),
-                 "--progress", "none", "--total-steps", "200", *extra]) == 0
+    assert (
+        main(
+            [
+                "train",
+                algo,
+                "--preset",
+                "debug",
+                "--device",
+                "cuda",
+                "--run-dir",
+                str(run_dir),
+                "--progress",
+                "none",
+                "--total-steps",
+                "200",
+                *extra,
+            ]
+        )
+        == 0
+    )
     assert "losses/world_model_loss" in (run_dir / "metrics.csv").read_text()
 
 
@@ -184,8 +239,27 @@ def test_precisions_on_cuda(tmp_path, algo, precision):
     """Every algorithm in every mixed precision on the GPU: finite losses, and in 16-mixed the
     GradScaler's state in the checkpoint, restored by a resume."""
     run_dir = tmp_path / "r"
-    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--precision", precision, "--run-dir",
-                 str(run_dir), "--progress", "none", "--eval-episodes", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                algo,
+                "--preset",
+                "debug",
+                "--device",
+                "cuda",
+                "--precision",
+                precision,
+                "--run-dir",
+                str(run_dir),
+                "--progress",
+                "none",
+                "--eval-episodes",
+                "1",
+            ]
+        )
+        == 0
+    )
     state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
     assert state["precision"]["mode"] == precision
     if precision == "16-mixed":
@@ -213,8 +287,9 @@ def _offpolicy_setup(algo: str, device: str, lean: bool | str = False) -> tuple:
     return cfg, nets, targets, update, opts
 
 
-def _offpolicy_steps(algo: str, graphed: bool, n: int = 14, compiled: bool | str = False,
-                     device: str = "cuda", lean: bool | str = False) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+def _offpolicy_steps(
+    algo: str, graphed: bool, n: int = 14, compiled: bool | str = False, device: str = "cuda", lean: bool | str = False
+) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     """n steps on fixed batches, alternating critic-only and critic-and-actor steps, with what the
     training loop does between steps: Polyak updates, a learning-rate schedule, new normalizer
     statistics (each must reach the recorded step). ``compiled``: True for ``--compile``'s
@@ -268,8 +343,15 @@ def test_offpolicy_graphed_steps_equal_eager_steps(algo, lean):
     _assert_same(eager, graphed, eager_w, graphed_w, "losses/qf_loss")
 
 
-def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, device: str = "cuda",
-                 manual: bool = False, lean: bool = False) -> tuple[list[dict[str, float]], list]:
+def _learn_steps(
+    algo: str,
+    graphed: bool,
+    buffer_device: str,
+    n: int = 14,
+    device: str = "cuda",
+    manual: bool = False,
+    lean: bool = False,
+) -> tuple[list[dict[str, float]], list]:
     """n gradient steps as the loop takes them (``heron.accel.step.Learn``: sample, update, average the
     targets) from a replay buffer that gets a new env step after each, wrapping around. ``manual``:
     the same steps written out (sample, update, Polyak) instead of through ``Learn``."""
@@ -279,9 +361,14 @@ def _learn_steps(algo: str, graphed: bool, buffer_device: str, n: int = 14, devi
     rng = np.random.default_rng(0)
 
     def add():
-        rb.add(obs=rng.normal(size=(2, D)).astype(np.float32) * 2, next_obs=rng.normal(size=(2, D)).astype(np.float32),
-               actions=rng.uniform(-1, 1, (2, A)).astype(np.float32), rewards=rng.normal(size=2).astype(np.float32),
-               terminated=rng.random(2) < 0.2, truncated=rng.random(2) < 0.1)
+        rb.add(
+            obs=rng.normal(size=(2, D)).astype(np.float32) * 2,
+            next_obs=rng.normal(size=(2, D)).astype(np.float32),
+            actions=rng.uniform(-1, 1, (2, A)).astype(np.float32),
+            rewards=rng.normal(size=2).astype(np.float32),
+            terminated=rng.random(2) < 0.2,
+            truncated=rng.random(2) < 0.1,
+        )
 
     for _ in range(30):
         add()
@@ -381,8 +468,9 @@ def _compiled(update, compiled: bool | str):
     return compile_step(update) if compiled is True else torch.compile(update, backend=compiled)
 
 
-def _ppo_steps(graphed: bool, n: int = 10, compiled: bool | str = False,
-               device: str = "cuda") -> tuple[list[dict[str, float]], list[torch.Tensor]]:
+def _ppo_steps(
+    graphed: bool, n: int = 10, compiled: bool | str = False, device: str = "cuda"
+) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     cfg = ppo_train.Config(hidden_sizes=(32, 32), obs_norm=True, ent_coef=0.01, clip_vloss=True, clip_coef=0.2)
     torch.manual_seed(0)
     model = ppo_train._build(cfg, ppo_spaces("box"))
@@ -443,8 +531,16 @@ def test_graphed_runs_checkpoint_resume_and_evaluate(tmp_path, monkeypatch, algo
     replays, replay = [], torch.cuda.CUDAGraph.replay
     monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda self: (replays.append(1), replay(self))[1])
     run_dir = tmp_path / "g"
-    r = api.train(algo, presets=["debug"], device="cuda", cuda_graphs=True, env_id=env_id, run_dir=str(run_dir),
-                  progress="none", eval_episodes=1)
+    r = api.train(
+        algo,
+        presets=["debug"],
+        device="cuda",
+        cuda_graphs=True,
+        env_id=env_id,
+        run_dir=str(run_dir),
+        progress="none",
+        eval_episodes=1,
+    )
     assert np.isfinite(r["mean_return"])
     state = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
     assert len(replays) > int(state["n_updates"]) // 2  # most steps were replays
@@ -476,9 +572,20 @@ def test_acting_ahead_on_cuda_changes_no_number(tmp_path, monkeypatch, algo):
     for run in ("behind", "behind-again", "ahead"):
         events.clear()
         run_dir = tmp_path / run
-        api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir), progress="none",
-                  eval_every=0, torch_threads=1, cuda_graphs=True, obs_norm=True, act_ahead=run == "ahead",
-                  eval_async="off")
+        api.train(
+            algo,
+            presets=["debug"],
+            device="cuda",
+            env_id="Pendulum-v1",
+            run_dir=str(run_dir),
+            progress="none",
+            eval_every=0,
+            torch_threads=1,
+            cuda_graphs=True,
+            obs_norm=True,
+            act_ahead=run == "ahead",
+            eval_async="off",
+        )
         states[run] = ckpt.load(ckpt.latest_checkpoint(run_dir / "checkpoints"))
         with open(run_dir / "metrics.csv") as f:
             cells = [line.split(",") for line in f]
@@ -502,17 +609,25 @@ def test_ppo_recorded_acting_equals_eager_acting(body, action):
     from heron.algos.ppo.networks import RecordedActing
 
     image = body == "cnn"
-    spaces = {"obs_shape": [4, 84, 84] if image else [5], "obs_dtype": "uint8" if image else "float32",
-              "action": {"kind": "discrete", "n": 6} if action == "discrete" else
-              {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)}, "obs_parts": None}
+    spaces = {
+        "obs_shape": [4, 84, 84] if image else [5],
+        "obs_dtype": "uint8" if image else "float32",
+        "action": {"kind": "discrete", "n": 6}
+        if action == "discrete"
+        else {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)},
+        "obs_parts": None,
+    }
     cfg = ppo_train.Config(hidden_sizes=() if image else (16,), shared_network=True)
     torch.manual_seed(0)
     model = ppo_train._build(cfg, spaces).cuda()
     recorded = RecordedActing(model, "cuda")
     rng = np.random.default_rng(0)
     for i in range(8):
-        obs = rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8) if image else \
-            rng.standard_normal((8, 5)).astype(np.float32)
+        obs = (
+            rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+            if image
+            else rng.standard_normal((8, 5)).astype(np.float32)
+        )
         noise = model.pi_head.noise((8,), "cuda")
         got = recorded(obs, noise.cpu().numpy()) if i % 2 else recorded(torch.as_tensor(obs, device="cuda"), noise)
         with torch.no_grad():
@@ -535,8 +650,17 @@ def test_ppo_on_cuda_records_its_acting_where_no_twin_acts(tmp_path, monkeypatch
     calls, call = [], RecordedActing.__call__
     monkeypatch.setattr(RecordedActing, "__call__", lambda self, *a: (calls.append(1), call(self, *a))[1])
     run_dir = tmp_path / "p"
-    r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(run_dir),
-                  progress="none", eval_episodes=1, shared_network=True, cuda_graphs=True)
+    r = api.train(
+        "ppo",
+        presets=["debug"],
+        device="cuda",
+        env_id="Pendulum-v1",
+        run_dir=str(run_dir),
+        progress="none",
+        eval_episodes=1,
+        shared_network=True,
+        cuda_graphs=True,
+    )
     assert np.isfinite(r["mean_return"]) and len(calls) == 2048 // 2  # debug: 2 envs, 2,048 steps
     assert main(["train", "--resume", str(run_dir), "--total-steps", "3072"]) == 0
     assert len(calls) == 3072 // 2
@@ -547,8 +671,16 @@ def test_ppo_on_cuda_acts_on_a_cpu_twin(tmp_path, monkeypatch):
     """PPO's feed-forward model on the GPU acts in numpy on a CPU twin, refreshed once per rollout."""
     refreshes, refresh = [], acting.CpuTwin.refresh
     monkeypatch.setattr(acting.CpuTwin, "refresh", lambda self: (refreshes.append(1), refresh(self))[1])
-    r = api.train("ppo", presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / "p"),
-                  progress="none", eval_episodes=1, eval_async="off")  # the worker's evaluations refresh no twin
+    r = api.train(
+        "ppo",
+        presets=["debug"],
+        device="cuda",
+        env_id="Pendulum-v1",
+        run_dir=str(tmp_path / "p"),
+        progress="none",
+        eval_episodes=1,
+        eval_async="off",
+    )  # the worker's evaluations refresh no twin
     state = ckpt.load(ckpt.latest_checkpoint(tmp_path / "p" / "checkpoints"))
     evaluations = len((tmp_path / "p" / "eval.csv").read_text().splitlines()) - 1  # each acts on the host too
     assert np.isfinite(r["mean_return"]) and len(refreshes) == int(state["n_updates"]) + evaluations
@@ -563,9 +695,20 @@ def test_evaluations_in_the_worker_equal_those_on_the_host_copy(tmp_path, algo):
     the training process do (one thread on both sides: the same arithmetic)."""
     rows = {}
     for mode in ("off", "on"):
-        api.train(algo, presets=["debug"], device="cuda", env_id="Pendulum-v1", run_dir=str(tmp_path / mode),
-                  progress="none", total_steps=3000, eval_every=1000, eval_episodes=2, torch_threads=1,
-                  cuda_graphs=True, eval_async=mode)
+        api.train(
+            algo,
+            presets=["debug"],
+            device="cuda",
+            env_id="Pendulum-v1",
+            run_dir=str(tmp_path / mode),
+            progress="none",
+            total_steps=3000,
+            eval_every=1000,
+            eval_episodes=2,
+            torch_threads=1,
+            cuda_graphs=True,
+            eval_async=mode,
+        )
         with open(tmp_path / mode / "eval.csv") as f:
             rows[mode] = [line.rsplit(",", 1)[0] for line in f]  # without the wall time
     assert rows["on"] == rows["off"] and len(rows["on"]) == 4
@@ -581,8 +724,16 @@ def test_evaluation_on_cuda_acts_on_a_host_copy(tmp_path, algo):
     """A feed-forward actor trained on the GPU is evaluated on a CPU copy of it (no launches or
     syncs per eval step), acting as the GPU actor does."""
     env_id = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
-    api.train(algo, presets=["debug"], device="cuda", env_id=env_id, run_dir=str(tmp_path / "r"), progress="none",
-              eval_episodes=3, obs_norm=True)
+    api.train(
+        algo,
+        presets=["debug"],
+        device="cuda",
+        env_id=env_id,
+        run_dir=str(tmp_path / "r"),
+        progress="none",
+        eval_episodes=3,
+        obs_norm=True,
+    )
     policy = api.load(tmp_path / "r", device="cuda")
     host = policy.on_host()
     assert host is not policy and {p.device.type for p in host.actor.parameters()} == {"cpu"}
@@ -597,5 +748,25 @@ def test_evaluation_on_cuda_acts_on_a_host_copy(tmp_path, algo):
 def test_replay_in_host_memory_feeds_the_gpu(tmp_path, algo, extra):
     """--buffer-device cpu with --device cuda: the replay stays in host memory and every sampled
     batch (transitions or sequences) reaches the GPU."""
-    assert main(["train", algo, "--preset", "debug", "--device", "cuda", "--buffer-device", "cpu", "--run-dir",
-                 str(tmp_path / "r"), "--progress", "none", "--eval-episodes", "1", *extra]) == 0
+    assert (
+        main(
+            [
+                "train",
+                algo,
+                "--preset",
+                "debug",
+                "--device",
+                "cuda",
+                "--buffer-device",
+                "cpu",
+                "--run-dir",
+                str(tmp_path / "r"),
+                "--progress",
+                "none",
+                "--eval-episodes",
+                "1",
+                *extra,
+            ]
+        )
+        == 0
+    )

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from heron.ops import dist
 from heron.errors import Fault, HeronError
+from heron.ops import dist
 
 
 def _free_port() -> int:
@@ -36,8 +36,12 @@ def _worker(rank: int, port: int) -> None:
         # moments: those of the concatenated data, identical bits on both ranks
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(5 + 3 * rank, 4, generator=g, dtype=torch.float64) * (rank + 1) + rank
-        everything = torch.cat([torch.randn(5 + 3 * r, 4, generator=torch.Generator().manual_seed(r),
-                                            dtype=torch.float64) * (r + 1) + r for r in range(2)])
+        everything = torch.cat(
+            [
+                torch.randn(5 + 3 * r, 4, generator=torch.Generator().manual_seed(r), dtype=torch.float64) * (r + 1) + r
+                for r in range(2)
+            ]
+        )
         mean, var, count = dist.global_moments(x)
         assert count == 13
         torch.testing.assert_close(mean, everything.mean(0), rtol=1e-12, atol=1e-12)
@@ -101,8 +105,9 @@ def _td3_half_batches_equal_the_whole_batch(rank: int) -> None:
     def step(nets, batch, reduce, with_actor):
         actor, critic, actor_opt, q_opt = nets
         with torch.no_grad():
-            target = losses.td_target(batch["rewards"], batch["terminated"],
-                                      critic(batch["next_obs"], actor(batch["next_obs"])), 0.99)
+            target = losses.td_target(
+                batch["rewards"], batch["terminated"], critic(batch["next_obs"], actor(batch["next_obs"])), 0.99
+            )
         q_opt.zero_grad(set_to_none=True)
         losses.critic_losses(critic(batch["obs"], batch["actions"]), target).sum().backward()
         if reduce:
@@ -120,14 +125,20 @@ def _td3_half_batches_equal_the_whole_batch(rank: int) -> None:
     split, whole = make(), make()
     for i in range(3):
         g = torch.Generator().manual_seed(100 + i)  # the same global batch on both ranks
-        batch = {"obs": torch.randn(8, 3, generator=g), "next_obs": torch.randn(8, 3, generator=g),
-                 "actions": torch.rand(8, 1, generator=g) * 2 - 1, "rewards": torch.randn(8, generator=g),
-                 "terminated": torch.rand(8, generator=g) < 0.2}
-        half = {k: v[4 * rank:4 * rank + 4] for k, v in batch.items()}
+        batch = {
+            "obs": torch.randn(8, 3, generator=g),
+            "next_obs": torch.randn(8, 3, generator=g),
+            "actions": torch.rand(8, 1, generator=g) * 2 - 1,
+            "rewards": torch.randn(8, generator=g),
+            "terminated": torch.rand(8, generator=g) < 0.2,
+        }
+        half = {k: v[4 * rank : 4 * rank + 4] for k, v in batch.items()}
         step(split, half, reduce=True, with_actor=i == 1)
         step(whole, batch, reduce=False, with_actor=i == 1)
-    for a, b in zip(list(split[0].parameters()) + list(split[1].parameters()),
-                    list(whole[0].parameters()) + list(whole[1].parameters())):
+    for a, b in zip(
+        list(split[0].parameters()) + list(split[1].parameters()),
+        list(whole[0].parameters()) + list(whole[1].parameters()),
+    ):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     dist.check_in_sync({"actor": split[0], "critic": split[1]})
 
@@ -139,8 +150,8 @@ def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
     import importlib
     from unittest import mock
 
-    from heron.algos.ppo.config import Config
     from heron.accel.precision import Precision
+    from heron.algos.ppo.config import Config
     from heron.ops.adam import adam
 
     ppo = importlib.import_module("heron.algos.ppo.train")  # the module (the package exports its train())
@@ -156,12 +167,18 @@ def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
     (split, split_update), (whole, whole_update) = make(), make()
     for i in range(3):
         g = torch.Generator().manual_seed(200 + i)  # the same global minibatch on both ranks: [B, L=1]
-        mb = {"obs": torch.randn(8, 1, 4, generator=g), "state0": torch.zeros(8, 0),
-              "starts": torch.zeros(8, 1, dtype=torch.bool), "actions": torch.randint(0, 3, (8, 1), generator=g),
-              "logp": -torch.rand(8, 1, generator=g) - 0.5, "adv": torch.randn(8, 1, generator=g) * 3 + 1,
-              "returns_n": torch.randn(8, 1, generator=g), "values_n": torch.randn(8, 1, generator=g)}
-        mine = {k: v[4 * rank:4 * rank + 4] for k, v in mb.items()}
-        (mine["adv_mean"], mine["adv_std"]), = dist.mean_std([mine["adv"]])
+        mb = {
+            "obs": torch.randn(8, 1, 4, generator=g),
+            "state0": torch.zeros(8, 0),
+            "starts": torch.zeros(8, 1, dtype=torch.bool),
+            "actions": torch.randint(0, 3, (8, 1), generator=g),
+            "logp": -torch.rand(8, 1, generator=g) - 0.5,
+            "adv": torch.randn(8, 1, generator=g) * 3 + 1,
+            "returns_n": torch.randn(8, 1, generator=g),
+            "values_n": torch.randn(8, 1, generator=g),
+        }
+        mine = {k: v[4 * rank : 4 * rank + 4] for k, v in mb.items()}
+        ((mine["adv_mean"], mine["adv_std"]),) = dist.mean_std([mine["adv"]])
         split_update(mine)
         with mock.patch.object(dist, "_active", lambda: False):
             whole_update(mb)
@@ -214,11 +231,15 @@ def test_sizes_that_do_not_split_over_the_ranks_are_refused_on_every_rank(tmp_pa
     (exit 2 before any process group forms: no rank waits), reported once, by rank 0."""
     from heron.cli import main
 
-    cases = [(["td3", "--num-envs", "3"], "--num-envs (3) is split over the 2 processes: it must be a multiple of 2"),
-             (["sac", "--num-envs", "2", "--batch-size", "255"], "--batch-size (255) is split over the 2 processes"),
-             (["ppo", "--num-envs", "2", "--num-steps", "6", "--num-minibatches", "4"],
-              "--num-envs x --num-steps (12) must split into --num-minibatches (4) minibatches of a share for each"),
-             (["dreamer_v2", "--preset", "debug", "--cuda-graphs", "true"], None)]
+    cases = [
+        (["td3", "--num-envs", "3"], "--num-envs (3) is split over the 2 processes: it must be a multiple of 2"),
+        (["sac", "--num-envs", "2", "--batch-size", "255"], "--batch-size (255) is split over the 2 processes"),
+        (
+            ["ppo", "--num-envs", "2", "--num-steps", "6", "--num-minibatches", "4"],
+            "--num-envs x --num-steps (12) must split into --num-minibatches (4) minibatches of a share for each",
+        ),
+        (["dreamer_v2", "--preset", "debug", "--cuda-graphs", "true"], None),
+    ]
     for args, message in cases:
         for rank in ("0", "1"):
             monkeypatch.setenv("RANK", rank)

@@ -12,17 +12,20 @@ from heron.envs import dmc
 from heron.errors import HeronError
 
 
-@pytest.mark.parametrize("env_id, obs_size, act_size", [
-    ("dmc_cartpole_swingup", 5, 1),
-    ("dmc_ball_in_cup_catch", 8, 2),  # the domain name has underscores
-])
+@pytest.mark.parametrize(
+    "env_id, obs_size, act_size",
+    [
+        ("dmc_cartpole_swingup", 5, 1),
+        ("dmc_ball_in_cup_catch", 8, 2),  # the domain name has underscores
+    ],
+)
 def test_registry_round_trip(env_id, obs_size, act_size):
     assert dmc.is_dmc(env_id) and not dmc.is_dmc("Hopper-v5")
     dmc.register(env_id)
     dmc.register(env_id)  # idempotent
     spec = gym.spec(env_id)
     assert spec.max_episode_steps == 1000
-    domain = env_id[len("dmc_"):].rsplit("_", 1)[0]
+    domain = env_id[len("dmc_") :].rsplit("_", 1)[0]
     assert spec.kwargs["domain"] == domain
     env = gym.make(env_id)
     try:
@@ -63,7 +66,7 @@ def test_random_episode_is_truncated_at_1000_steps():
     env.action_space.seed(0)
     try:
         env.reset(seed=0)
-        for t in range(1, 1001):
+        for t in range(1, 1001):  # noqa: B007 (read after the loop)
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             assert not terminated
             if truncated:
@@ -79,19 +82,21 @@ def test_only_discount_zero_terminates():
         env.reset(seed=0)
         obs = {k: np.zeros(v.shape) for k, v in env._env.observation_spec().items()}
         for discount, expected in [(0.0, True), (1.0, False)]:
-            env._env.step = lambda action, d=discount: dm_env.TimeStep(
-                dm_env.StepType.LAST, 1.0, d, obs)
+            env._env.step = lambda action, d=discount: dm_env.TimeStep(dm_env.StepType.LAST, 1.0, d, obs)
             _, reward, terminated, truncated, _ = env.step(np.zeros(1, np.float32))
             assert (terminated, truncated, reward) == (expected, False, 1.0)
     finally:
         env.close()
 
 
-@pytest.mark.parametrize("env_id, suggestion", [
-    ("dmc_cartpole_swingupp", "dmc_cartpole_swingup"),
-    ("dmc_ballincup_catch", "dmc_ball_in_cup_catch"),
-    ("dmc_walker_wlk", "dmc_walker_walk"),
-])
+@pytest.mark.parametrize(
+    "env_id, suggestion",
+    [
+        ("dmc_cartpole_swingupp", "dmc_cartpole_swingup"),
+        ("dmc_ballincup_catch", "dmc_ball_in_cup_catch"),
+        ("dmc_walker_wlk", "dmc_walker_walk"),
+    ],
+)
 def test_unknown_id_suggests(env_id, suggestion):
     with pytest.raises(HeronError, match=f"did you mean {suggestion}") as err:
         dmc.register(env_id)
@@ -165,8 +170,10 @@ def test_triton_loads_after_pixels_were_rendered():
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("no triton here (a CPU build of torch)")
-    code = ("import gymnasium as gym; from heron.envs import dmc; dmc.register('dmc_cartpole_swingup'); "
-            "env = gym.make('dmc_cartpole_swingup', from_pixels=True); obs, _ = env.reset(seed=0); "
-            "assert obs.shape[-1] == 3 or obs.shape[0] == 3, obs.shape; import triton; print('loaded')")
+    code = (
+        "import gymnasium as gym; from heron.envs import dmc; dmc.register('dmc_cartpole_swingup'); "
+        "env = gym.make('dmc_cartpole_swingup', from_pixels=True); obs, _ = env.reset(seed=0); "
+        "assert obs.shape[-1] == 3 or obs.shape[0] == 3, obs.shape; import triton; print('loaded')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "loaded" in proc.stdout, (proc.returncode, proc.stderr[-2000:])

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import load_script
 
 from heron import registry
 from heron.cli import config_parser
 from heron.config import RunConfig, flag
-from cli_helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,11 +29,15 @@ def test_the_docs_option_tables_are_the_config_dataclasses(capsys):
 
 def test_every_page_of_the_site_that_shows_options_has_its_table():
     tables = _tables()
-    pages = {m.group("name"): page for page in (ROOT / "docs").rglob("*.md")
-             for m in tables.BLOCK.finditer(page.read_text())}
+    pages = {
+        m.group("name"): page for page in (ROOT / "docs").rglob("*.md") for m in tables.BLOCK.finditer(page.read_text())
+    }
     assert set(pages) == {"common", *registry.ALGOS}, pages
-    presets = {m.group("name") for page in (ROOT / "docs").rglob("*.md")
-               for m in tables.PRESETS_BLOCK.finditer(page.read_text())}
+    presets = {
+        m.group("name")
+        for page in (ROOT / "docs").rglob("*.md")
+        for m in tables.PRESETS_BLOCK.finditer(page.read_text())
+    }
     assert presets == set(registry.ALGOS)
 
 
@@ -81,8 +85,13 @@ def test_the_tables_agree_with_help(algo):
 def test_the_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "getting-started" / "index.html").exists()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()

@@ -35,12 +35,14 @@ def test_lambda_return_hand_numbers():
     # H = 2, gamma*cont = 0.5, lambda = 0.5, v = [10, 20], bootstrap 40, r = [1, 2]:
     # V1 = 2 + 0.5 * 40 = 22 (last step: both branches bootstrap at 40)
     # V0 = 1 + 0.5 * (0.5 * 20 + 0.5 * 22) = 11.5
-    out = lambda_return(torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0]]), torch.full((2, 1), 0.5),
-                        torch.tensor([40.0]), 0.5)
+    out = lambda_return(
+        torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0]]), torch.full((2, 1), 0.5), torch.tensor([40.0]), 0.5
+    )
     torch.testing.assert_close(out, torch.tensor([[11.5], [22.0]]))
     # lambda = 0: one-step targets r_t + d_t v_{t+1}
-    out0 = lambda_return(torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0]]), torch.full((2, 1), 0.5),
-                         torch.tensor([40.0]), 0.0)
+    out0 = lambda_return(
+        torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0]]), torch.full((2, 1), 0.5), torch.tensor([40.0]), 0.0
+    )
     torch.testing.assert_close(out0, torch.tensor([[11.0], [22.0]]))
 
 
@@ -50,8 +52,9 @@ def test_categorical_kl_hand_numbers():
     expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
     assert losses.categorical_kl(p, q).item() == pytest.approx(expected, rel=1e-6)
     # two independent variables: the KL adds up
-    assert losses.categorical_kl(torch.stack([p[0], p[0]]), torch.stack([q[0], q[0]])).item() == \
-        pytest.approx(2 * expected, rel=1e-6)
+    assert losses.categorical_kl(torch.stack([p[0], p[0]]), torch.stack([q[0], q[0]])).item() == pytest.approx(
+        2 * expected, rel=1e-6
+    )
 
 
 def test_kl_balancing_gradients_and_free_nats():
@@ -94,8 +97,17 @@ def test_reconstruction_loss_hand_numbers():
     p = torch.log(torch.tensor([[[[0.5, 0.5]]]]))
     q = torch.log(torch.tensor([[[[0.25, 0.75]]]]))
     kl = 0.5 * math.log(2.0) + 0.5 * math.log(2.0 / 3.0)
-    out = losses.reconstruction_loss(obs_nll, reward_nll, p, q, kl_balancing_alpha=0.8, kl_free_nats=0.0,
-                                     kl_regularizer=0.1, continue_nll=cont_nll, continue_scale_factor=5.0)
+    out = losses.reconstruction_loss(
+        obs_nll,
+        reward_nll,
+        p,
+        q,
+        kl_balancing_alpha=0.8,
+        kl_free_nats=0.0,
+        kl_regularizer=0.1,
+        continue_nll=cont_nll,
+        continue_scale_factor=5.0,
+    )
     half_log_2pi = 0.5 * math.log(2 * math.pi)
     expected = 0.1 * kl + (1 + 2 * half_log_2pi) + (0.5 + half_log_2pi) + 5 * math.log(2)
     assert out["loss"].item() == pytest.approx(expected, rel=1e-6)

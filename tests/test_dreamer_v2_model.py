@@ -1,7 +1,6 @@
 """DreamerV2's networks, env stack, replay layout, CLI and resume (the losses are in
 test_dreamer_v2.py, the episode buffer in test_episode_buffer.py)."""
 
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,13 +8,13 @@ import torch
 import toy_envs
 
 from heron import api
-from heron.envs import dreamer as denvs
+from heron.accel.precision import Precision
 from heron.algos.dreamer_v2.config import PRESETS, Config
 from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
 from heron.cli import main
-from heron.runtime import checkpoint as ckpt
-from heron.accel.precision import Precision
+from heron.envs import dreamer as denvs
 from heron.errors import HeronError
+from heron.runtime import checkpoint as ckpt
 
 DEBUG = dict(PRESETS["debug"], progress="none")
 
@@ -86,8 +85,9 @@ def test_init_is_xavier_uniform_with_zero_biases():
     import math
 
     torch.manual_seed(0)
-    cfg = small_cfg(cnn_channels_multiplier=4, dense_units=32, hidden_size=24, recurrent_state_size=20,
-                    use_continues=True)
+    cfg = small_cfg(
+        cnn_channels_multiplier=4, dense_units=32, hidden_size=24, recurrent_state_size=20, use_continues=True
+    )
     agent = Agent({"rgb": (3, 64, 64), "state": (5,)}, ("rgb",), ("state",), 3, True, cfg)
     rssm = agent.world.rssm
     split = {id(rssm.in_z.weight), id(rssm.in_a.weight), id(rssm.post_h.weight), id(rssm.post_e.weight)}
@@ -113,8 +113,8 @@ def test_init_is_xavier_uniform_with_zero_biases():
 def test_sampled_windows_start_like_episodes():
     """The references mark the first step of every sampled window as an episode start: zero state and
     zero previous action, whatever the replay holds there."""
-    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
     from heron.algos.dreamer import spaces_of
+    from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
 
     cfg = small_cfg(sequence_length=6, per_rank_batch_size=3)
     env = denvs.make("CartPole-v1")
@@ -124,15 +124,21 @@ def test_sampled_windows_start_like_episodes():
     def world_loss(batch):
         torch.manual_seed(0)
         agent = build(cfg, spaces)
-        update = make_update(cfg, agent, spaces, *make_optimizers(cfg, agent).values(), Precision("32", torch.device("cpu")))
+        update = make_update(
+            cfg, agent, spaces, *make_optimizers(cfg, agent).values(), Precision("32", torch.device("cpu"))
+        )
         torch.manual_seed(1)
         return update({k: v.clone() for k, v in batch.items()})["losses/world_model_loss"].item()
 
     g = torch.Generator().manual_seed(3)
     T, B = 6, 3
-    batch = {"state": torch.randn(T, B, 4, generator=g), "reward": torch.ones(T, B),
-             "action": torch.nn.functional.one_hot(torch.randint(0, 2, (T, B), generator=g), 2).float(),
-             "is_first": torch.zeros(T, B, dtype=torch.bool), "is_terminal": torch.zeros(T, B, dtype=torch.bool)}
+    batch = {
+        "state": torch.randn(T, B, 4, generator=g),
+        "reward": torch.ones(T, B),
+        "action": torch.nn.functional.one_hot(torch.randint(0, 2, (T, B), generator=g), 2).float(),
+        "is_first": torch.zeros(T, B, dtype=torch.bool),
+        "is_terminal": torch.zeros(T, B, dtype=torch.bool),
+    }
     as_start = {**batch, "action": batch["action"].clone(), "is_first": batch["is_first"].clone()}
     as_start["action"][0] = 0.0
     as_start["is_first"][0] = True
@@ -155,12 +161,13 @@ def test_decoder_first_deconvolution_as_a_matrix_product_matches_the_layer():
     out = dec(feat)
     assert out["rgb"].shape == (2, 3, 3, 64, 64) and out["depth"].shape == (2, 3, 1, 64, 64)
     first = dec.cnn[0]
-    x = torch.nn.functional.conv_transpose2d(dec.cnn_in(feat).reshape(-1, 32 * 4, 1, 1), first.weight, first.bias,
-                                             stride=first.stride)
+    x = torch.nn.functional.conv_transpose2d(
+        dec.cnn_in(feat).reshape(-1, 32 * 4, 1, 1), first.weight, first.bias, stride=first.stride
+    )
     ref = dec.cnn[1:](x).reshape(2, 3, 4, 64, 64)
     torch.testing.assert_close(torch.cat([out["rgb"], out["depth"]], 2), ref, atol=1e-6, rtol=1e-5)
-    g, = torch.autograd.grad(out["rgb"].square().sum(), dec.cnn[0].weight)
-    g_ref, = torch.autograd.grad(ref[:, :, :3].square().sum(), dec.cnn[0].weight)
+    (g,) = torch.autograd.grad(out["rgb"].square().sum(), dec.cnn[0].weight)
+    (g_ref,) = torch.autograd.grad(ref[:, :, :3].square().sum(), dec.cnn[0].weight)
     torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
 
     Precision("bf16-mixed", torch.device("cpu")).apply(dec)
@@ -177,7 +184,7 @@ def test_truncated_normal_density_entropy_and_bounds():
     dist = TruncatedNormal(mean, std)
     grid = torch.linspace(-1 + 1e-6, 1 - 1e-6, 20001)
     for i in range(2):  # the density integrates to 1 on [-1, 1]
-        d = TruncatedNormal(mean[:, i:i + 1].expand(len(grid), 1), std[:, i:i + 1].expand(len(grid), 1))
+        d = TruncatedNormal(mean[:, i : i + 1].expand(len(grid), 1), std[:, i : i + 1].expand(len(grid), 1))
         dens = d.log_prob(grid[:, None]).exp()
         assert torch.trapezoid(dens, grid).item() == pytest.approx(1.0, abs=1e-3)
     samples = TruncatedNormal(mean.expand(200_000, 2), std.expand(200_000, 2)).rsample()
@@ -232,6 +239,7 @@ def test_dmc_preset_keeps_dm_controls_own_limit():
 
 def test_weight_decay_scales_weights_by_one_minus_wd_whatever_the_learning_rate():
     from heron.algos.dreamer_v2.train import make_optimizers
+
     torch.manual_seed(0)
     cfg = small_cfg(weight_decay=0.1, world_lr=1e-3, actor_lr=0.5, critic_lr=0.25)
     agent = Agent({"state": (3,)}, (), ("state",), 2, True, cfg)
@@ -273,30 +281,60 @@ def test_replay_layout_step_counter(tmp_path):
         gym.register(env_id, entry_point=toy_envs.Counter, kwargs={"length": length})
         run_dir = tmp_path / str(length)
         try:
-            api.train("dreamer_v2", presets=["debug"], env_id=env_id, total_steps=40, learning_starts=1000,
-                      max_episode_steps=cap, eval_every=0, checkpoint_every=0, run_dir=str(run_dir), progress="none")
+            api.train(
+                "dreamer_v2",
+                presets=["debug"],
+                env_id=env_id,
+                total_steps=40,
+                learning_starts=1000,
+                max_episode_steps=cap,
+                eval_every=0,
+                checkpoint_every=0,
+                run_dir=str(run_dir),
+                progress="none",
+            )
         finally:
             gym.registry.pop(env_id)
         buf = ckpt.load(ckpt.buffer_path(ckpt.latest_checkpoint(run_dir / "checkpoints")))
         K = cap or length
         assert buf["episodes"][:, 1].unique().tolist() == [K + 1]
         for start, n in buf["episodes"].tolist():
-            state = buf["data"]["state"][start:start + n, 0]
+            state = buf["data"]["state"][start : start + n, 0]
             assert state.tolist() == list(range(K + 1))
-            assert buf["data"]["is_first"][start:start + n].tolist() == [True] + [False] * K
-            assert buf["data"]["is_terminal"][start:start + n].tolist() == [False] * K + [terminal]
-            assert buf["data"]["reward"][start:start + n].tolist() == [0.0] + [float(t) for t in range(1, K + 1)]
-            actions = buf["data"]["action"][start:start + n]
+            assert buf["data"]["is_first"][start : start + n].tolist() == [True] + [False] * K
+            assert buf["data"]["is_terminal"][start : start + n].tolist() == [False] * K + [terminal]
+            assert buf["data"]["reward"][start : start + n].tolist() == [0.0] + [float(t) for t in range(1, K + 1)]
+            actions = buf["data"]["action"][start : start + n]
             assert actions[0].abs().sum() == 0 and (actions[1:].abs() > 0).all()
 
 
-@pytest.mark.parametrize("extra", [[], ["--observation", "pixels", "--memmap-buffer"],
-                                   ["--env-id", "heron-test/DictImage-v0", "--cnn-keys", "pixels", "--mlp-keys", "vec"],
-                                   ["--env-id", "Pendulum-v1"], ["--use-continues", "--lambda-rewards", "next"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--observation", "pixels", "--memmap-buffer"],
+        ["--env-id", "heron-test/DictImage-v0", "--cnn-keys", "pixels", "--mlp-keys", "vec"],
+        ["--env-id", "Pendulum-v1"],
+        ["--use-continues", "--lambda-rewards", "next"],
+    ],
+)
 def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
     run_dir = tmp_path / "run"
-    code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(run_dir), "--progress", "none",
-                 "--total-steps", "200", *extra])
+    code = main(
+        [
+            "train",
+            "dreamer_v2",
+            "--preset",
+            "debug",
+            "--run-dir",
+            str(run_dir),
+            "--progress",
+            "none",
+            "--total-steps",
+            "200",
+            *extra,
+        ]
+    )
     assert code == 0
     metrics = (run_dir / "metrics.csv").read_text()
     assert "losses/world_model_loss" in metrics and "losses/actor_loss" in metrics
@@ -309,17 +347,20 @@ def test_cli_smoke_debug_train_then_eval(tmp_path, capsys, extra):
         assert (run_dir / "buffer" / "rgb.npy").is_file()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--env-id", "ALE/Pong-v5", "--action-repeat", "4"], "already skips 4 frames"),
-    (["--cnn-keys", "rgb"], "observation key 'rgb' not in"),
-    (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
-    (["--kl-balancing-alpha", "1.5"], "--kl-balancing-alpha must be in [0, 1]"),
-    (["--buffer-size", "10", "--sequence-length", "50"], "smaller than --sequence-length"),
-    (["--env-id", "dmc_walker_wlak"], "walker"),
-    (["--weight-decay", "1"], "--weight-decay must be in [0, 1)"),
-    (["--cuda-graphs", "--compile"], "--cuda-graphs and --compile are alternatives"),
-    (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--env-id", "ALE/Pong-v5", "--action-repeat", "4"], "already skips 4 frames"),
+        (["--cnn-keys", "rgb"], "observation key 'rgb' not in"),
+        (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
+        (["--kl-balancing-alpha", "1.5"], "--kl-balancing-alpha must be in [0, 1]"),
+        (["--buffer-size", "10", "--sequence-length", "50"], "smaller than --sequence-length"),
+        (["--env-id", "dmc_walker_wlak"], "walker"),
+        (["--weight-decay", "1"], "--weight-decay must be in [0, 1)"),
+        (["--cuda-graphs", "--compile"], "--cuda-graphs and --compile are alternatives"),
+        (["--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+    ],
+)
 def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
     code = main(["train", "dreamer_v2", "--preset", "debug", "--run-dir", str(tmp_path / "r"), *argv])
     err = capsys.readouterr().err
@@ -341,7 +382,7 @@ def test_resume_restores_agent_buffer_and_counters(tmp_path):
     assert torch.equal(kept, buf["episodes"])  # the old episodes were restored in place
     assert int(buf2["episodes"][:, 1].sum()) > stored
     start, n = buf["episodes"][0].tolist()
-    assert torch.equal(buf2["data"]["state"][start:start + n], buf["data"]["state"][start:start + n])
+    assert torch.equal(buf2["data"]["state"][start : start + n], buf["data"]["state"][start : start + n])
 
 
 def test_atari_episodes_are_reported_through_dreamers_own_env_stack():

@@ -10,20 +10,20 @@ import pytest
 import torch
 import toy_envs  # noqa: F401 (registers the heron-test/ envs)
 
+from heron.algos.dreamer import DreamerPolicy
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import PRESETS, Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
 from heron.cli import main
 from heron.runtime import checkpoint as ckpt
-from heron.algos.dreamer import DreamerPolicy
 
 DEBUG = dict(PRESETS["debug"], progress="none")
 
 
 def test_symlog_and_symexp_hand_numbers_and_round_trip():
-    x = torch.tensor([0.0, math.e - 1, -(math.e ** 2 - 1), 1e6])
+    x = torch.tensor([0.0, math.e - 1, -(math.e**2 - 1), 1e6])
     torch.testing.assert_close(losses.symlog(x), torch.tensor([0.0, 1.0, -2.0, math.log(1e6 + 1)]))
-    torch.testing.assert_close(losses.symexp(torch.tensor([1.0, -2.0])), torch.tensor([math.e - 1, -(math.e ** 2 - 1)]))
+    torch.testing.assert_close(losses.symexp(torch.tensor([1.0, -2.0])), torch.tensor([math.e - 1, -(math.e**2 - 1)]))
     y = torch.tensor([-1e4, -3.5, -1e-3, 0.0, 2e-3, 7.0, 5e5], dtype=torch.float64)
     torch.testing.assert_close(losses.symexp(losses.symlog(y)), y)
 
@@ -33,19 +33,22 @@ def test_twohot_bins_are_symexp_spaced_and_symmetric():
     assert bins.shape == (255,) and bins[127] == 0
     torch.testing.assert_close(bins, -bins.flip(0))
     torch.testing.assert_close(bins[-1], torch.tensor(math.expm1(20.0), dtype=torch.float64), rtol=1e-6, atol=0)
-    torch.testing.assert_close(bins[128], torch.tensor(math.expm1(20.0 / 127), dtype=torch.float64), rtol=1e-6,
-                               atol=0)
+    torch.testing.assert_close(bins[128], torch.tensor(math.expm1(20.0 / 127), dtype=torch.float64), rtol=1e-6, atol=0)
     assert (bins[1:] > bins[:-1]).all()
 
 
 def test_twohot_encoding_hand_numbers():
     bins = torch.tensor([-2.0, -1.0, 0.0, 1.0, 3.0])
     enc = losses.twohot(torch.tensor([0.25, -1.0, 2.5, 10.0, -7.0]), bins)
-    expected = torch.tensor([[0, 0, 0.75, 0.25, 0],   # between 0 and 1: 3/4 to the nearer
-                             [0, 1.0, 0, 0, 0],       # on a bin
-                             [0, 0, 0, 0.25, 0.75],   # between 1 and 3
-                             [0, 0, 0, 0, 1.0],       # above the last bin: the last bin
-                             [1.0, 0, 0, 0, 0]])      # below the first
+    expected = torch.tensor(
+        [
+            [0, 0, 0.75, 0.25, 0],  # between 0 and 1: 3/4 to the nearer
+            [0, 1.0, 0, 0, 0],  # on a bin
+            [0, 0, 0, 0.25, 0.75],  # between 1 and 3
+            [0, 0, 0, 0, 1.0],  # above the last bin: the last bin
+            [1.0, 0, 0, 0, 0],
+        ]
+    )  # below the first
     torch.testing.assert_close(enc, expected)
     inside = enc[:3]
     torch.testing.assert_close((inside * bins).sum(-1), torch.tensor([0.25, -1.0, 2.5]))  # the mean is x
@@ -57,22 +60,28 @@ def test_twohot_in_symlog_space_interpolates_between_the_bins_symlogs():
     symexp(10)."""
     bins = losses.twohot_bins(5).double()
     x = torch.tensor([math.expm1(12.0), -math.expm1(15.0), 0.0], dtype=torch.float64)
-    torch.testing.assert_close(losses.twohot(x, bins, "symlog"),
-                               torch.tensor([[0, 0, 0, 0.8, 0.2], [0.5, 0.5, 0, 0, 0], [0, 0, 1.0, 0, 0]],
-                                            dtype=torch.float64))
+    torch.testing.assert_close(
+        losses.twohot(x, bins, "symlog"),
+        torch.tensor([[0, 0, 0, 0.8, 0.2], [0.5, 0.5, 0, 0, 0], [0, 0, 1.0, 0, 0]], dtype=torch.float64),
+    )
     raw = losses.twohot(x[:1], bins)[0]  # the same target by value: (e^20 - e^12) / (e^20 - e^10) on symexp(10)
-    torch.testing.assert_close(raw[3], torch.tensor((math.exp(20) - math.exp(12)) / (math.exp(20) - math.exp(10)),
-                                                    dtype=torch.float64))
+    torch.testing.assert_close(
+        raw[3], torch.tensor((math.exp(20) - math.exp(12)) / (math.exp(20) - math.exp(10)), dtype=torch.float64)
+    )
     # the prediction is symexp of the mean position: it decodes the encoding, and uniform is exactly 0
     logits = losses.twohot(x, bins, "symlog").clamp_min(1e-300).log()
     torch.testing.assert_close(losses.twohot_mean(logits, bins, "symlog"), x, rtol=1e-6, atol=0)
     assert losses.twohot_mean(torch.zeros(2, 255), losses.twohot_bins(255), "symlog").abs().max() == 0
     # a bimodal head: the raw mean is the mean of the values, the symlog one symexp of their symlogs' mean
     probs = torch.tensor([[0, 0, 0, 0.5, 0.5]], dtype=torch.float64)
-    torch.testing.assert_close(losses.twohot_mean(probs.clamp_min(1e-300).log(), bins, "symlog"),
-                               torch.tensor([math.expm1(15.0)], dtype=torch.float64))
-    torch.testing.assert_close(losses.twohot_mean(probs.clamp_min(1e-300).log(), bins),
-                               torch.tensor([(math.expm1(10.0) + math.expm1(20.0)) / 2], dtype=torch.float64))
+    torch.testing.assert_close(
+        losses.twohot_mean(probs.clamp_min(1e-300).log(), bins, "symlog"),
+        torch.tensor([math.expm1(15.0)], dtype=torch.float64),
+    )
+    torch.testing.assert_close(
+        losses.twohot_mean(probs.clamp_min(1e-300).log(), bins),
+        torch.tensor([(math.expm1(10.0) + math.expm1(20.0)) / 2], dtype=torch.float64),
+    )
 
 
 def test_twohot_mean_decodes_the_encoding_and_starts_at_exactly_zero():
@@ -82,8 +91,9 @@ def test_twohot_mean_decodes_the_encoding_and_starts_at_exactly_zero():
     torch.testing.assert_close(losses.twohot_mean(logits, bins), x, rtol=1e-5, atol=1e-5)
     assert losses.twohot_mean(torch.zeros(3, 255), bins).abs().max() == 0  # uniform: exactly 0
     # the cross-entropy: -sum(target * log softmax(logits)), at uniform logits ln(255)
-    torch.testing.assert_close(losses.twohot_nll(torch.zeros(2, 255), torch.tensor([0.0, 7.0]), bins),
-                               torch.full((2,), math.log(255.0)))
+    torch.testing.assert_close(
+        losses.twohot_nll(torch.zeros(2, 255), torch.tensor([0.0, 7.0]), bins), torch.full((2,), math.log(255.0))
+    )
 
 
 def test_unimix_mixes_one_percent_uniform():
@@ -113,10 +123,10 @@ def test_percentile_scale_against_numpys_quantiles():
 def test_world_model_loss_hand_numbers_and_where_each_kl_term_sends_its_gradient():
     # one categorical of two classes per step; step 0: KL(post || prior) = 0.98 ln 99 (above 1 nat);
     # step 1: 0.5 ln(0.5 / 0.9) + 0.5 ln(0.5 / 0.1) = 0.5108 (free bits: counts as 1)
-    post = torch.tensor([[[[math.log(0.99), math.log(0.01)]], [[math.log(0.5), math.log(0.5)]]]],
-                        requires_grad=True)  # [B=1, T=2, S=1, K=2]
-    prior = torch.tensor([[[[math.log(0.01), math.log(0.99)]], [[math.log(0.9), math.log(0.1)]]]],
-                         requires_grad=True)
+    post = torch.tensor(
+        [[[[math.log(0.99), math.log(0.01)]], [[math.log(0.5), math.log(0.5)]]]], requires_grad=True
+    )  # [B=1, T=2, S=1, K=2]
+    prior = torch.tensor([[[[math.log(0.01), math.log(0.99)]], [[math.log(0.9), math.log(0.1)]]]], requires_grad=True)
     obs, rew, cont = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.5, 0.5]]), torch.tensor([[0.2, 0.4]])
     out = losses.world_model_loss(obs, rew, cont, post, prior, 0.5, 0.1, 1.0, 1.0, 2.0)
     kl0 = 0.98 * math.log(99.0)
@@ -170,7 +180,8 @@ def test_critic_loss_hand_numbers():
     ce0 = -(0.5 * logp[0, 0, 1] + 0.5 * logp[0, 0, 2]) - logp[0, 0, 1]
     ce1 = -logp[0, 1, 2] - logp[0, 1, 0]
     assert losses.critic_loss(logits, returns, slow, w, bins, 1.0).item() == pytest.approx(
-        ((ce0 + 0.5 * ce1) / 2).item(), rel=1e-6)
+        ((ce0 + 0.5 * ce1) / 2).item(), rel=1e-6
+    )
 
 
 def test_clip_actions_scales_back_large_actions_only():
@@ -214,11 +225,19 @@ def test_the_policy_starts_episodes_from_the_learned_state():
     with torch.no_grad():
         agent.world.rssm.initial_h.normal_()
     player = Player(agent)
-    policy = DreamerPolicy(player, {"obs_spec": {"state": [[3], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-                                    "discrete": True, "action_dim": 2})
+    policy = DreamerPolicy(
+        player,
+        {
+            "obs_spec": {"state": [[3], "float32"]},
+            "cnn_keys": [],
+            "mlp_keys": ["state"],
+            "discrete": True,
+            "action_dim": 2,
+        },
+    )
     policy.reset(2)
     h0 = torch.tanh(agent.world.rssm.initial_h)
-    torch.testing.assert_close(policy.state[:, :agent.world.rssm.deter], h0.expand(2, -1))
+    torch.testing.assert_close(policy.state[:, : agent.world.rssm.deter], h0.expand(2, -1))
     assert policy.predict({"state": np.zeros((2, 3), np.float32)}).shape == (2,)
     # is_first in the loop does what reset does
     state, u = torch.randn(2, player.state_size), torch.rand(2, 4)  # u: the posterior's draws
@@ -228,12 +247,32 @@ def test_the_policy_starts_episodes_from_the_learned_state():
     assert not torch.allclose(s1[1], s2[1])
 
 
-@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", []), ("Pendulum-v1", ["--twohot-space", "symlog"]),
-                                           ("CartPole-v1", ["--observation", "pixels"])])
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [("CartPole-v1", []), ("Pendulum-v1", ["--twohot-space", "symlog"]), ("CartPole-v1", ["--observation", "pixels"])],
+)
 def test_cli_debug_train_then_eval(tmp_path, capsys, env_id, extra):
     run = tmp_path / "run"
-    assert main(["train", "dreamer_v3", "--preset", "debug", "--env-id", env_id, *extra, "--total-steps", "200",
-                 "--progress", "none", "--run-dir", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "dreamer_v3",
+                "--preset",
+                "debug",
+                "--env-id",
+                env_id,
+                *extra,
+                "--total-steps",
+                "200",
+                "--progress",
+                "none",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     state = ckpt.load(ckpt.latest_checkpoint(run / "checkpoints"))
     assert state["step"] == 200 and state["n_updates"] == int(0.1 * (200 - 100 + 1))  # --replay-ratio 0.1
     assert {"moments.low", "moments.high", "target_critic.0.weight"} <= set(state["agent"])
@@ -245,13 +284,16 @@ def test_cli_debug_train_then_eval(tmp_path, capsys, env_id, extra):
         assert video.stat().st_size > 1000 and str(video) in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--replay-ratio", "-1"], "--replay-ratio must be >= 0"),
-    (["--moments-low", "0.9", "--moments-high", "0.1"], "must be below --moments-high"),
-    (["--unimix", "2"], "--unimix must be in [0, 1]"),
-    (["--twohot-space", "log"], "--twohot-space must be one of raw, symlog"),
-    (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--replay-ratio", "-1"], "--replay-ratio must be >= 0"),
+        (["--moments-low", "0.9", "--moments-high", "0.1"], "must be below --moments-high"),
+        (["--unimix", "2"], "--unimix must be in [0, 1]"),
+        (["--twohot-space", "log"], "--twohot-space must be one of raw, symlog"),
+        (["--env-id", "heron-test/MultiDiscrete-v0"], "supports Discrete and bounded 1-D Box actions"),
+    ],
+)
 def test_bad_input_one_line_errors(tmp_path, capsys, argv, needle):
     assert main(["train", "dreamer_v3", "--preset", "debug", *argv, "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err

@@ -76,8 +76,9 @@ def test_mujoco_warnings_come_once_and_leave_no_log_file(tmp_path):
 
     def run(which):
         script = f"MUJOCO_UNSTABLE = {MUJOCO_UNSTABLE!r}\n{MUJOCO_UNSTABLE}"
-        out = subprocess.run([sys.executable, "-c", script, which], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", script, which], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         return [line for line in out.stderr.splitlines() if "unstable" in line]
 
@@ -166,6 +167,7 @@ class _ZeroPolicy:
 def test_mujoco_video_renders_headless(tmp_path):
     pytest.importorskip("mujoco")
     from heron.runtime.episodes import evaluate
+
     video = tmp_path / "hopper.mp4"
     returns = evaluate(_ZeroPolicy(3), "Hopper-v5", 1, seed=0, video_path=str(video), max_episode_steps=50)
     assert len(returns) == 1 and video.stat().st_size > 1000
@@ -246,7 +248,8 @@ def test_serial_envs_give_gymnasium_sync_vector_env_transitions(env_id, num_envs
     theirs.envs.close()
     theirs.envs = gym.vector.SyncVectorEnv(
         [lambda: make_env(env_id, max_episode_steps=60, training=True) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+    )
     np.testing.assert_array_equal(ours.reset(), theirs.reset())
     rng = np.random.default_rng(0)
     ended = 0
@@ -339,9 +342,18 @@ def test_ale_vector_frames_equal_the_gymnasium_stack():
     from heron.envs.atari import AleVecEnv
 
     ours = AleVecEnv("BreakoutNoFrameskip-v4", 1, seed=5, noop_max=0, fire_reset=False)
-    theirs = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(
-        gym.make("BreakoutNoFrameskip-v4"), noop_max=0, frame_skip=4, screen_size=84, terminal_on_life_loss=False,
-        grayscale_obs=True, scale_obs=False), 4)
+    theirs = gym.wrappers.FrameStackObservation(
+        gym.wrappers.AtariPreprocessing(
+            gym.make("BreakoutNoFrameskip-v4"),
+            noop_max=0,
+            frame_skip=4,
+            screen_size=84,
+            terminal_on_life_loss=False,
+            grayscale_obs=True,
+            scale_obs=False,
+        ),
+        4,
+    )
     obs, (expected, _) = ours.reset(), theirs.reset(seed=5)
     np.testing.assert_array_equal(obs[0], expected)
     rng = np.random.default_rng(1)
@@ -369,8 +381,14 @@ def test_ale_vector_reports_whole_games_with_raw_scores():
     from heron.envs.atari import AleVecEnv
 
     ours = AleVecEnv("ALE/Breakout-v5", 2, seed=3)
-    bare = vector.AtariVectorEnv("breakout", 2, num_threads=1, repeat_action_probability=0.25, reward_clipping=False,
-                                 autoreset_mode=AutoresetMode.SAME_STEP)
+    bare = vector.AtariVectorEnv(
+        "breakout",
+        2,
+        num_threads=1,
+        repeat_action_probability=0.25,
+        reward_clipping=False,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
     ours.reset()
     _, info = bare.reset(seed=3)
     lives, score, length, games, lost = info["lives"], np.zeros(2), np.zeros(2, int), [], 0

@@ -4,11 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from heron.rl.buffers import EpisodeBuffer
 from heron.errors import HeronError
+from heron.rl.buffers import EpisodeBuffer
 
-FIELDS = {"step": ((), np.int64), "env": ((), np.int64), "ep": ((), np.int64),
-          "is_first": ((), np.bool_), "obs": ((3, 4, 4), np.uint8)}
+FIELDS = {
+    "step": ((), np.int64),
+    "env": ((), np.int64),
+    "ep": ((), np.int64),
+    "is_first": ((), np.bool_),
+    "obs": ((3, 4, 4), np.uint8),
+}
 
 
 def drive(buf, plans, after=None, stored=None):
@@ -19,8 +24,13 @@ def drive(buf, plans, after=None, stored=None):
     queues, t, step, ep_id, next_id = [list(p) for p in plans], [0] * n, [0] * n, [0] * n, 0
     while any(queues):
         mask = np.array([bool(q) for q in queues])
-        row = {"step": np.full(n, -7, np.int64), "env": np.full(n, -7, np.int64), "ep": np.full(n, -7, np.int64),
-               "is_first": np.ones(n, bool), "obs": np.full((n, 3, 4, 4), 255, np.uint8)}
+        row = {
+            "step": np.full(n, -7, np.int64),
+            "env": np.full(n, -7, np.int64),
+            "ep": np.full(n, -7, np.int64),
+            "is_first": np.ones(n, bool),
+            "obs": np.full((n, 3, 4, 4), 255, np.uint8),
+        }
         ended = np.ones(n, bool)  # masked envs claim to end: must be ignored
         for i in np.flatnonzero(mask):
             if t[i] == 0:
@@ -59,11 +69,11 @@ def check_storage(buf, stored):
     assert len(buf) == sum(m for _, m in spans) <= buf.capacity
     info = {e: (first, n) for e, _, first, n in stored}
     for s, m in buf.episodes:
-        ep = buf.data["ep"][s:s + m]
+        ep = buf.data["ep"][s : s + m]
         assert (ep == ep[0]).all(), "torn episode"
         first, n = info[int(ep[0])]
-        assert m == n and (buf.data["step"][s:s + m] == first + np.arange(n)).all()
-        assert buf.data["is_first"][s] and not buf.data["is_first"][s + 1:s + m].any()
+        assert m == n and (buf.data["step"][s : s + m] == first + np.arange(n)).all()
+        assert buf.data["is_first"][s] and not buf.data["is_first"][s + 1 : s + m].any()
 
 
 def test_sequences_are_contiguous_and_stay_inside_episodes():
@@ -101,7 +111,7 @@ def test_wraparound_invariants_with_two_envs():
     assert sum(map(sum, plans)) > 2 * cap and (np.diff(positions) < 0).sum() >= 2  # wrapped at least twice
     survivors = [int(buf.data["ep"][s]) for s, _ in buf.episodes]
     order = [e for e, *_ in stored]
-    assert len(survivors) < len(order) and set(order[:len(order) // 2]).isdisjoint(survivors)  # old ones gone
+    assert len(survivors) < len(order) and set(order[: len(order) // 2]).isdisjoint(survivors)  # old ones gone
     assert survivors[-1] == order[-1] and buf.episodes[-1][0] + buf.episodes[-1][1] == buf.pos
     assert [order.index(e) for e in survivors] == sorted(order.index(e) for e in survivors)  # oldest first
     # (not strict FIFO: here the 3-step episode 12 parked at the tail outlives the newer episode 10,
@@ -150,6 +160,7 @@ def test_prioritize_ends_samples_episode_ends_more():
         b = buf.sample(10_000)
         ends = np.where(b["ep"][:, -1] == 0, 29, 79)
         return (b["step"][:, -1] == ends).mean()
+
     plain, prio = last_step_rate(False), last_step_rate(True)
     assert prio > 2.5 * plain
 
@@ -191,8 +202,13 @@ def test_state_dict_round_trip_restores_rng(tmp_path):
 def test_state_dict_stores_staged_episode_as_ended(tmp_path):
     a = EpisodeBuffer(100, 2, FIELDS, 4, seed=2)
     drive(a, [[10, 6], [12]])
-    row = lambda t: {"step": np.array([100 + t, 200 + t]), "env": np.array([0, 1]), "ep": np.array([50, 51]),
-                     "is_first": np.array([t == 0, t == 0]), "obs": np.full((2, 3, 4, 4), t, np.uint8)}
+    row = lambda t: {
+        "step": np.array([100 + t, 200 + t]),
+        "env": np.array([0, 1]),
+        "ep": np.array([50, 51]),
+        "is_first": np.array([t == 0, t == 0]),
+        "obs": np.full((2, 3, 4, 4), t, np.uint8),
+    }
     for t in range(7):  # env0 stages 7 steps, env1 only 2 (short)
         a.add(row(t), np.zeros(2, bool), mask=np.array([True, t < 2]))
     torch.save(a.state_dict(), tmp_path / "s.pt")

@@ -15,29 +15,65 @@ import pytest
 import torch
 
 from heron import registry
+from heron.errors import HeronError
 from heron.runtime import cores, evalworker
 from heron.runtime.checkpoint import latest_checkpoint
-from heron.errors import HeronError
 
 # PPO (the algorithm whose evaluations cost most of a GPU run) on Pendulum; an evaluation and a
 # checkpoint every 1000 steps, so that each checkpoint is written with its own step's evaluation in flight
-ARGS = ["ppo", "--env-id", "Pendulum-v1", "--total-steps", "3000", "--num-envs", "1", "--num-steps", "200",
-        "--num-minibatches", "4", "--update-epochs", "2", "--checkpoint-every", "1000", "--eval-every", "1000",
-        "--eval-episodes", "2", "--eval-envs", "2", "--hidden-sizes", "16", "--progress", "none", "--log-every", "200",
-        "--obs-norm", "--torch-threads", "1"]
+ARGS = [
+    "ppo",
+    "--env-id",
+    "Pendulum-v1",
+    "--total-steps",
+    "3000",
+    "--num-envs",
+    "1",
+    "--num-steps",
+    "200",
+    "--num-minibatches",
+    "4",
+    "--update-epochs",
+    "2",
+    "--checkpoint-every",
+    "1000",
+    "--eval-every",
+    "1000",
+    "--eval-episodes",
+    "2",
+    "--eval-envs",
+    "2",
+    "--hidden-sizes",
+    "16",
+    "--progress",
+    "none",
+    "--log-every",
+    "200",
+    "--obs-norm",
+    "--torch-threads",
+    "1",
+]
 
 
 def _heron(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "heron", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "heron", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def _rows(path, sort=False):
     """The rows without their wall times; sorted where a row's place in the file may differ (an
     evaluation from the worker lands a few steps after its own)."""
     with open(path) as f:
-        rows = [tuple(v for k, v in r.items() if k != "wall_time") for r in csv.DictReader(f)
-                if r.get("metric") != "charts/SPS"]
+        rows = [
+            tuple(v for k, v in r.items() if k != "wall_time")
+            for r in csv.DictReader(f)
+            if r.get("metric") != "charts/SPS"
+        ]
     return sorted(rows) if sort else rows
 
 
@@ -68,8 +104,15 @@ def in_process(tmp_path_factory):
 
 def test_a_checkpoint_with_its_evaluation_in_flight_resumes_exactly(in_process, tmp_path):
     run, tag = tmp_path / "run", f"HERON_TEST_TAG={uuid.uuid4().hex}"
-    crashed = _heron("train", *ARGS, "--eval-async", "on", "--run-dir", str(run),
-                     env={"HERON_CRASH_AFTER_CHECKPOINT": "2000", tag.split("=")[0]: tag.split("=")[1]})
+    crashed = _heron(
+        "train",
+        *ARGS,
+        "--eval-async",
+        "on",
+        "--run-dir",
+        str(run),
+        env={"HERON_CRASH_AFTER_CHECKPOINT": "2000", tag.split("=")[0]: tag.split("=")[1]},
+    )
     assert crashed.returncode == 17, crashed.stderr  # died right after the step-2000 checkpoint
     assert _state(latest_checkpoint(run / "checkpoints"))["eval_pending"][0]["step"] == 2000
     deadline = time.monotonic() + 10
@@ -106,10 +149,19 @@ def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(he
     import signal
 
     run, marker, tag = tmp_path / "run", tmp_path / "marker", uuid.uuid4().hex
-    proc = subprocess.Popen([sys.executable, "-m", "heron", "train", *ARGS, "--eval-async", "on", "--run-dir", str(run)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "HERON_FAULT": f"eval_worker@{held}:hold",
-                                 "HERON_FAULT_MARKER": str(marker), "HERON_TEST_TAG": tag})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heron", "train", *ARGS, "--eval-async", "on", "--run-dir", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={
+            **os.environ,
+            "HERON_FAULT": f"eval_worker@{held}:hold",
+            "HERON_FAULT_MARKER": str(marker),
+            "HERON_TEST_TAG": tag,
+        },
+    )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
@@ -135,8 +187,9 @@ def test_a_stop_while_an_evaluation_is_in_flight_keeps_it_for_the_resumed_run(he
 
 def test_a_worker_that_dies_hands_its_evaluations_back(in_process, tmp_path):
     run = tmp_path / "run"
-    done = _heron("train", *ARGS, "--eval-async", "on", "--run-dir", str(run),
-                  env={"HERON_FAULT": "eval_worker@2:exit"})
+    done = _heron(
+        "train", *ARGS, "--eval-async", "on", "--run-dir", str(run), env={"HERON_FAULT": "eval_worker@2:exit"}
+    )
     assert done.returncode == 0, done.stderr
     assert "evaluation worker ended (exit code 17); evaluations run in the training process" in done.stderr
     assert _rows(in_process / "eval.csv") == _rows(run / "eval.csv")
@@ -145,9 +198,19 @@ def test_a_worker_that_dies_hands_its_evaluations_back(in_process, tmp_path):
 def test_an_env_that_crashes_in_the_worker_ends_the_run_with_a_checkpoint(tmp_path):
     run = tmp_path / "run"
     args = [*ARGS[:2], "fault_envs:Faulty", *ARGS[3:]]
-    crashed = _heron("train", *args, "--eval-async", "on", "--run-dir", str(run),
-                     env={"HERON_TEST_FAULT": "raise@20", "HERON_TEST_FAULT_IN": "eval_worker",
-                          "PYTHONPATH": os.path.dirname(__file__)})
+    crashed = _heron(
+        "train",
+        *args,
+        "--eval-async",
+        "on",
+        "--run-dir",
+        str(run),
+        env={
+            "HERON_TEST_FAULT": "raise@20",
+            "HERON_TEST_FAULT_IN": "eval_worker",
+            "PYTHONPATH": os.path.dirname(__file__),
+        },
+    )
     assert crashed.returncode == 1, crashed.stderr
     last = crashed.stderr.strip().splitlines()[-1]
     assert "crashed in step (evaluation): RuntimeError: simulator exploded" in last
@@ -155,10 +218,13 @@ def test_an_env_that_crashes_in_the_worker_ends_the_run_with_a_checkpoint(tmp_pa
     assert _state(latest_checkpoint(run / "checkpoints"))["step"] >= 1000
 
 
-@pytest.mark.parametrize("args,why", [
-    (["dreamer_v2", "--preset", "debug"], "dreamer_v2's evaluation acts on the training device"),
-    (["sac", "--precision", "bf16-mixed"], "the worker's policy is float32"),
-])
+@pytest.mark.parametrize(
+    "args,why",
+    [
+        (["dreamer_v2", "--preset", "debug"], "dreamer_v2's evaluation acts on the training device"),
+        (["sac", "--precision", "bf16-mixed"], "the worker's policy is float32"),
+    ],
+)
 def test_eval_async_on_is_refused_where_it_cannot_apply(args, why, tmp_path):
     out = _heron("train", *args, "--eval-async", "on", "--total-steps", "10", "--run-dir", str(tmp_path / "run"))
     assert out.returncode == 2
@@ -171,12 +237,21 @@ def test_auto_takes_a_worker_for_a_gpu_run_with_a_spare_core(monkeypatch):
 
     cfg = Config(eval_async="auto")
     monkeypatch.setattr(cores, "others_now", lambda: None)  # no other load
-    for cpus, threads, vector_mode, gpu, expected in ((2, 2, "sync", True, False), (2, 1, "sync", True, True),
-                                                      (16, 4, "sync", True, True), (4, 1, "async", True, False),
-                                                      (16, 4, "sync", False, False)):
+    for cpus, threads, vector_mode, gpu, expected in (
+        (2, 2, "sync", True, False),
+        (2, 1, "sync", True, True),
+        (16, 4, "sync", True, True),
+        (4, 1, "async", True, False),
+        (16, 4, "sync", False, False),
+    ):
         monkeypatch.setattr(cores, "usable_cpus", lambda n=cpus: list(range(n)))
         cfg.vector_mode, cfg.num_envs = vector_mode, 3
-        assert evalworker.wanted(registry.get("ppo"), cfg, False, threads, gpu) is expected, (cpus, threads, vector_mode, gpu)
+        assert evalworker.wanted(registry.get("ppo"), cfg, False, threads, gpu) is expected, (
+            cpus,
+            threads,
+            vector_mode,
+            gpu,
+        )
         cfg.eval_async = "on"  # asked for: wherever it applies
         assert evalworker.wanted(registry.get("ppo"), cfg, False, threads, gpu)
         cfg.eval_async = "auto"
@@ -200,12 +275,21 @@ def test_a_worker_that_cannot_make_the_env_says_why_and_the_run_evaluates_itself
 
     import heron
 
-    gym.register("heron-test/OnlyHere-v0", entry_point=lambda: gym.make("Pendulum-v1").unwrapped,
-                 max_episode_steps=50)
+    gym.register("heron-test/OnlyHere-v0", entry_point=lambda: gym.make("Pendulum-v1").unwrapped, max_episode_steps=50)
     try:
-        heron.train("ppo", env_id="heron-test/OnlyHere-v0", total_steps=600, num_envs=1, num_steps=200,
-                    eval_every=200, eval_episodes=1, eval_async="on", torch_threads=1, progress="none",
-                    run_dir=str(tmp_path / "run"))
+        heron.train(
+            "ppo",
+            env_id="heron-test/OnlyHere-v0",
+            total_steps=600,
+            num_envs=1,
+            num_steps=200,
+            eval_every=200,
+            eval_episodes=1,
+            eval_async="on",
+            torch_threads=1,
+            progress="none",
+            run_dir=str(tmp_path / "run"),
+        )
     finally:
         gym.registry.pop("heron-test/OnlyHere-v0", None)
     err = capsys.readouterr().err
@@ -219,9 +303,14 @@ def test_resume_drops_only_the_rows_of_the_evaluations_it_plays_again(tmp_path):
     from heron.runtime.rundir import EVAL_HEADER, drop_eval_rows
 
     write_csv(tmp_path / "eval.csv", EVAL_HEADER, [[1000, -5, 1, 2, 0], [2000, -4, 1, 2, 0], [2500, -3, 1, 2, 0]])
-    write_csv(tmp_path / "metrics.csv", METRICS_HEADER, [[2000, 0, "losses/value_loss", 1.0],
-                                                         [2000, 0, "eval/mean_return", -4.0],
-                                                         [2500, 0, "eval/mean_return", -3.0]])
+    write_csv(
+        tmp_path / "metrics.csv",
+        METRICS_HEADER,
+        [[2000, 0, "losses/value_loss", 1.0], [2000, 0, "eval/mean_return", -4.0], [2500, 0, "eval/mean_return", -3.0]],
+    )
     drop_eval_rows(tmp_path, {2000})  # the final evaluation's row (2500) stays: it is in eval.csv only
     assert [r[0] for r in _rows(tmp_path / "eval.csv")] == ["1000", "2500"]
-    assert _rows(tmp_path / "metrics.csv") == [("2000", "losses/value_loss", "1.0"), ("2500", "eval/mean_return", "-3.0")]
+    assert _rows(tmp_path / "metrics.csv") == [
+        ("2000", "losses/value_loss", "1.0"),
+        ("2500", "eval/mean_return", "-3.0"),
+    ]

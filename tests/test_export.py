@@ -9,17 +9,34 @@ import json
 import numpy as np
 import pytest
 import torch
-
-import heron
 import toy_envs  # noqa: F401  (registers heron-test/*)
-from heron.cli import main
-from heron.export import run_exported
 from cli_helpers import cli_error
 
-OFF = dict(total_steps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32),
-           eval_every=0, eval_episodes=1, progress="none", torch_threads=1)
-ON = dict(presets=["debug"], total_steps=256, num_envs=2, num_steps=64, eval_every=0, eval_episodes=1,
-          progress="none", torch_threads=1)
+import heron
+from heron.cli import main
+from heron.export import run_exported
+
+OFF = dict(
+    total_steps=300,
+    learning_starts=100,
+    batch_size=32,
+    buffer_size=1000,
+    hidden_sizes=(32, 32),
+    eval_every=0,
+    eval_episodes=1,
+    progress="none",
+    torch_threads=1,
+)
+ON = dict(
+    presets=["debug"],
+    total_steps=256,
+    num_envs=2,
+    num_steps=64,
+    eval_every=0,
+    eval_episodes=1,
+    progress="none",
+    torch_threads=1,
+)
 RUNS = {
     "sac": ("sac", dict(OFF, env_id="Pendulum-v1", obs_norm=True)),
     "td3": ("td3", dict(OFF, env_id="Pendulum-v1")),
@@ -30,8 +47,10 @@ RUNS = {
     "ppo-lstm": ("ppo", dict(ON, env_id="CartPole-v1", recurrent="lstm")),
     "dreamer-discrete": ("dreamer_v2", dict(presets=["debug"], env_id="CartPole-v1", progress="none", torch_threads=1)),
     "dreamer-box": ("dreamer_v2", dict(presets=["debug"], env_id="Pendulum-v1", progress="none", torch_threads=1)),
-    "dreamer-v3-discrete": ("dreamer_v3", dict(presets=["debug"], env_id="CartPole-v1", progress="none",
-                                               torch_threads=1)),
+    "dreamer-v3-discrete": (
+        "dreamer_v3",
+        dict(presets=["debug"], env_id="CartPole-v1", progress="none", torch_threads=1),
+    ),
     "dreamer-v3-box": ("dreamer_v3", dict(presets=["debug"], env_id="Pendulum-v1", progress="none", torch_threads=1)),
 }
 DREAMER = [name for name in RUNS if name.startswith("dreamer")]
@@ -102,8 +121,7 @@ def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt
     for _ in range(3):  # the state fed back
         obs = rng.normal(0, 1, (16, *policy.spaces["obs_spec"]["state"][0])).astype(np.float32)
         uniform = rng.random((16, stoch)).astype(np.float32)
-        action, state = policy.actor.act({"state": torch.as_tensor(obs)}, state, True,
-                                         uniform=torch.as_tensor(uniform))
+        action, state = policy.actor.act({"state": torch.as_tensor(obs)}, state, True, uniform=torch.as_tensor(uniform))
         want = to_env_actions(action, policy.spaces)
         got = run_exported(out, fmt, {"state": obs}, file_state, uniform)
         assert got[0].dtype == want.dtype
@@ -113,7 +131,8 @@ def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt
 
 
 def test_bad_input_is_one_line(runs, capsys, tmp_path):
-    assert "unknown --format 'tflite'; choose from onnx, torchscript" in \
-        cli_error(capsys, ["export", str(runs / "sac"), "--format", "tflite"])
+    assert "unknown --format 'tflite'; choose from onnx, torchscript" in cli_error(
+        capsys, ["export", str(runs / "sac"), "--format", "tflite"]
+    )
     assert "run directory not found" in cli_error(capsys, ["export", str(tmp_path / "missing")])
     assert "unknown flag --formats" in cli_error(capsys, ["export", str(runs / "sac"), "--formats", "onnx"])

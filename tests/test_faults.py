@@ -23,9 +23,29 @@ from heron.runtime import faults
 from heron.runtime.checkpoint import latest_checkpoint, step_checkpoints
 
 TESTS = Path(__file__).parent
-TINY = ["--total-steps", "1200", "--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000",
-        "--hidden-sizes", "32", "32", "--eval-every", "0", "--eval-episodes", "1", "--log-every", "100",
-        "--progress", "none", "--checkpoint-every", "400"]
+TINY = [
+    "--total-steps",
+    "1200",
+    "--learning-starts",
+    "200",
+    "--batch-size",
+    "32",
+    "--buffer-size",
+    "2000",
+    "--hidden-sizes",
+    "32",
+    "32",
+    "--eval-every",
+    "0",
+    "--eval-episodes",
+    "1",
+    "--log-every",
+    "100",
+    "--progress",
+    "none",
+    "--checkpoint-every",
+    "400",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -59,9 +79,15 @@ def _popen(args, env=None, cwd=TESTS):
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     # SIGINT at its default in the child, as from a terminal: a suite started in the background
     # (`bash .ci/run &`) passes SIGINT on ignored, and Python then installs no KeyboardInterrupt.
-    proc = subprocess.Popen([sys.executable, "-m", "heron", *args], cwd=cwd, env=environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heron", *args],
+        cwd=cwd,
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _STARTED.append(proc)
     return proc
 
@@ -75,8 +101,11 @@ def _wait_for(path: Path, proc, timeout=90.0):
 
 
 def _tree(run: Path) -> dict:
-    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def _all_finite(state) -> bool:
@@ -94,17 +123,36 @@ def _metric_rows(run: Path) -> list[list[str]]:
 
 
 # -- 1. divergence ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("algo,flags", [
-    ("sac", ["--q-lr", "1e12", "--policy-lr", "1e12"]),  # absurd learning rates: diverge at the first updates
-    ("sac", ["--env-id", "fault_envs:Faulty"]),  # an infinite reward from the env at step 700
-    ("ppo", ["--env-id", "fault_envs:Faulty", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2"]),
-])
-def test_divergence_stops_at_once_with_exit_3_and_writes_nothing_non_finite(algo, flags, tmp_path, capsys,
-                                                                            monkeypatch):
+@pytest.mark.parametrize(
+    "algo,flags",
+    [
+        ("sac", ["--q-lr", "1e12", "--policy-lr", "1e12"]),  # absurd learning rates: diverge at the first updates
+        ("sac", ["--env-id", "fault_envs:Faulty"]),  # an infinite reward from the env at step 700
+        ("ppo", ["--env-id", "fault_envs:Faulty", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2"]),
+    ],
+)
+def test_divergence_stops_at_once_with_exit_3_and_writes_nothing_non_finite(algo, flags, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     monkeypatch.setenv("HERON_TEST_FAULT", "inf@700")
-    base = ["--env-id", "Pendulum-v1", "--total-steps", "3000", "--checkpoint-every", "256", "--eval-every", "0",
-            "--eval-episodes", "1", "--log-every", "64", "--progress", "none", "--hidden-sizes", "32", "32"]
+    base = [
+        "--env-id",
+        "Pendulum-v1",
+        "--total-steps",
+        "3000",
+        "--checkpoint-every",
+        "256",
+        "--eval-every",
+        "0",
+        "--eval-episodes",
+        "1",
+        "--log-every",
+        "64",
+        "--progress",
+        "none",
+        "--hidden-sizes",
+        "32",
+        "32",
+    ]
     if algo == "sac":
         base += ["--learning-starts", "200", "--batch-size", "32"]
     assert main(["train", algo, *base, *flags, "--run-dir", str(run)]) == 3
@@ -125,14 +173,33 @@ def test_divergence_stops_at_once_with_exit_3_and_writes_nothing_non_finite(algo
 # -- 2. one process per run directory ---------------------------------------------------------------
 def test_a_live_run_directory_is_refused_and_a_killed_ones_lock_is_not(tmp_path, capsys):
     run = tmp_path / "run"
-    first = _popen(["train", "td3", "--env-id", "Pendulum-v1", "--total-steps", "1000000", "--learning-starts",
-                    "1000000", "--checkpoint-every", "500", "--progress", "none", "--run-dir", str(run)])
+    first = _popen(
+        [
+            "train",
+            "td3",
+            "--env-id",
+            "Pendulum-v1",
+            "--total-steps",
+            "1000000",
+            "--learning-starts",
+            "1000000",
+            "--checkpoint-every",
+            "500",
+            "--progress",
+            "none",
+            "--run-dir",
+            str(run),
+        ]
+    )
     try:
         deadline = time.time() + 60
         while not step_checkpoints(run / "checkpoints"):
             assert time.time() < deadline and first.poll() is None
             time.sleep(0.2)
-        for argv in (["train", "--resume", str(run)], ["train", "td3", "--env-id", "Pendulum-v1", "--run-dir", str(run)]):
+        for argv in (
+            ["train", "--resume", str(run)],
+            ["train", "td3", "--env-id", "Pendulum-v1", "--run-dir", str(run)],
+        ):
             assert main(argv) == 2
             assert f"is in use by process {first.pid}" in _error(capsys)
         assert first.poll() is None  # the live run trains on
@@ -159,7 +226,9 @@ def test_kill_inside_a_write_resumes_from_the_previous_complete_checkpoint(point
         assert (run / "metrics.csv").read_text().rstrip().endswith("torn")
         # and a kill while the resume rewrites config.yaml leaves the previous one
         config = (run / "config.yaml").read_text()
-        proc = _popen(["train", "--resume", str(run)], env={"HERON_FAULT": "config", "HERON_FAULT_MARKER": f"{marker}2"})
+        proc = _popen(
+            ["train", "--resume", str(run)], env={"HERON_FAULT": "config", "HERON_FAULT_MARKER": f"{marker}2"}
+        )
         _wait_for(Path(f"{marker}2"), proc)
         proc.kill()
         proc.communicate()
@@ -198,19 +267,45 @@ def test_disk_full_is_one_line_and_keeps_the_previous_checkpoint(point, tmp_path
 
 
 # -- 5. a crashing env ------------------------------------------------------------------------------
-@pytest.mark.parametrize("algo,kind,mode,last,end", [
-    ("td3", "raise", "sync", 536, 1200),
-    ("td3", "exit", "async", 536, 1200),
-    # mid-rollout: the end of the last iteration (512), with the half-overwritten replay slot left out
-    ("ppo", "raise", "sync", 512, 1216),
-])
-def test_env_crash_checkpoints_the_last_complete_step_and_resume_continues(algo, kind, mode, last, end, tmp_path,
-                                                                           monkeypatch):
+@pytest.mark.parametrize(
+    "algo,kind,mode,last,end",
+    [
+        ("td3", "raise", "sync", 536, 1200),
+        ("td3", "exit", "async", 536, 1200),
+        # mid-rollout: the end of the last iteration (512), with the half-overwritten replay slot left out
+        ("ppo", "raise", "sync", 512, 1216),
+    ],
+)
+def test_env_crash_checkpoints_the_last_complete_step_and_resume_continues(
+    algo, kind, mode, last, end, tmp_path, monkeypatch
+):
     run = tmp_path / "run"
     env = {"HERON_TEST_FAULT": f"{kind}@537", "HERON_TEST_FAULT_ONCE": str(tmp_path / "crashed")}
-    flags = TINY if algo == "td3" else [*TINY[:2], "--num-envs", "1", "--num-steps", "64", "--mode", "off-policy",
-                                        "--replay-rollouts", "3", "--hidden-sizes", "16", "--progress", "none",
-                                        "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0"]
+    flags = (
+        TINY
+        if algo == "td3"
+        else [
+            *TINY[:2],
+            "--num-envs",
+            "1",
+            "--num-steps",
+            "64",
+            "--mode",
+            "off-policy",
+            "--replay-rollouts",
+            "3",
+            "--hidden-sizes",
+            "16",
+            "--progress",
+            "none",
+            "--eval-every",
+            "0",
+            "--eval-episodes",
+            "1",
+            "--checkpoint-every",
+            "0",
+        ]
+    )
     args = ["train", algo, "--env-id", "fault_envs:Faulty", *flags, "--vector-mode", mode, "--run-dir", str(run)]
     proc = _popen(args, env=env)
     out, err = proc.communicate(timeout=120)
@@ -275,10 +370,14 @@ def test_foreign_mismatched_and_malicious_checkpoints_are_refused_and_nothing_ch
 # -- 7. Ctrl-C while a video is written -------------------------------------------------------------
 def test_ctrl_c_during_eval_video_leaves_no_mp4_under_the_final_name(tmp_path, capsys):
     run, marker = tmp_path / "run", tmp_path / "paused"
-    assert main(["train", "sac", "--env-id", "Pendulum-v1", *TINY[:-2], "--total-steps", "300",
-                 "--run-dir", str(run)]) == 0
-    proc = _popen(["eval", str(run), "--episodes", "1", "--video"],
-                  env={"HERON_FAULT": "video", "HERON_FAULT_MARKER": str(marker)})
+    assert (
+        main(["train", "sac", "--env-id", "Pendulum-v1", *TINY[:-2], "--total-steps", "300", "--run-dir", str(run)])
+        == 0
+    )
+    proc = _popen(
+        ["eval", str(run), "--episodes", "1", "--video"],
+        env={"HERON_FAULT": "video", "HERON_FAULT_MARKER": str(marker)},
+    )
     _wait_for(marker, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -289,9 +388,22 @@ def test_ctrl_c_during_eval_video_leaves_no_mp4_under_the_final_name(tmp_path, c
 # -- what a stop request or a SIGKILL leaves -------------------------------------------------------
 def test_sigterm_in_the_final_evaluation_exits_within_5_s_with_the_final_checkpoint(tmp_path):
     run, marker = tmp_path / "run", tmp_path / "evaluating"
-    proc = _popen(["train", "sac", "--env-id", "Pendulum-v1", *TINY[:-2], "--total-steps", "300",
-                   "--eval-episodes", "200", "--run-dir", str(run)],
-                  env={"HERON_FAULT": "eval:hold", "HERON_FAULT_MARKER": str(marker)})
+    proc = _popen(
+        [
+            "train",
+            "sac",
+            "--env-id",
+            "Pendulum-v1",
+            *TINY[:-2],
+            "--total-steps",
+            "300",
+            "--eval-episodes",
+            "200",
+            "--run-dir",
+            str(run),
+        ],
+        env={"HERON_FAULT": "eval:hold", "HERON_FAULT_MARKER": str(marker)},
+    )
     # held at the start of the final evaluation until the signal lands: its 200 episodes can end
     # within any fixed wait on a fast machine
     _wait_for(marker, proc)
@@ -306,9 +418,31 @@ def test_sigterm_in_the_final_evaluation_exits_within_5_s_with_the_final_checkpo
 
 def test_sigkill_at_a_random_moment_leaves_recent_logs_and_a_checkpoint_to_resume_from(tmp_path):
     run = tmp_path / "run"
-    proc = _popen(["train", "sac", "--env-id", "Pendulum-v1", "--total-steps", "1000000", "--learning-starts", "300",
-                   "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", "50", "--progress", "none",
-                   "--checkpoint-minutes", "0.02", "--run-dir", str(run)])  # everything else at its default
+    proc = _popen(
+        [
+            "train",
+            "sac",
+            "--env-id",
+            "Pendulum-v1",
+            "--total-steps",
+            "1000000",
+            "--learning-starts",
+            "300",
+            "--batch-size",
+            "32",
+            "--hidden-sizes",
+            "32",
+            "32",
+            "--log-every",
+            "50",
+            "--progress",
+            "none",
+            "--checkpoint-minutes",
+            "0.02",
+            "--run-dir",
+            str(run),
+        ]
+    )  # everything else at its default
     _wait_for(run / "metrics.csv", proc)  # started (importing torch alone can take 5 s on a loaded machine)
     time.sleep(random.uniform(4.0, 8.0))
     killed_at = time.time()
@@ -323,10 +457,12 @@ def test_sigkill_at_a_random_moment_leaves_recent_logs_and_a_checkpoint_to_resum
 
 
 def test_closing_envs_that_hang_ends_the_process_within_the_bound():
-    code = ("import threading, time\n"
-            "from heron.runtime.faults import close_bounded\n"
-            "close_bounded(threading.Event().wait, 'the stuck envs', timeout=1.0)\n"
-            "print('not reached')\n")
+    code = (
+        "import threading, time\n"
+        "from heron.runtime.faults import close_bounded\n"
+        "close_bounded(threading.Event().wait, 'the stuck envs', timeout=1.0)\n"
+        "print('not reached')\n"
+    )
     t0 = time.time()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert time.time() - t0 < 10 and p.returncode == 1 and "not reached" not in p.stdout
@@ -346,8 +482,13 @@ def test_an_evaluation_episode_that_never_ends_is_cut_with_a_warning(monkeypatch
             return np.zeros(1, np.float32)
 
     monkeypatch.setattr(episodes, "EVAL_EPISODE_CAP", 300)
-    returns = episodes.evaluate(Zero(), "endless", 2, 0,  # ConstantReward: reward 1, never ends
-                                env_fn=lambda render_mode: toy_envs.ConstantReward())
+    returns = episodes.evaluate(
+        Zero(),
+        "endless",
+        2,
+        0,  # ConstantReward: reward 1, never ends
+        env_fn=lambda render_mode: toy_envs.ConstantReward(),
+    )
     assert returns.tolist() == [300.0, 300.0]
     assert "evaluation episode of endless ran 300 steps without ending" in capsys.readouterr().err
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from heron.ops.fused import ReluMLP, TanhMLP
 from heron.accel.graphs import capturable
+from heron.accel.precision import Precision, clip_grad_norm
+from heron.ops.adam import adam
+from heron.ops.fused import ReluMLP, TanhMLP
 from heron.rl import nets
 from heron.rl.nets import EnsembleMLP, RecurrentCore, RunningNorm
-from heron.ops.adam import adam
-from heron.accel.precision import Precision, clip_grad_norm
 from heron.rl.schedules import set_lr
 
 
@@ -131,10 +131,15 @@ def test_bf16_mixed_equals_autocast_around_each_layer():
     # ReLU commutes with rounding: bfloat16 activations between the hidden layers are the same; the
     # last layer is float32 (heron.ops.fused: a bfloat16 Q value would move in steps of 2 near 300)
     assert torch.equal(y, ref)
-    all_bf16 = F.linear(F.linear(F.linear(x.bfloat16(), ens.layers[0].weight[0].t().bfloat16(),
-                                          ens.layers[0].bias[0].bfloat16()).relu(),
-                                 ens.layers[1].weight[0].t().bfloat16(), ens.layers[1].bias[0].bfloat16()).relu(),
-                        ens.layers[2].weight[0].t().bfloat16(), ens.layers[2].bias[0].bfloat16())
+    all_bf16 = F.linear(
+        F.linear(
+            F.linear(x.bfloat16(), ens.layers[0].weight[0].t().bfloat16(), ens.layers[0].bias[0].bfloat16()).relu(),
+            ens.layers[1].weight[0].t().bfloat16(),
+            ens.layers[1].bias[0].bfloat16(),
+        ).relu(),
+        ens.layers[2].weight[0].t().bfloat16(),
+        ens.layers[2].bias[0].bfloat16(),
+    )
     assert not torch.equal(y[0], all_bf16.float()), "the last layer ran in bfloat16"
     y.sum().backward()
     got = _grads(list(ens.parameters()))

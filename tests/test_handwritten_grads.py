@@ -51,8 +51,12 @@ def test_alpha_loss_grad_is_autograds():
 
 
 def test_squash_grads_are_autograds():
-    z, scale, bias, g = _leaf(5, 3), torch.tensor([2.0, 0.5, 1.0], dtype=torch.float64), _leaf(3, seed=4).detach(), \
-        _leaf(5, 3, seed=5).detach()
+    z, scale, bias, g = (
+        _leaf(5, 3),
+        torch.tensor([2.0, 0.5, 1.0], dtype=torch.float64),
+        _leaf(3, seed=4).detach(),
+        _leaf(5, 3, seed=5).detach(),
+    )
     a, t = squash(z, scale, bias)
     (want,) = torch.autograd.grad(a, z, g)
     assert torch.allclose(squash_grad(g, t.detach(), scale), want, rtol=1e-12, atol=1e-12)
@@ -88,8 +92,11 @@ def test_ppo_policy_loss_and_grad_is_autograds(dual_clip):
 
 @pytest.mark.parametrize("clip", [False, True])
 def test_ppo_value_loss_and_grad_is_autograds(clip):
-    values, values_old, returns = _leaf(64, low=-2, high=2, seed=15), _leaf(64, seed=16).detach(), \
-        _leaf(64, low=-2, high=2, seed=17).detach()
+    values, values_old, returns = (
+        _leaf(64, low=-2, high=2, seed=15),
+        _leaf(64, seed=16).detach(),
+        _leaf(64, low=-2, high=2, seed=17).detach(),
+    )
     (want,) = torch.autograd.grad(ppo.value_loss(values, values_old, returns, 0.2, clip) * 0.5, values)
     loss, got = ppo_grads.value_loss_and_grad(values.detach(), values_old, returns, 0.2, clip, scale=0.5)
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -100,8 +107,9 @@ def test_ppo_value_loss_and_grad_is_autograds(clip):
 def test_ppo_head_grad_is_autograds(kind):
     from heron.algos.ppo.networks import ActionHead
 
-    action = {"kind": "discrete", "n": 4} if kind == "discrete" else {"kind": "box", "low": [-1.0] * 3,
-                                                                       "high": [1.0] * 3}
+    action = (
+        {"kind": "discrete", "n": 4} if kind == "discrete" else {"kind": "box", "low": [-1.0] * 3, "high": [1.0] * 3}
+    )
     head = ActionHead(8, action, state_dependent_std=kind.endswith("std"), init_log_std=0.0).double()
     with torch.no_grad():
         if kind == "box":

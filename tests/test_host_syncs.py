@@ -29,22 +29,33 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from heron.accel.handwritten import ppo as ppo_lean
 from heron.accel.handwritten import sac as sac_lean
+from heron.accel.handwritten import td3 as td3_lean
+from heron.accel.handwritten.common import LeanCritics
+from heron.accel.precision import Precision
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
-from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.train import make_update as td3_make_update
-from heron.rl import nets
-from heron.accel.handwritten.common import LeanCritics
 from heron.ops.adam import adam
-from heron.accel.precision import Precision
+from heron.rl import nets
 
 CPU = torch.device("cpu")
 READ, FROM_HOST, SIZED = "reads a tensor on the host", "makes a tensor from host data", "has a data-dependent size"
 # the operations that wait for the device: what each does
-WAITS = {"_local_scalar_dense": READ, "is_nonzero": READ, "equal": READ, "allclose": READ, "lift_fresh": FROM_HOST,
-         "lift_fresh_copy": FROM_HOST, "nonzero": SIZED, "masked_select": SIZED, "_unique2": SIZED,
-         "unique_consecutive": SIZED, "unique_dim": SIZED, "bincount": SIZED}
+WAITS = {
+    "_local_scalar_dense": READ,
+    "is_nonzero": READ,
+    "equal": READ,
+    "allclose": READ,
+    "lift_fresh": FROM_HOST,
+    "lift_fresh_copy": FROM_HOST,
+    "nonzero": SIZED,
+    "masked_select": SIZED,
+    "_unique2": SIZED,
+    "unique_consecutive": SIZED,
+    "unique_dim": SIZED,
+    "bincount": SIZED,
+}
 MASKED = ("index", "index_put", "index_put_", "_index_put_impl_")  # with a boolean index: SIZED
 
 
@@ -52,11 +63,16 @@ def _waits(name: str, args: tuple, kwargs: dict) -> str | None:
     """What the operation ``name`` called with ``args`` waits for (None: nothing)."""
     if name in WAITS:
         return WAITS[name]
-    if name in MASKED and any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
-                              for i in (args[1] if len(args) > 1 else kwargs.get("indices", ()))):
+    if name in MASKED and any(
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+        for i in (args[1] if len(args) > 1 else kwargs.get("indices", ()))
+    ):
         return SIZED
-    if name == "repeat_interleave" and isinstance(args[-1] if args else None, torch.Tensor) and \
-            kwargs.get("output_size") is None:
+    if (
+        name == "repeat_interleave"
+        and isinstance(args[-1] if args else None, torch.Tensor)
+        and kwargs.get("output_size") is None
+    ):
         return SIZED
     return None
 
@@ -121,13 +137,20 @@ def _offpolicy(algo: str, lean: bool):
 
 def _ppo(kind: str, lean: bool):
     ppo_train = importlib.import_module("heron.algos.ppo.train")
-    cfg = ppo_train.Config(hidden_sizes=(32, 32), obs_norm=True, ent_coef=0.01, clip_vloss=True, clip_coef=0.2,
-                           dual_clip=3.0 if kind == "discrete" else None)
+    cfg = ppo_train.Config(
+        hidden_sizes=(32, 32),
+        obs_norm=True,
+        ent_coef=0.01,
+        clip_vloss=True,
+        clip_coef=0.2,
+        dual_clip=3.0 if kind == "discrete" else None,
+    )
     torch.manual_seed(0)
     model = ppo_train._build(cfg, ppo_spaces(kind))
     opt = adam(model.parameters(), 3e-4, eps=1e-5)
-    update = ppo_lean.LeanUpdate(cfg, model, opt) if lean else ppo_train.make_update(cfg, model, opt,
-                                                                                      Precision("32", CPU))
+    update = (
+        ppo_lean.LeanUpdate(cfg, model, opt) if lean else ppo_train.make_update(cfg, model, opt, Precision("32", CPU))
+    )
     batch = _minibatch(model, kind, 64, torch.Generator().manual_seed(1))
     return lambda: update(batch)
 
@@ -146,9 +169,16 @@ def _ppo_recurrent():
         params, _, _ = model(obs, state0, starts)
         actions = model.pi_head.sample_logp(params)[0]
         logp = model.pi_head.log_prob(params, actions)
-    batch = {"obs": obs, "state0": state0, "starts": starts, "actions": actions,
-             "logp": logp + 0.3 * torch.randn(B, L, generator=g), "adv": torch.randn(B, L, generator=g),
-             "returns_n": torch.randn(B, L, generator=g), "values_n": torch.randn(B, L, generator=g)}
+    batch = {
+        "obs": obs,
+        "state0": state0,
+        "starts": starts,
+        "actions": actions,
+        "logp": logp + 0.3 * torch.randn(B, L, generator=g),
+        "adv": torch.randn(B, L, generator=g),
+        "returns_n": torch.randn(B, L, generator=g),
+        "values_n": torch.randn(B, L, generator=g),
+    }
     update = ppo_train.make_update(cfg, model, adam(model.parameters(), 3e-4, eps=1e-5), Precision("32", CPU))
     return lambda: update(batch)
 
@@ -158,8 +188,13 @@ def _dreamer(algo: str, discrete: bool, pixels: bool = False, precision: str = "
     config = importlib.import_module(f"heron.algos.{algo}.config")
     train = importlib.import_module(f"heron.algos.{algo}.train")
     cfg = config.Config(**config.PRESETS["debug"])
-    spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"], "discrete": discrete,
-              "action_dim": 2}
+    spaces = {
+        "obs_spec": {"state": [[4], "float32"]},
+        "cnn_keys": [],
+        "mlp_keys": ["state"],
+        "discrete": discrete,
+        "action_dim": 2,
+    }
     if pixels:
         spaces["obs_spec"]["rgb"] = [[3, 64, 64], "uint8"]
         spaces["cnn_keys"] = ["rgb"]
@@ -175,24 +210,37 @@ def _dreamer(algo: str, discrete: bool, pixels: bool = False, precision: str = "
     T, B = cfg.sequence_length, cfg.per_rank_batch_size
     first = rng.random((T, B)) < 0.1
     action = np.eye(2)[rng.integers(0, 2, (T, B))] if discrete else rng.uniform(-1, 1, (T, B, 2))
-    batch = {"state": torch.randn(T, B, 4), "action": torch.as_tensor(action, dtype=torch.float32),
-             "reward": torch.randn(T, B), "is_first": torch.as_tensor(first),
-             "is_terminal": torch.as_tensor(rng.random((T, B)) < 0.05)}
+    batch = {
+        "state": torch.randn(T, B, 4),
+        "action": torch.as_tensor(action, dtype=torch.float32),
+        "reward": torch.randn(T, B),
+        "is_first": torch.as_tensor(first),
+        "is_terminal": torch.as_tensor(rng.random((T, B)) < 0.05),
+    }
     if pixels:
         batch["rgb"] = torch.as_tensor(rng.integers(0, 256, (T, B, 3, 64, 64), dtype=np.uint8))
     return lambda: update(batch)
 
 
 STEPS = {
-    "sac": lambda: _offpolicy("sac", False), "sac hand-written": lambda: _offpolicy("sac", True),
-    "td3": lambda: _offpolicy("td3", False), "td3 hand-written": lambda: _offpolicy("td3", True),
-    "ppo discrete": lambda: _ppo("discrete", False), "ppo box": lambda: _ppo("box", False),
-    "ppo discrete hand-written": lambda: _ppo("discrete", True), "ppo box hand-written": lambda: _ppo("box", True),
+    "sac": lambda: _offpolicy("sac", False),
+    "sac hand-written": lambda: _offpolicy("sac", True),
+    "td3": lambda: _offpolicy("td3", False),
+    "td3 hand-written": lambda: _offpolicy("td3", True),
+    "ppo discrete": lambda: _ppo("discrete", False),
+    "ppo box": lambda: _ppo("box", False),
+    "ppo discrete hand-written": lambda: _ppo("discrete", True),
+    "ppo box hand-written": lambda: _ppo("box", True),
     "ppo recurrent, recorded": _ppo_recurrent,
-    **{f"{algo} {'discrete' if discrete else 'box'}": lambda algo=algo, discrete=discrete: _dreamer(algo, discrete)
-       for algo in ("dreamer_v2", "dreamer_v3") for discrete in (True, False)},
-    **{f"{algo} pixels and vectors, bf16-mixed": lambda algo=algo: _dreamer(algo, True, True, "bf16-mixed")
-       for algo in ("dreamer_v2", "dreamer_v3")},
+    **{
+        f"{algo} {'discrete' if discrete else 'box'}": lambda algo=algo, discrete=discrete: _dreamer(algo, discrete)
+        for algo in ("dreamer_v2", "dreamer_v3")
+        for discrete in (True, False)
+    },
+    **{
+        f"{algo} pixels and vectors, bf16-mixed": lambda algo=algo: _dreamer(algo, True, True, "bf16-mixed")
+        for algo in ("dreamer_v2", "dreamer_v3")
+    },
 }
 
 
@@ -220,8 +268,13 @@ def test_the_watch_sees_what_waits(monkeypatch):
         return loss.item() * scale.sum() + picked.sum() + indexed.sum() + same
 
     found = waits_in(step, monkeypatch)
-    for op, line in (("_local_scalar_dense", "loss.item()"), ("lift_fresh", "torch.tensor("),
-                     ("masked_select", "masked_select("), ("index", "w[w < 0]"), ("equal", "torch.equal(")):
+    for op, line in (
+        ("_local_scalar_dense", "loss.item()"),
+        ("lift_fresh", "torch.tensor("),
+        ("masked_select", "masked_select("),
+        ("index", "w[w < 0]"),
+        ("equal", "torch.equal("),
+    ):
         assert any(f"({op})" in f and line in f and "test_host_syncs.py:" in f for f in found), (op, found)
     with pytest.raises(AssertionError, match="num_classes"):
         waits_in(lambda: F.one_hot(torch.tensor([0, 2])), monkeypatch)

@@ -29,8 +29,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "heron"
 
-FACES = {"heron", "heron.__main__", "heron._commit", "heron.api", "heron.bench", "heron.checkenv", "heron.cli",
-         "heron.export", "heron.plot", "heron.registry", "heron.tune"}
+FACES = {
+    "heron",
+    "heron.__main__",
+    "heron._commit",
+    "heron.api",
+    "heron.bench",
+    "heron.checkenv",
+    "heron.cli",
+    "heron.export",
+    "heron.plot",
+    "heron.registry",
+    "heron.tune",
+}
 # (layer, its modules' prefix); the lower the rank, the lower the layer; equal ranks are siblings
 LAYERS = [
     ("algos", "heron.algos", 6),
@@ -60,7 +71,8 @@ def modules() -> dict[str, Path]:
 def _type_checking_only(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imports(path: Path, known: set[str], root: Path = ROOT) -> list[tuple[str, int]]:
@@ -112,10 +124,15 @@ def violation(importer: str, imported: str) -> str | None:
         return None
     (layer, rank), (other, other_rank) = mine, theirs
     if importer.startswith(HANDWRITTEN) and other == "algos":
-        algo = importer[len(HANDWRITTEN):]
+        algo = importer[len(HANDWRITTEN) :]
         allowed = {f"heron.algos.{algo}.losses", f"heron.algos.{algo}.networks"}
-        return None if imported in allowed else (
-            f"a hand-written step imports only its algorithm's losses and networks ({', '.join(sorted(allowed))})")
+        return (
+            None
+            if imported in allowed
+            else (
+                f"a hand-written step imports only its algorithm's losses and networks ({', '.join(sorted(allowed))})"
+            )
+        )
     if layer == "algos" and other == "accel" and imported not in ALGO_ENTRIES:
         return f"the algorithms reach the fast paths through {' and '.join(ALGO_ENTRIES)} only"
     if layer == other:
@@ -186,17 +203,20 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not circles, f"modules that import each other: {circles}"
 
 
-@pytest.mark.parametrize("importer, imported, allowed", [
-    ("heron.rl.nets", "heron.accel.graphs", False),  # a layer above
-    ("heron.rl.buffers", "heron.envs.step", False),  # siblings
-    ("heron.algos.sac.train", "heron.accel.handwritten.sac", False),  # not through the builder
-    ("heron.algos.sac.train", "heron.accel.step", True),
-    ("heron.accel.handwritten.sac", "heron.algos.sac.losses", True),
-    ("heron.accel.handwritten.sac", "heron.algos.td3.losses", False),  # another algorithm's
-    ("heron.accel.handwritten.sac", "heron.algos.sac.train", False),
-    ("heron.runtime.run", "heron.api", False),  # a face
-    ("heron.cli", "heron.accel.handwritten.sac", True),
-])
+@pytest.mark.parametrize(
+    "importer, imported, allowed",
+    [
+        ("heron.rl.nets", "heron.accel.graphs", False),  # a layer above
+        ("heron.rl.buffers", "heron.envs.step", False),  # siblings
+        ("heron.algos.sac.train", "heron.accel.handwritten.sac", False),  # not through the builder
+        ("heron.algos.sac.train", "heron.accel.step", True),
+        ("heron.accel.handwritten.sac", "heron.algos.sac.losses", True),
+        ("heron.accel.handwritten.sac", "heron.algos.td3.losses", False),  # another algorithm's
+        ("heron.accel.handwritten.sac", "heron.algos.sac.train", False),
+        ("heron.runtime.run", "heron.api", False),  # a face
+        ("heron.cli", "heron.accel.handwritten.sac", True),
+    ],
+)
 def test_the_contract_can_fail(importer, imported, allowed):
     assert (violation(importer, imported) is None) is allowed
 
@@ -204,7 +224,9 @@ def test_the_contract_can_fail(importer, imported, allowed):
 def test_imports_are_read_from_function_bodies_and_not_from_type_checking_blocks(tmp_path):
     src = tmp_path / "heron" / "rl" / "x.py"
     src.parent.mkdir(parents=True)
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from heron.runtime.run import Run\n"
-                   "def f():\n    from heron.accel import graphs\n")
+    src.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from heron.runtime.run import Run\n"
+        "def f():\n    from heron.accel import graphs\n"
+    )
     found = imports(src, {"heron.accel.graphs"}, root=tmp_path)
     assert found == [("heron.accel.graphs", 5)]

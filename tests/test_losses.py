@@ -8,7 +8,7 @@ import torch
 
 from heron.algos.sac import losses as sac
 from heron.algos.td3 import losses as td3
-from heron.rl.nets import (LOG_STD_MAX, LOG_STD_MIN, squash_log_std, tanh_normal_sample)
+from heron.rl.nets import LOG_STD_MAX, LOG_STD_MIN, squash_log_std, tanh_normal_sample
 
 
 def test_soft_q_target_hand_numbers():
@@ -52,11 +52,14 @@ def test_td3_target_and_smoothing_hand_numbers():
     next_actions = torch.tensor([[0.9, -0.2]])
     noise = torch.tensor([[0.8, -0.1]])  # first clipped to 0.5
     scale = torch.tensor([1.0, 2.0])
-    a = td3.smoothed_target_actions(next_actions, noise, 0.5, scale, torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 2.0]))
+    a = td3.smoothed_target_actions(
+        next_actions, noise, 0.5, scale, torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 2.0])
+    )
     # [0.9 + 0.5 -> clipped to 1.0, -0.2 + (-0.1 * 2) = -0.4]
     assert torch.allclose(a, torch.tensor([[1.0, -0.4]]))
-    y = td3.td_target(torch.tensor([1.0, 1.0]), torch.tensor([False, True]),
-                      torch.tensor([[5.0, 7.0], [4.0, 9.0]]), gamma=0.5)
+    y = td3.td_target(
+        torch.tensor([1.0, 1.0]), torch.tensor([False, True]), torch.tensor([[5.0, 7.0], [4.0, 9.0]]), gamma=0.5
+    )
     assert torch.allclose(y, torch.tensor([3.0, 1.0]))
     assert torch.isclose(td3.actor_loss(torch.tensor([1.0, 3.0])), torch.tensor(-2.0))
 
@@ -98,5 +101,7 @@ def test_tanh_normal_density_integrates_to_one():
     torch.manual_seed(1)
     act, lp = tanh_normal_sample(mean.expand(5, 1), log_std.expand(5, 1), scale, bias)
     u = torch.atanh((act[:, 0] - bias) / scale)
-    ref = torch.distributions.Normal(mean[0, 0], log_std.exp()[0, 0]).log_prob(u) - torch.log(scale * (1 - torch.tanh(u) ** 2))
+    ref = torch.distributions.Normal(mean[0, 0], log_std.exp()[0, 0]).log_prob(u) - torch.log(
+        scale * (1 - torch.tanh(u) ** 2)
+    )
     assert torch.allclose(lp, ref, atol=1e-8)

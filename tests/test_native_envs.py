@@ -12,12 +12,12 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from heron.rl.buffers import ReplayBuffer
 from heron.envs.make import VecEnv
 from heron.envs.native import NativeVecEnv
+from heron.envs.torch_pendulum import TorchPendulum
 from heron.envs.user_vector import autoreset_mode
 from heron.errors import HeronError
-from heron.envs.torch_pendulum import TorchPendulum
+from heron.rl.buffers import ReplayBuffer
 
 N, LIMIT = 3, 5  # short episodes: every env ends several of them
 
@@ -36,8 +36,16 @@ def _transitions(envs, steps: int) -> list[list[tuple]]:
         step = envs.step(actions)
         valid = np.ones(N, bool) if step.valid is None else step.valid
         for i in np.flatnonzero(valid):
-            out[i].append((obs[i].tolist(), actions[i].tolist(), float(step.rewards[i]), step.next_obs[i].tolist(),
-                           bool(step.terminated[i]), bool(step.truncated[i])))
+            out[i].append(
+                (
+                    obs[i].tolist(),
+                    actions[i].tolist(),
+                    float(step.rewards[i]),
+                    step.next_obs[i].tolist(),
+                    bool(step.terminated[i]),
+                    bool(step.truncated[i]),
+                )
+            )
         taken += valid
         obs = step.obs
     return out
@@ -46,8 +54,12 @@ def _transitions(envs, steps: int) -> list[list[tuple]]:
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
 def test_a_native_vector_env_gives_heron_s_transitions_in_each_autoreset_mode(mode):
     own = VecEnv("Pendulum-v1", N, seed=4, max_episode_steps=LIMIT)
-    native = NativeVecEnv("Pendulum-v1", N, 4, envs=SyncVectorEnv(
-        [lambda: gym.make("Pendulum-v1", max_episode_steps=LIMIT)] * N, autoreset_mode=mode))
+    native = NativeVecEnv(
+        "Pendulum-v1",
+        N,
+        4,
+        envs=SyncVectorEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=LIMIT)] * N, autoreset_mode=mode),
+    )
     try:
         assert native.mode == mode
         expected, got = _transitions(own, 4 * LIMIT), _transitions(native, 4 * LIMIT + 3)
@@ -96,9 +108,15 @@ def test_rows_that_are_no_transition_are_never_sampled_and_survive_a_checkpoint(
     for t in range(10):
         valid = np.ones(4, bool)
         valid[t % 4] = t % 3 != 0  # a few rows that are no transition
-        rb.add(valid, obs=np.full((4, 1), t, np.float32), next_obs=np.zeros((4, 1), np.float32),
-               actions=np.zeros((4, 1), np.float32), rewards=np.zeros(4, np.float32),
-               terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+        rb.add(
+            valid,
+            obs=np.full((4, 1), t, np.float32),
+            next_obs=np.zeros((4, 1), np.float32),
+            actions=np.zeros((4, 1), np.float32),
+            rewards=np.zeros(4, np.float32),
+            terminated=np.zeros(4, bool),
+            truncated=np.zeros(4, bool),
+        )
     invalid = {(t, t % 4) for t in range(10) if t % 3 == 0}
     rows = rb.indices(4000)
     drawn = {(int(r) // 4, int(r) % 4) for r in rows}
@@ -119,27 +137,55 @@ def test_bad_native_vector_envs_are_refused_in_one_line():
         autoreset_mode(Unreadable())
     with pytest.raises(HeronError, match="has 2 envs, the run asks for 3"):
         NativeVecEnv("heron/TorchPendulum-v1", 3, 0, envs=TorchPendulum(2))
-    dict_envs = SyncVectorEnv([lambda: gym.wrappers.TransformObservation(
-        gym.make("Pendulum-v1"), lambda o: {"x": o}, gym.spaces.Dict({"x": gym.make("Pendulum-v1").observation_space}))])
+    dict_envs = SyncVectorEnv(
+        [
+            lambda: gym.wrappers.TransformObservation(
+                gym.make("Pendulum-v1"),
+                lambda o: {"x": o},
+                gym.spaces.Dict({"x": gym.make("Pendulum-v1").observation_space}),
+            )
+        ]
+    )
     with pytest.raises(HeronError, match="takes Box observations"):
         NativeVecEnv("Pendulum-v1", 1, 0, envs=dict_envs)
     dict_envs.close()
-    done = subprocess.run([sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native",
-                           "--action-repeat", "2"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "heron", "train", "dreamer_v2", "--vector-mode", "native", "--action-repeat", "2"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "heron: error: --vector-mode native trains dreamer_v2 on the env's vector observations as it steps them: "
-        "--action-repeat 1 and no --observation pixels (heron's vector envs do those)"]
+        "--action-repeat 1 and no --observation pixels (heron's vector envs do those)"
+    ]
 
 
 def test_a_run_on_a_native_vector_env_resumes_with_its_episodes_started_anew(tmp_path):
     # Gymnasium's vector CartPole cannot save its state (heron's tensor Pendulum can: test_determinism)
-    args = ["train", "ppo", "--env-id", "CartPole-v1", "--vector-mode", "native", "--num-envs", "4",
-            "--preset", "debug", "--run-dir", str(tmp_path / "run")]
-    crashed = subprocess.run([sys.executable, "-m", "heron", *args], capture_output=True, text=True,
-                             env={**os.environ, "HERON_CRASH_AFTER_CHECKPOINT": "1024"})
+    args = [
+        "train",
+        "ppo",
+        "--env-id",
+        "CartPole-v1",
+        "--vector-mode",
+        "native",
+        "--num-envs",
+        "4",
+        "--preset",
+        "debug",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    crashed = subprocess.run(
+        [sys.executable, "-m", "heron", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HERON_CRASH_AFTER_CHECKPOINT": "1024"},
+    )
     assert crashed.returncode == 17, crashed.stderr
-    resumed = subprocess.run([sys.executable, "-m", "heron", "train", "--resume", str(tmp_path / "run")],
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "heron", "train", "--resume", str(tmp_path / "run")], capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stderr.count("cannot save its state: every env starts a new episode on resume") == 1
     state = torch.load(tmp_path / "run" / "checkpoints" / "step_000002048.pt", weights_only=False)
@@ -152,8 +198,10 @@ def test_check_env_says_what_native_mode_reads_of_a_vector_env():
     report = check("heron/TorchPendulum-v1", steps=900)
     vector = [f for f in report.findings if f.what == "vector env (--vector-mode native)"]
     assert len(vector) == 1 and vector[0].ok
-    assert vector[0].detail.startswith("NextStep autoreset, torch.Tensor observations on cpu, read as tensors (the "
-                                       "tensor contract holds); 4 episode(s) ended")
+    assert vector[0].detail.startswith(
+        "NextStep autoreset, torch.Tensor observations on cpu, read as tensors (the "
+        "tensor contract holds); 4 episode(s) ended"
+    )
     assert not [f for f in check("Pendulum-v1", steps=50).findings if f.what.startswith("vector env")]
 
 
@@ -224,12 +272,24 @@ def test_ppo_learns_from_transitions_only_on_a_next_step_vector_env(counter_id, 
         def step(mb):
             drawn.append(mb["obs"].reshape(-1, 2).clone())
             return update(mb)
+
         return step
 
     monkeypatch.setattr(ppo_train, "build_step", watched)
-    heron.train("ppo", env_id=counter_id, vector_mode="native", num_envs=3, num_steps=20, num_minibatches=4,
-                update_epochs=2, total_steps=120, eval_every=0, eval_episodes=1, fused_update=fused,
-                run_dir=str(tmp_path / "run"))
+    heron.train(
+        "ppo",
+        env_id=counter_id,
+        vector_mode="native",
+        num_envs=3,
+        num_steps=20,
+        num_minibatches=4,
+        update_epochs=2,
+        total_steps=120,
+        eval_every=0,
+        eval_episodes=1,
+        fused_update=fused,
+        run_dir=str(tmp_path / "run"),
+    )
     obs = torch.cat(drawn)
     steps, env = obs[:, 0], obs[:, 1]
     # 2 rollouts x 2 epochs; each rollout has 60 rows, of which 60 // (4 + i) per env i are reset rows
@@ -266,10 +326,14 @@ def test_envpool_ids_step_envpool_reseeded_by_the_run_and_read_in_next_step_mode
         envs.close()
         with pytest.raises(HeronError, match="EnvPool has no task 'Nope-v1'"):
             check_env_id("envpool/Nope-v1")
-        done = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--env-id", "envpool/Pendulum-v1"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "heron", "train", "sac", "--env-id", "envpool/Pendulum-v1"],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-            "heron: error: envpool/Pendulum-v1 is EnvPool's vector env: train on it with --vector-mode native"]
+            "heron: error: envpool/Pendulum-v1 is EnvPool's vector env: train on it with --vector-mode native"
+        ]
     finally:
         gym.registry.pop("envpool/Pendulum-v1", None)
 
@@ -285,9 +349,18 @@ def test_dreamer_v2_stores_whole_episodes_of_a_next_step_vector_env(counter_id, 
         return store(self, episode)
 
     monkeypatch.setattr(EpisodeBuffer, "store_episode", watched)
-    heron.train("dreamer_v2", env_id=counter_id, vector_mode="native", num_envs=3, presets=["debug"],
-                total_steps=90, learning_starts=30, buffer_type="sequential", sequence_length=4,
-                run_dir=str(tmp_path / "run"))
+    heron.train(
+        "dreamer_v2",
+        env_id=counter_id,
+        vector_mode="native",
+        num_envs=3,
+        presets=["debug"],
+        total_steps=90,
+        learning_starts=30,
+        buffer_type="sequential",
+        sequence_length=4,
+        run_dir=str(tmp_path / "run"),
+    )
     by_env = {}
     for episode in stored:
         steps, env = episode["state"][:, 0], int(episode["state"][0, 1])

@@ -2,9 +2,9 @@
 half-written one; CSVs torn by a killed training process still plot. Hand-written CSVs, no training."""
 
 import pytest
+from cli_helpers import cli_error as _error
 
 from heron.cli import main
-from cli_helpers import cli_error as _error
 
 pytest.importorskip("matplotlib")
 
@@ -22,8 +22,11 @@ def _run(tmp_path, name, metrics=METRICS, eval_csv=None):
 
 
 def _returns(steps=(100, 200, 300)):
-    return METRICS + "".join(f"{s},1700.{s},charts/episodic_return,{-s / 10}\n"
-                             f"{s},1700.{s},losses/qf_loss,{s / 1000}\n{s},1700.{s},charts/SPS,55\n" for s in steps)
+    return METRICS + "".join(
+        f"{s},1700.{s},charts/episodic_return,{-s / 10}\n"
+        f"{s},1700.{s},losses/qf_loss,{s / 1000}\n{s},1700.{s},charts/SPS,55\n"
+        for s in steps
+    )
 
 
 def test_unknown_metric_names_the_existing_ones_and_keeps_the_image(tmp_path, capsys):
@@ -49,16 +52,21 @@ def test_run_without_data_is_an_error_and_writes_no_image(tmp_path, capsys, metr
 
 
 def test_torn_last_rows_are_skipped(tmp_path, capsys):
-    run = _run(tmp_path, "run", _returns() + "400,1700.4,charts/episodic_re",
-               EVAL + "300,-20.5,3.1,5,1700.3\n400,-1")
+    run = _run(tmp_path, "run", _returns() + "400,1700.4,charts/episodic_re", EVAL + "300,-20.5,3.1,5,1700.3\n400,-1")
     out = tmp_path / "curves.png"
     assert main(["plot", str(run), "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out) and out.stat().st_size > 1000
     # torn rows in the middle (a run resumed after a kill appends after them) and a bad number are skipped too
-    run2 = _run(tmp_path, "run2", METRICS + "100,1700.1,charts/episodic_re\n100,1700.1,charts/episodic_return,x\n"
-                "200,1700.2,charts/episodic_return,-12.5\n", EVAL + "100,-1\n200,-20.5,3.1,5,1700.3\n")
+    run2 = _run(
+        tmp_path,
+        "run2",
+        METRICS + "100,1700.1,charts/episodic_re\n100,1700.1,charts/episodic_return,x\n"
+        "200,1700.2,charts/episodic_return,-12.5\n",
+        EVAL + "100,-1\n200,-20.5,3.1,5,1700.3\n",
+    )
     assert main(["plot", str(run2)]) == 0
     from heron.plot import read_eval, read_metric
+
     assert read_metric(run2, "charts/episodic_return") == ([200], [-12.5])
     assert read_eval(run2) == ([200], [-20.5], [3.1])
 

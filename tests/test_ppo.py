@@ -159,18 +159,21 @@ def test_explained_variance():
 # -- networks, recomputation, normalization ----------------------------------------------------------
 def _model(recurrent="none", shared=False, action=None, value_norm=False, obs_dim=3):
     torch.manual_seed(0)
-    spaces = {"obs_shape": [obs_dim], "obs_dtype": "float32",
-              "action": action or {"kind": "discrete", "n": 3}}
+    spaces = {"obs_shape": [obs_dim], "obs_dtype": "float32", "action": action or {"kind": "discrete", "n": 3}}
     return ActorCritic(spaces, (16,), shared, recurrent, 8, False, value_norm, False, 0.0)
 
 
 def _rollout(T=6, N=2, obs_dim=3, S=0):
     g = torch.Generator().manual_seed(3)
-    return {"obs": torch.randn(1, T, N, obs_dim, generator=g), "next_obs": torch.randn(1, T, N, obs_dim, generator=g),
-            "rewards": torch.randn(1, T, N, generator=g), "terminated": torch.zeros(1, T, N, dtype=torch.bool),
-            "truncated": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([2]), True),
-            "starts": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([0, 3]), True),
-            "state0": torch.zeros(1, N, S)}
+    return {
+        "obs": torch.randn(1, T, N, obs_dim, generator=g),
+        "next_obs": torch.randn(1, T, N, obs_dim, generator=g),
+        "rewards": torch.randn(1, T, N, generator=g),
+        "terminated": torch.zeros(1, T, N, dtype=torch.bool),
+        "truncated": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([2]), True),
+        "starts": torch.zeros(1, T, N, dtype=torch.bool).index_fill_(1, torch.tensor([0, 3]), True),
+        "state0": torch.zeros(1, N, S),
+    }
 
 
 def test_recomputation_uses_the_current_critic():
@@ -276,6 +279,7 @@ def test_action_heads_log_probs_and_entropies():
 def test_action_spaces_supported_and_rejected():
     assert action_info(gym.spaces.MultiBinary(3), "x") == {"kind": "multidiscrete", "nvec": [2, 2, 2]}
     from heron.errors import HeronError
+
     with pytest.raises(HeronError, match="ppo supports"):
         action_info(gym.spaces.Tuple([gym.spaces.Discrete(2)]), "x")
 
@@ -317,8 +321,11 @@ def test_reward_scaler_statistics_are_numpys_mean_and_var_exactly():
 
 
 def test_reward_scaler_scales_a_tensor_env_s_rewards_as_numpy_s_in_torch():
-    arrays, tensors, rng = RewardScaler(5, gamma=0.99, clip=2.0), RewardScaler(5, gamma=0.99, clip=2.0), \
-        np.random.default_rng(2)
+    arrays, tensors, rng = (
+        RewardScaler(5, gamma=0.99, clip=2.0),
+        RewardScaler(5, gamma=0.99, clip=2.0),
+        np.random.default_rng(2),
+    )
     for _ in range(50):
         rewards, done = rng.normal(1.0, 4.0, 5).astype(np.float32), rng.random(5) < 0.2
         expected, got = arrays(rewards, done), tensors(torch.from_numpy(rewards), torch.from_numpy(done))
@@ -331,8 +338,11 @@ def test_reward_scaler_scales_a_tensor_env_s_rewards_as_numpy_s_in_torch():
 
 
 def test_sample_logp_matches_sample_then_log_prob():
-    for action in ({"kind": "box", "low": torch.tensor([-1.0]), "high": torch.tensor([1.0])},
-                   {"kind": "multidiscrete", "nvec": [2, 3]}, None):
+    for action in (
+        {"kind": "box", "low": torch.tensor([-1.0]), "high": torch.tensor([1.0])},
+        {"kind": "multidiscrete", "nvec": [2, 3]},
+        None,
+    ):
         model = _model(action=action)
         params = model.pi_head(torch.randn(6, 16))
         a, logp = model.pi_head.sample_logp(params)
@@ -343,6 +353,7 @@ def test_nature_cnn_scales_frames_without_touching_its_input():
     """uint8 frames are scaled in the network's own float copy; a float input (the caller's tensor)
     gives the same features and is left as it was."""
     from heron.rl.nets import NatureCNN
+
     torch.manual_seed(0)
     cnn = NatureCNN(4)
     frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)

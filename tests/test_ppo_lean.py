@@ -9,19 +9,22 @@ import numpy as np
 import pytest
 import torch
 
-from heron.accel.handwritten import ppo as lean
-from heron.algos.ppo.config import Config
 from heron.accel import acting
-from heron.ops.adam import adam
+from heron.accel.handwritten import ppo as lean
 from heron.accel.precision import Precision
+from heron.algos.ppo.config import Config
+from heron.ops.adam import adam
 
 ppo_train = importlib.import_module("heron.algos.ppo.train")
 CPU = torch.device("cpu")
 
 
 def _spaces(kind: str) -> dict:
-    action = ({"kind": "discrete", "n": 3} if kind == "discrete"
-              else {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)})
+    action = (
+        {"kind": "discrete", "n": 3}
+        if kind == "discrete"
+        else {"kind": "box", "low": -torch.ones(2), "high": torch.ones(2)}
+    )
     return {"obs_shape": [5], "obs_dtype": "float32", "action": action, "obs_parts": None}
 
 
@@ -33,21 +36,31 @@ def _minibatch(model, kind: str, B: int, g: torch.Generator) -> dict:
         params, _, _ = model(obs, torch.zeros(B, 0), torch.zeros(B, 1, dtype=torch.bool))
         actions = model.pi_head.sample_logp(params)[0]
         logp = model.pi_head.log_prob(params, actions)
-    return {"obs": obs, "state0": torch.zeros(B, 0), "starts": torch.zeros(B, 1, dtype=torch.bool),
-            "actions": actions, "logp": logp + 0.4 * torch.randn(B, 1, generator=g),
-            "adv": torch.randn(B, 1, generator=g) * 3 + 0.5, "returns_n": torch.randn(B, 1, generator=g),
-            "values_n": 0.3 * torch.randn(B, 1, generator=g)}
+    return {
+        "obs": obs,
+        "state0": torch.zeros(B, 0),
+        "starts": torch.zeros(B, 1, dtype=torch.bool),
+        "actions": actions,
+        "logp": logp + 0.4 * torch.randn(B, 1, generator=g),
+        "adv": torch.randn(B, 1, generator=g) * 3 + 0.5,
+        "returns_n": torch.randn(B, 1, generator=g),
+        "values_n": 0.3 * torch.randn(B, 1, generator=g),
+    }
 
 
 CASES = {
     "discrete": ("discrete", {}),
     "discrete, entropy, value clip, dual clip": ("discrete", dict(ent_coef=0.05, clip_vloss=True, dual_clip=3.0)),
-    "discrete, raw advantages, no grad clip, one layer": ("discrete", dict(norm_adv=False, max_grad_norm=0.0,
-                                                                            hidden_sizes=(16,))),
+    "discrete, raw advantages, no grad clip, one layer": (
+        "discrete",
+        dict(norm_adv=False, max_grad_norm=0.0, hidden_sizes=(16,)),
+    ),
     "box": ("box", dict(clip_vloss=False)),
     "box, obs norm, entropy, value clip": ("box", dict(obs_norm=True, ent_coef=0.01, clip_vloss=True)),
-    "box, state-dependent std, dual clip, no hidden layers": ("box", dict(state_dependent_std=True, dual_clip=2.0,
-                                                                          init_log_std=-0.5, hidden_sizes=())),
+    "box, state-dependent std, dual clip, no hidden layers": (
+        "box",
+        dict(state_dependent_std=True, dual_clip=2.0, init_log_std=-0.5, hidden_sizes=()),
+    ),
 }
 
 
@@ -101,8 +114,10 @@ def _nets(model):
     return ppo_train.Nets(model, adam(model.parameters(), 1e-3, eps=1e-5))
 
 
-@pytest.mark.parametrize("kind,overrides", [("discrete", {}), ("box", dict(obs_norm=True)),
-                                            ("box", dict(state_dependent_std=True, hidden_sizes=()))])
+@pytest.mark.parametrize(
+    "kind,overrides",
+    [("discrete", {}), ("box", dict(obs_norm=True)), ("box", dict(state_dependent_std=True, hidden_sizes=()))],
+)
 def test_acting_fast_path_gives_the_layers_numbers_exactly(kind, overrides):
     """ActorCritic.step calls the layers' operations directly for feed-forward MLPs: bit for bit what
     the modules compute (the sequence forward), and off under mixed precision."""
@@ -145,13 +160,24 @@ def test_acting_fast_path_in_act_gives_the_layers_actions(kind):
 
 
 def _multidiscrete_spaces() -> dict:
-    return {"obs_shape": [5], "obs_dtype": "float32", "action": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
-            "obs_parts": None}
+    return {
+        "obs_shape": [5],
+        "obs_dtype": "float32",
+        "action": {"kind": "multidiscrete", "nvec": [3, 2, 4]},
+        "obs_parts": None,
+    }
 
 
-@pytest.mark.parametrize("kind,overrides", [("discrete", {}), ("multidiscrete", dict(obs_norm=True)),
-                                            ("box", dict(obs_norm=True)), ("box", dict(state_dependent_std=True)),
-                                            ("box", dict(hidden_sizes=(), init_log_std=-25.0))])
+@pytest.mark.parametrize(
+    "kind,overrides",
+    [
+        ("discrete", {}),
+        ("multidiscrete", dict(obs_norm=True)),
+        ("box", dict(obs_norm=True)),
+        ("box", dict(state_dependent_std=True)),
+        ("box", dict(hidden_sizes=(), init_log_std=-25.0)),
+    ],
+)
 def test_numpy_acting_samples_what_the_torch_step_samples(kind, overrides):
     """The numpy acting step (feed-forward MLPs on the CPU) against ActorCritic.step and
     ActionHead.sample_logp fed the same noise: the same discrete actions, and box actions,

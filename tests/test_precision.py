@@ -9,15 +9,15 @@ import importlib
 import pytest
 import torch
 import torch.nn.functional as F
+from cli_helpers import cli_error
 
+from heron.accel.precision import Precision
 from heron.algos.dreamer_v2.config import Config as DreamerConfig
 from heron.algos.dreamer_v3 import losses as v3_losses
 from heron.algos.dreamer_v3.config import Config as DreamerV3Config
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.td3 import losses as td3_losses
-from heron.accel.precision import Precision
-from cli_helpers import cli_error
 
 
 def _train_module(algo):
@@ -46,6 +46,7 @@ def test_chains_hand_over_in_bfloat16_with_the_per_layer_values():
     output on in bfloat16 (half the saved memory, no float32 copy) with exactly the values of the
     per-layer path, which rounds every layer's input; the chain's end hands back float32, and a
     layer norm (or a float32 head) between layers ends a chain."""
+
     def run_recording(net, x):
         seen = {}
         hooks = [m.register_forward_hook(lambda mod, a, out, k=k: seen.__setitem__(k, out)) for k, m in enumerate(net)]
@@ -55,8 +56,9 @@ def test_chains_hand_over_in_bfloat16_with_the_per_layer_values():
         return y, seen
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ELU(), torch.nn.Linear(8, 8), torch.nn.ReLU(),
-                              torch.nn.Linear(8, 3))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(6, 8), torch.nn.ELU(), torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    )
     ref = copy.deepcopy(net)
     Precision("bf16-mixed", torch.device("cpu")).apply(net)
     x = torch.randn(5, 6) * 3
@@ -64,8 +66,11 @@ def test_chains_hand_over_in_bfloat16_with_the_per_layer_values():
     assert seen[0].dtype == seen[1].dtype == seen[2].dtype == torch.bfloat16 and y.dtype == torch.float32
     h = x
     for layer in ref:  # every layer's input rounded, its output float32
-        h = (F.linear(h.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16()).float()
-             if isinstance(layer, torch.nn.Linear) else layer(h))
+        h = (
+            F.linear(h.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16()).float()
+            if isinstance(layer, torch.nn.Linear)
+            else layer(h)
+        )
     assert torch.equal(y, h)
     y.square().sum().backward()
     h.square().sum().backward()
@@ -108,10 +113,16 @@ def test_ppo_and_dreamer_distributions_are_float32():
     assert params.dtype == values.dtype == logp.dtype == model.pi_head.entropy(params).dtype == torch.float32
 
     dreamer = _train_module("dreamer_v2")
-    cfg = DreamerConfig(hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16,
-                        mlp_layers=1)
-    spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"], "discrete": True,
-              "action_dim": 2}
+    cfg = DreamerConfig(
+        hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16, mlp_layers=1
+    )
+    spaces = {
+        "obs_spec": {"state": [[4], "float32"]},
+        "cnn_keys": [],
+        "mlp_keys": ["state"],
+        "discrete": True,
+        "action_dim": 2,
+    }
     agent = dreamer.build(cfg, spaces)
     Precision("bf16-mixed", torch.device("cpu")).apply(agent)
     h = torch.zeros(5, 16)
@@ -126,8 +137,10 @@ def test_ppo_and_dreamer_distributions_are_float32():
 def outputs(modules: dict, run) -> dict:
     """Each named layer's (input, output) during ``run()``."""
     seen = {}
-    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
-             for name, m in modules.items()]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+        for name, m in modules.items()
+    ]
     run()
     for h in hooks:
         h.remove()
@@ -149,25 +162,52 @@ def test_value_heads_stay_float32():
     spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
     model = ppo._build(PPOConfig(hidden_sizes=(16,)), spaces)
     Precision("bf16-mixed", torch.device("cpu")).apply(model)
-    seen = outputs({"v": model.v_head, "pi": model.pi_head.linear},
-                   lambda: model(torch.randn(6, 1, 4) * 30, torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool)))
+    seen = outputs(
+        {"v": model.v_head, "pi": model.pi_head.linear},
+        lambda: model(torch.randn(6, 1, 4) * 30, torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool)),
+    )
     assert exact(model.v_head, *seen["v"], torch.float32) and not exact(model.v_head, *seen["v"], torch.bfloat16)
     assert exact(model.pi_head.linear, *seen["pi"], torch.bfloat16)
 
     dreamer = _train_module("dreamer_v2")
-    cfg = DreamerConfig(hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16,
-                        mlp_layers=1)
-    agent = dreamer.build(cfg, {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-                                "discrete": True, "action_dim": 2})
+    cfg = DreamerConfig(
+        hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4, dense_units=16, mlp_layers=1
+    )
+    agent = dreamer.build(
+        cfg,
+        {
+            "obs_spec": {"state": [[4], "float32"]},
+            "cnn_keys": [],
+            "mlp_keys": ["state"],
+            "discrete": True,
+            "action_dim": 2,
+        },
+    )
     Precision("bf16-mixed", torch.device("cpu")).apply(agent)
     rssm = agent.world.rssm
-    heads = {"critic": agent.critic[-1], "target": agent.target_critic[-1], "reward": agent.world.reward[-1],
-             "actor": agent.actor.net[-1], "prior": rssm.prior[-1], "post": rssm.post_out,
-             "decoder": agent.world.decoder.mlp[-1], "hidden": agent.critic[0]}
+    heads = {
+        "critic": agent.critic[-1],
+        "target": agent.target_critic[-1],
+        "reward": agent.world.reward[-1],
+        "actor": agent.actor.net[-1],
+        "prior": rssm.prior[-1],
+        "post": rssm.post_out,
+        "decoder": agent.world.decoder.mlp[-1],
+        "hidden": agent.critic[0],
+    }
     feat, h = torch.randn(7, 32) * 30, torch.randn(7, 16) * 3
-    seen = outputs(heads, lambda: (agent.critic(feat), agent.target_critic(feat), agent.world.reward(feat),
-                                   agent.actor(feat), rssm.prior_logits(h), agent.world.decoder(feat),
-                                   rssm.posterior_step(h, torch.randn(7, 16))))
+    seen = outputs(
+        heads,
+        lambda: (
+            agent.critic(feat),
+            agent.target_critic(feat),
+            agent.world.reward(feat),
+            agent.actor(feat),
+            rssm.prior_logits(h),
+            agent.world.decoder(feat),
+            rssm.posterior_step(h, torch.randn(7, 16)),
+        ),
+    )
     for name in ("critic", "target", "reward", "actor", "prior", "post", "decoder"):
         assert exact(heads[name], *seen[name], torch.float32), name
     assert exact(heads["hidden"], *seen["hidden"], torch.bfloat16)
@@ -180,13 +220,19 @@ def test_dreamer_v3_heads_and_distributions_stay_float32():
     action distributions' log-probabilities and entropies, the imagined state) is float32. The layers
     before them run in bfloat16."""
     dreamer = _train_module("dreamer_v3")
-    cfg = DreamerV3Config(dense_units=16, mlp_layers=1, hidden_size=16, recurrent_state_size=16, stochastic_size=4,
-                          discrete_size=4)
+    cfg = DreamerV3Config(
+        dense_units=16, mlp_layers=1, hidden_size=16, recurrent_state_size=16, stochastic_size=4, discrete_size=4
+    )
     bins = v3_losses.twohot_bins(cfg.bins)
     for discrete in (True, False):
         torch.manual_seed(2)
-        spaces = {"obs_spec": {"state": [[4], "float32"]}, "cnn_keys": [], "mlp_keys": ["state"],
-                  "discrete": discrete, "action_dim": 2}
+        spaces = {
+            "obs_spec": {"state": [[4], "float32"]},
+            "cnn_keys": [],
+            "mlp_keys": ["state"],
+            "discrete": discrete,
+            "action_dim": 2,
+        }
         if not discrete:
             spaces.update(action_low=-torch.ones(2), action_high=torch.ones(2))
         agent = dreamer.build(cfg, spaces)
@@ -195,9 +241,17 @@ def test_dreamer_v3_heads_and_distributions_stay_float32():
             for head in (world.reward[-1], agent.critic[-1], agent.target_critic[-1]):
                 head.weight.normal_(0, 0.3)
         Precision("bf16-mixed", torch.device("cpu")).apply(agent)
-        heads = {"reward": world.reward[-1], "continue": world.continue_model[-1], "critic": agent.critic[-1],
-                 "slow": agent.target_critic[-1], "actor": agent.actor.net[-1], "prior": rssm.prior[-1],
-                 "post": rssm.post_out, "decoder": world.decoder.heads[0], "hidden": agent.critic[0]}
+        heads = {
+            "reward": world.reward[-1],
+            "continue": world.continue_model[-1],
+            "critic": agent.critic[-1],
+            "slow": agent.target_critic[-1],
+            "actor": agent.actor.net[-1],
+            "prior": rssm.prior[-1],
+            "post": rssm.post_out,
+            "decoder": world.decoder.heads[0],
+            "hidden": agent.critic[0],
+        }
         feat, h = torch.randn(7, rssm.feat_dim) * 3, torch.randn(7, 16)
         made = {}  # the two-hot means and the policy
 
@@ -270,7 +324,7 @@ def test_loss_scale_survives_an_optimizer_stepped_twice_in_one_gradient_step():
     w = torch.nn.Parameter(torch.tensor([1.0]))
     opt = torch.optim.SGD([w], lr=0.5)
     for _ in range(2):
-        prec.optimize(opt, (w ** 2).sum(), [w])  # grad 2w: 1.0 -> 0.0 -> 0.0
+        prec.optimize(opt, (w**2).sum(), [w])  # grad 2w: 1.0 -> 0.0 -> 0.0
     prec.update()
     assert w.item() == 0.0 and prec.scaler.get_scale() == 16.0  # two updates: 4 -> 8 -> 16
     w.data.fill_(1.0)

@@ -7,10 +7,9 @@ import sys
 import threading
 
 import gymnasium as gym
+import process_state
 import pytest
 import torch
-
-import process_state
 
 
 def _changes(make, undo):
@@ -39,10 +38,14 @@ def test_a_stand_in_imported_from_a_folder_taken_off_sys_path_is_named(tmp_path,
 def test_a_module_made_by_hand_or_removed_is_named():
     import types
 
-    found = _changes(lambda: sys.modules.__setitem__("gym_fake_for_test", types.ModuleType("gym_fake_for_test")),
-                     lambda: sys.modules.pop("gym_fake_for_test"))
-    assert found == ["sys.modules['gym_fake_for_test'] was made by hand (no import spec) and left there: "
-                     "later imports of 'gym_fake_for_test' get it"]
+    found = _changes(
+        lambda: sys.modules.__setitem__("gym_fake_for_test", types.ModuleType("gym_fake_for_test")),
+        lambda: sys.modules.pop("gym_fake_for_test"),
+    )
+    assert found == [
+        "sys.modules['gym_fake_for_test'] was made by hand (no import spec) and left there: "
+        "later imports of 'gym_fake_for_test' get it"
+    ]
     module = sys.modules["process_state"]
     found = _changes(lambda: sys.modules.pop("process_state"), lambda: sys.modules.__setitem__("process_state", module))
     assert found == ["sys.modules['process_state'] was removed (a later import makes a second copy of its classes)"]
@@ -64,8 +67,12 @@ def test_torch_settings_environment_and_cwd_are_named(tmp_path):
         os.chdir(cwd)
 
     found = "\n".join(_changes(make, undo))
-    for what in ("torch.get_num_threads()", "torch.get_default_dtype(): torch.float32 -> torch.float64",
-                 "os.environ['HERON_GUARD_TEST']: None -> '1'", "os.getcwd()"):
+    for what in (
+        "torch.get_num_threads()",
+        "torch.get_default_dtype(): torch.float32 -> torch.float64",
+        "os.environ['HERON_GUARD_TEST']: None -> '1'",
+        "os.getcwd()",
+    ):
         assert what in found
 
 

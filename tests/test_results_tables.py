@@ -2,9 +2,9 @@
 they must be what the results file gives, and the figures in them what the rows hold."""
 
 import pytest
+from cli_helpers import load_script
 
 import heron.bench  # noqa: F401  (the tables read its published figures; imported here, at collection)
-from cli_helpers import load_script
 
 
 def _script():
@@ -17,20 +17,38 @@ def test_the_docs_tables_are_the_results_files(capsys):
 
 def test_a_table_gives_each_cell_mean_and_spread_over_its_seeds():
     tables = _script()
-    table = tables.Table(algo="td3", preset="", tasks=(("Pendulum-v1", 15_000), ("Reacher-v5", 50_000)),
-                         columns=(tables._col("a", "heron", "policy_lr=1e-3"), tables._col("b", "sb3")),
-                         compare=(0, 1), docs=(), image="")
+    table = tables.Table(
+        algo="td3",
+        preset="",
+        tasks=(("Pendulum-v1", 15_000), ("Reacher-v5", 50_000)),
+        columns=(tables._col("a", "heron", "policy_lr=1e-3"), tables._col("b", "sb3")),
+        compare=(0, 1),
+        docs=(),
+        image="",
+    )
 
     def row(env, steps, lib, seed, final, mean, overrides=""):
-        return dict(algo="td3", preset="", env_id=env, total_steps=str(steps), lib=lib, seed=str(seed),
-                    overrides=overrides, final_eval=str(final), mean_eval=str(mean))
+        return dict(
+            algo="td3",
+            preset="",
+            env_id=env,
+            total_steps=str(steps),
+            lib=lib,
+            seed=str(seed),
+            overrides=overrides,
+            final_eval=str(final),
+            mean_eval=str(mean),
+        )
 
-    rows = [row("Pendulum-v1", 15_000, "heron", 1, -150, -500, "learning_starts=1000 policy_lr=1e-3"),
-            row("Pendulum-v1", 15_000, "heron", 2, -250, -700, "policy_lr=1e-3"),
-            row("Pendulum-v1", 15_000, "heron", 3, -999, -999, "policy_lr=3e-4"),  # another column's
-            row("Pendulum-v1", 10_000, "heron", 4, -999, -999, "policy_lr=1e-3"),  # another budget
-            row("Pendulum-v1", 15_000, "sb3", 1, -180, -600), row("Pendulum-v1", 15_000, "sb3", 2, -200, -620),
-            row("Reacher-v5", 50_000, "sb3", 1, -4.25, -6.0)]
+    rows = [
+        row("Pendulum-v1", 15_000, "heron", 1, -150, -500, "learning_starts=1000 policy_lr=1e-3"),
+        row("Pendulum-v1", 15_000, "heron", 2, -250, -700, "policy_lr=1e-3"),
+        row("Pendulum-v1", 15_000, "heron", 3, -999, -999, "policy_lr=3e-4"),  # another column's
+        row("Pendulum-v1", 10_000, "heron", 4, -999, -999, "policy_lr=1e-3"),  # another budget
+        row("Pendulum-v1", 15_000, "sb3", 1, -180, -600),
+        row("Pendulum-v1", 15_000, "sb3", 2, -200, -620),
+        row("Reacher-v5", 50_000, "sb3", 1, -4.25, -6.0),
+    ]
     text = tables.render(table, rows)
     # heron: mean(-150, -250) = -200, sample std 50 * sqrt(2) = 70.7; SB3: -190 +- 14.1; 2 + 2 seeds: p over
     # the 6 splits
@@ -41,18 +59,38 @@ def test_a_table_gives_each_cell_mean_and_spread_over_its_seeds():
 
 def test_a_column_of_defaults_leaves_out_runs_that_set_those_fields():
     tables = _script()
-    table = tables.Table(algo="sac", preset="", tasks=(("Pendulum-v1", 15_000),),
-                         columns=(tables._col("defaults", "heron", unset=("policy_lr", "q_lr")),
-                                  tables._col("sb3", "sb3", "policy_lr=3e-4")),
-                         compare=(0, 1), docs=(), image="")
+    table = tables.Table(
+        algo="sac",
+        preset="",
+        tasks=(("Pendulum-v1", 15_000),),
+        columns=(
+            tables._col("defaults", "heron", unset=("policy_lr", "q_lr")),
+            tables._col("sb3", "sb3", "policy_lr=3e-4"),
+        ),
+        compare=(0, 1),
+        docs=(),
+        image="",
+    )
 
     def row(lib, seed, final, overrides):
-        return dict(algo="sac", preset="", env_id="Pendulum-v1", total_steps="15000", lib=lib, seed=str(seed),
-                    overrides=overrides, final_eval=str(final), mean_eval=str(final))
+        return dict(
+            algo="sac",
+            preset="",
+            env_id="Pendulum-v1",
+            total_steps="15000",
+            lib=lib,
+            seed=str(seed),
+            overrides=overrides,
+            final_eval=str(final),
+            mean_eval=str(final),
+        )
 
-    rows = [row("heron", 1, -150, "learning_starts=1000"), row("heron", 2, -170, ""),
-            row("heron", 3, -900, "learning_starts=1000 q_lr=3e-4"),  # not the defaults
-            row("sb3", 1, -160, "learning_starts=1000 policy_lr=3e-4 q_lr=3e-4")]
+    rows = [
+        row("heron", 1, -150, "learning_starts=1000"),
+        row("heron", 2, -170, ""),
+        row("heron", 3, -900, "learning_starts=1000 q_lr=3e-4"),  # not the defaults
+        row("sb3", 1, -160, "learning_starts=1000 policy_lr=3e-4 q_lr=3e-4"),
+    ]
     assert [r["seed"] for r in tables.select(rows, table, "Pendulum-v1", 15_000, table.columns[0])] == ["1", "2"]
     assert "| Pendulum-v1, 15k | -160 ± 14 | -160 ± 0 |  |" in tables.render(table, rows)
 
@@ -61,11 +99,23 @@ def test_a_learning_table_gives_each_figure_over_the_seeds_that_have_it():
     tables = _script()
 
     def row(env, seed, final, best, train="", note=""):
-        return dict(algo="ppo", env_id=env, total_steps="1000000", preset="mujoco", seed=str(seed),
-                    final_eval=str(final), best_eval=str(best), train_last10=str(train), note=note)
+        return dict(
+            algo="ppo",
+            env_id=env,
+            total_steps="1000000",
+            preset="mujoco",
+            seed=str(seed),
+            final_eval=str(final),
+            best_eval=str(best),
+            train_last10=str(train),
+            note=note,
+        )
 
-    rows = [row("Hopper-v5", 1, 3000, 3100), row("Hopper-v5", 2, 3200, 3300, 2900),
-            row("ALE/Pong-v5", 1, 5.8, "", note="stopped early")]
+    rows = [
+        row("Hopper-v5", 1, 3000, 3100),
+        row("Hopper-v5", 2, 3200, 3300, 2900),
+        row("ALE/Pong-v5", 1, 5.8, "", note="stopped early"),
+    ]
     text = tables.render_learning("ppo", rows)
     # final: mean 3100, sample std 141.4; training only from seed 2; a note becomes a footnote
     assert "| Hopper-v5 | 1M | 2 (1, 2) | 3100 ± 141 | 3200 ± 141 | 2900 (seeds 2) |" in text
@@ -77,15 +127,34 @@ def test_a_speed_table_takes_ratios_as_stated_or_from_both_figures():
     tables = _script()
 
     def row(setting, metric, heron="", peer="", ratio="", heron_rounds="", table="t", headline="", summary=""):
-        return dict(group="g", setting=setting, machine="m", torch="", peer="SB3", peer_version="2.9.2",
-                    metric=metric, heron_value=heron, peer_value=peer, ratio=ratio, rounds="3",
-                    heron_rounds=heron_rounds, peer_rounds="", recorded="", command="python x.py", note="n",
-                    headline=headline, table=table, summary=summary)
+        return dict(
+            group="g",
+            setting=setting,
+            machine="m",
+            torch="",
+            peer="SB3",
+            peer_version="2.9.2",
+            metric=metric,
+            heron_value=heron,
+            peer_value=peer,
+            ratio=ratio,
+            rounds="3",
+            heron_rounds=heron_rounds,
+            peer_rounds="",
+            recorded="",
+            command="python x.py",
+            note="n",
+            headline=headline,
+            table=table,
+            summary=summary,
+        )
 
-    rows = [row("rate", "env steps/s", heron_rounds="1200;1000", peer="800"),  # 1.50x, 1.25x
-            row("time", "wall s", heron="10", peer="25"),  # a time: the other's over heron's, 2.50x
-            row("stated", "updates/s", ratio="1.58", headline="yes", summary="SAC vs SB3"),
-            row("elsewhere", "updates/s", ratio="9", table="other")]
+    rows = [
+        row("rate", "env steps/s", heron_rounds="1200;1000", peer="800"),  # 1.50x, 1.25x
+        row("time", "wall s", heron="10", peer="25"),  # a time: the other's over heron's, 2.50x
+        row("stated", "updates/s", ratio="1.58", headline="yes", summary="SAC vs SB3"),
+        row("elsewhere", "updates/s", ratio="9", table="other"),
+    ]
     text = tables.render_speed("t", rows)
     assert "| 1 | rate | m | SB3 2.9.2 | 1200, 1000 | 800 | 1.50x, 1.25x | 3 |" in text
     assert "| 2 | time | m | SB3 2.9.2 | 10 | 25 | 2.50x | 3 |" in text
@@ -100,20 +169,35 @@ def test_a_bench_results_file_is_recorded_in_the_learning_file(tmp_path, monkeyp
 
     tables = _script()
     learning = tmp_path / "learning.csv"
-    learning.write_text("algo,env_id,total_steps,preset,seed,final_eval,best_eval,train_last10,eval_episodes,machine,"
-                        "heron_version,recorded,command,note\n"
-                        "sac,Hopper-v5,1000000,mujoco,1,1.0,2.0,3.0,10,old,,,old,\n"
-                        "sac,Hopper-v5,1000000,mujoco,2,5.0,6.0,7.0,10,old,,,old,\n")
+    learning.write_text(
+        "algo,env_id,total_steps,preset,seed,final_eval,best_eval,train_last10,eval_episodes,machine,"
+        "heron_version,recorded,command,note\n"
+        "sac,Hopper-v5,1000000,mujoco,1,1.0,2.0,3.0,10,old,,,old,\n"
+        "sac,Hopper-v5,1000000,mujoco,2,5.0,6.0,7.0,10,old,,,old,\n"
+    )
     monkeypatch.setattr(tables, "LEARNING", learning)
-    values = dict(suite="mujoco-sac", algo="sac", env_id="Hopper-v5", seed="1", steps="1000000",
-                  final_return="3100.04", final_std="40", best_return="3500", wall_s="3600", heron_version="0.1.0",
-                  git_commit="abc1234", train_return="3000")
+    values = dict(
+        suite="mujoco-sac",
+        algo="sac",
+        env_id="Hopper-v5",
+        seed="1",
+        steps="1000000",
+        final_return="3100.04",
+        final_std="40",
+        best_return="3500",
+        wall_s="3600",
+        heron_version="0.1.0",
+        git_commit="abc1234",
+        train_return="3000",
+    )
     results = tmp_path / "results.csv"
     results.write_text(",".join(RESULTS_HEADER) + "\n" + ",".join(values[k] for k in RESULTS_HEADER) + "\n")
     assert tables.add_bench_results(results, "a machine") == 1
     rows = tables.read_rows(learning)
-    assert [(r["seed"], r["final_eval"], r["machine"]) for r in rows] == [("2", "5.0", "old"),
-                                                                          ("1", "3100.0", "a machine")]
+    assert [(r["seed"], r["final_eval"], r["machine"]) for r in rows] == [
+        ("2", "5.0", "old"),
+        ("1", "3100.0", "a machine"),
+    ]
     assert rows[1]["command"] == "heron bench mujoco-sac --only Hopper --seeds 1 --out bench"
     assert rows[1]["eval_episodes"] == "10" and rows[1]["train_last10"] == "3000.0"
 
@@ -125,11 +209,21 @@ def test_a_summary_table_lays_out_its_cells_and_blanks_repeated_labels(monkeypat
     def cell(row, column, value, table="t"):
         return dict(table=table, row=row, column=column, value=value)
 
-    rows = [cell("A | 1", "heron", "1 ± 2"), cell("A | 1", "peer", "3"), cell("A | 2", "heron", "4"),
-            cell("B | 2", "peer", "5"), cell("A | 1", "heron", "9", table="other")]
+    rows = [
+        cell("A | 1", "heron", "1 ± 2"),
+        cell("A | 1", "peer", "3"),
+        cell("A | 2", "heron", "4"),
+        cell("B | 2", "peer", "5"),
+        cell("A | 1", "heron", "9", table="other"),
+    ]
     text = tables.render_summary("t", rows)
-    assert text.splitlines()[:5] == ["| Env | Bin | heron | peer |", "|---|---|---:|---:|", "| A | 1 | 1 ± 2 | 3 |",
-                                     "|  | 2 | 4 | - |", "| B | 2 | - | 5 |"]
+    assert text.splitlines()[:5] == [
+        "| Env | Bin | heron | peer |",
+        "|---|---|---:|---:|",
+        "| A | 1 | 1 ± 2 | 3 |",
+        "|  | 2 | 4 | - |",
+        "| B | 2 | - | 5 |",
+    ]
     with pytest.raises(SystemExit, match="has 1 labels, the table 2"):
         tables.render_summary("t", [cell("A", "heron", "1")])
     with pytest.raises(SystemExit, match="no row"):
@@ -142,13 +236,29 @@ def test_recorded_summaries_replace_a_benchmarks_rows_where_they_were(tmp_path, 
     header = "table,row,column,value,seeds,machine,recorded,command,note\n"
     old = ["a,x | 1,heron,1,1,m,,c,n", "b,x | 1,heron,2,1,m,,c,n", "b,x | 2,heron,3,1,m,,c,n", "c,y,peer,4,1,m,,c,n"]
     path.write_text(header + "\n".join(old) + "\n")
-    new = [dict(table="b", row=f"x | {i}", column="heron", value=str(10 + i), seeds="1-2", machine="m", recorded="",
-                command="c2", note="n") for i in (1, 2, 3)]
+    new = [
+        dict(
+            table="b",
+            row=f"x | {i}",
+            column="heron",
+            value=str(10 + i),
+            seeds="1-2",
+            machine="m",
+            recorded="",
+            command="c2",
+            note="n",
+        )
+        for i in (1, 2, 3)
+    ]
     tables.record_summaries(new, lambda r: r["table"] == "b", path)
     lines = path.read_text().splitlines()
     assert [line.split(",")[:4] for line in lines[1:]] == [
-        ["a", "x | 1", "heron", "1"], ["b", "x | 1", "heron", "11"], ["b", "x | 2", "heron", "12"],
-        ["b", "x | 3", "heron", "13"], ["c", "y", "peer", "4"]]
+        ["a", "x | 1", "heron", "1"],
+        ["b", "x | 1", "heron", "11"],
+        ["b", "x | 2", "heron", "12"],
+        ["b", "x | 3", "heron", "13"],
+        ["c", "y", "peer", "4"],
+    ]
     tables.record_summaries(new[:1], lambda r: False, path)  # nothing replaced: at the end
     assert path.read_text().splitlines()[-1].startswith("b,x | 1,heron,11")
     assert "recorded 1 rows" in capsys.readouterr().out

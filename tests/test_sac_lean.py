@@ -5,23 +5,23 @@ options they cover; and where they apply."""
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from heron.accel.handwritten import sac as lean
+from heron.accel.handwritten import td3 as td3_lean
+from heron.accel.precision import Precision
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import build
 from heron.algos.sac.train import Nets, make_update
-from heron.accel.handwritten import td3 as td3_lean
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.networks import build as td3_build
 from heron.algos.td3.train import Nets as TD3Nets
 from heron.algos.td3.train import make_update as td3_make_update
 from heron.ops.adam import adam
-from heron.accel.precision import Precision
 
 CPU = torch.device("cpu")
 D, A, B = 5, 3, 32
@@ -50,22 +50,38 @@ def make_nets(cfg: Config, seed: int = 0) -> Nets:
         enc.norm = actor.encoder.norm
     log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, requires_grad=cfg.autotune)
     fixed = torch.tensor(cfg.alpha)
-    return Nets(actor, critic, target, adam(list(actor.parameters()), cfg.policy_lr),
-                adam(list(critic.parameters()), cfg.q_lr), adam([log_alpha], cfg.q_lr), log_alpha,
-                (lambda: log_alpha.detach().exp()) if cfg.autotune else (lambda: fixed), -float(A))
+    return Nets(
+        actor,
+        critic,
+        target,
+        adam(list(actor.parameters()), cfg.policy_lr),
+        adam(list(critic.parameters()), cfg.q_lr),
+        adam([log_alpha], cfg.q_lr),
+        log_alpha,
+        (lambda: log_alpha.detach().exp()) if cfg.autotune else (lambda: fixed),
+        -float(A),
+    )
 
 
 def make_batch(seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     low, high = LOW, HIGH
-    return {"obs": torch.randn(B, 1, D, generator=g) * 2, "next_obs": torch.randn(B, 1, D, generator=g) * 2,
-            "actions": low + (high - low) * torch.rand(B, 1, A, generator=g),
-            "rewards": torch.randn(B, 1, generator=g), "terminated": torch.rand(B, 1, generator=g) < 0.2,
-            "truncated": torch.rand(B, 1, generator=g) < 0.1}
+    return {
+        "obs": torch.randn(B, 1, D, generator=g) * 2,
+        "next_obs": torch.randn(B, 1, D, generator=g) * 2,
+        "actions": low + (high - low) * torch.rand(B, 1, A, generator=g),
+        "rewards": torch.randn(B, 1, generator=g),
+        "terminated": torch.rand(B, 1, generator=g) < 0.2,
+        "truncated": torch.rand(B, 1, generator=g) < 0.1,
+    }
 
 
 def all_params(nets) -> list[torch.Tensor]:
-    return [*nets.actor.parameters(), *nets.critic.parameters(), *([nets.log_alpha] if hasattr(nets, "log_alpha") else [])]
+    return [
+        *nets.actor.parameters(),
+        *nets.critic.parameters(),
+        *([nets.log_alpha] if hasattr(nets, "log_alpha") else []),
+    ]
 
 
 def assert_same_steps(reference, written, ref, mine, batches, actor_steps, tol: float = 1e-4) -> None:
@@ -105,8 +121,11 @@ def test_lean_step_equals_the_autograd_step(mix):
     assert_same_steps(reference, written, ref, mine, [make_batch(step) for step in range(5)], actor_steps)
 
 
-TD3_MIXES = [dict(), dict(obs_norm=True, max_grad_norm=0.5, hidden_sizes=(16, 16, 16)),
-             dict(policy_noise=0.5, noise_clip=0.3, gamma=0.9, hidden_sizes=(16,))]
+TD3_MIXES = [
+    dict(),
+    dict(obs_norm=True, max_grad_norm=0.5, hidden_sizes=(16, 16, 16)),
+    dict(policy_noise=0.5, noise_clip=0.3, gamma=0.9, hidden_sizes=(16,)),
+]
 
 
 def make_td3_nets(cfg: TD3Config, seed: int = 0) -> TD3Nets:
@@ -116,8 +135,14 @@ def make_td3_nets(cfg: TD3Config, seed: int = 0) -> TD3Nets:
         actor.norm.update(torch.randn(50, D) * 3 + 1)
     actor_target, critic_target = _perturbed_copy(actor), _perturbed_copy(critic)
     actor_target.norm = critic_target.norm = actor.norm
-    return TD3Nets(actor, critic, actor_target, critic_target, adam(list(actor.parameters()), cfg.policy_lr),
-                   adam(list(critic.parameters()), cfg.q_lr))
+    return TD3Nets(
+        actor,
+        critic,
+        actor_target,
+        critic_target,
+        adam(list(actor.parameters()), cfg.policy_lr),
+        adam(list(critic.parameters()), cfg.q_lr),
+    )
 
 
 def td3_batches(n: int) -> list[dict[str, torch.Tensor]]:
@@ -230,6 +255,7 @@ def test_bf16_layer_views_follow_a_parameter_replaced_twice_between_steps():
     whose storage is replaced twice between two calls must not come back at a freed address with
     the same version and pass for unchanged (the views hold the cast storage)."""
     from heron.accel.handwritten.common import LayerViews
+
     torch.manual_seed(0)
     w, b, w2, b2 = (torch.nn.Parameter(torch.randn(*shape)) for shape in ((8, 4), (8,), (1, 8), (1,)))
     views = LayerViews([w, b, w2, b2], torch.bfloat16)
@@ -256,8 +282,14 @@ def test_with_n_step_discounts_the_lean_steps_equal_the_autograd_steps():
     td3_cfg = TD3Config(hidden_sizes=(32, 32), n_step=3)
     ref3, mine3 = make_td3_nets(td3_cfg), make_td3_nets(td3_cfg)
     batches3 = [_with_discounts(b, i) for i, b in enumerate(td3_batches(3))]
-    assert_same_steps(td3_make_update(td3_cfg, ref3, Precision("32", CPU)), td3_lean.LeanUpdate(td3_cfg, mine3),
-                      ref3, mine3, batches3, [False, True, True])
+    assert_same_steps(
+        td3_make_update(td3_cfg, ref3, Precision("32", CPU)),
+        td3_lean.LeanUpdate(td3_cfg, mine3),
+        ref3,
+        mine3,
+        batches3,
+        [False, True, True],
+    )
     # and the discount is used: the same batch with gamma instead gives another critic loss
     torch.manual_seed(0)
     one = make_update(cfg, make_nets(cfg), Precision("32", CPU))(make_batch(0), False)

@@ -12,21 +12,60 @@ def _metrics(run_dir):
         return {r["metric"] for r in csv.DictReader(f)}
 
 
-SAC_METRICS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf1_values",
-               "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss", "losses/actor_loss",
-               "losses/alpha", "losses/alpha_loss"}
+SAC_METRICS = {
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "losses/qf1_values",
+    "losses/qf2_values",
+    "losses/qf1_loss",
+    "losses/qf2_loss",
+    "losses/qf_loss",
+    "losses/actor_loss",
+    "losses/alpha",
+    "losses/alpha_loss",
+}
 
 
-@pytest.mark.parametrize("algo,flags", [
-    ("sac", dict(obs_norm=True, max_grad_norm=1.0, lr_schedule="linear", gradient_steps=2, progress="log")),
-    ("sac", dict(recurrent="lstm", sequence_length=6, burn_in=2, rnn_hidden_size=16, lr_schedule="cosine")),
-    ("sac", dict(recurrent="gru", num_envs=2, vector_mode="async", sequence_length=4, rnn_hidden_size=16)),
-    ("sac", dict(autotune=False, alpha=0.1, target_network_frequency=2, policy_frequency=1, buffer_device="cpu",
-                 target_entropy_scale=0.5, torch_threads=1, torch_deterministic=False, keep_checkpoints=1,
-                 checkpoint_every=200, eval_every=300)),
-    ("td3", dict(obs_norm=True, max_grad_norm=1.0, exploration_noise=0.2, policy_noise=0.1, noise_clip=0.3,
-                 num_envs=3, gradient_steps=2, policy_frequency=3, progress="bar", wandb_project="unused")),
-])
+@pytest.mark.parametrize(
+    "algo,flags",
+    [
+        ("sac", dict(obs_norm=True, max_grad_norm=1.0, lr_schedule="linear", gradient_steps=2, progress="log")),
+        ("sac", dict(recurrent="lstm", sequence_length=6, burn_in=2, rnn_hidden_size=16, lr_schedule="cosine")),
+        ("sac", dict(recurrent="gru", num_envs=2, vector_mode="async", sequence_length=4, rnn_hidden_size=16)),
+        (
+            "sac",
+            dict(
+                autotune=False,
+                alpha=0.1,
+                target_network_frequency=2,
+                policy_frequency=1,
+                buffer_device="cpu",
+                target_entropy_scale=0.5,
+                torch_threads=1,
+                torch_deterministic=False,
+                keep_checkpoints=1,
+                checkpoint_every=200,
+                eval_every=300,
+            ),
+        ),
+        (
+            "td3",
+            dict(
+                obs_norm=True,
+                max_grad_norm=1.0,
+                exploration_noise=0.2,
+                policy_noise=0.1,
+                noise_clip=0.3,
+                num_envs=3,
+                gradient_steps=2,
+                policy_frequency=3,
+                progress="bar",
+                wandb_project="unused",
+            ),
+        ),
+    ],
+)
 def test_flags(algo, flags, tiny, tmp_path):
     result = heron.train(algo, run_dir=str(tmp_path / "r"), **{**tiny, **flags})
     assert result["step"] >= tiny["total_steps"]
@@ -45,8 +84,15 @@ def test_flags(algo, flags, tiny, tmp_path):
 
 
 def test_presets_debug_and_original(tmp_path):
-    r = heron.train("td3", presets=["debug", "original"], hidden_sizes=(32, 32), total_steps=400,
-                    learning_starts=200, progress="none", run_dir=str(tmp_path / "t"))
+    r = heron.train(
+        "td3",
+        presets=["debug", "original"],
+        hidden_sizes=(32, 32),
+        total_steps=400,
+        learning_starts=200,
+        progress="none",
+        run_dir=str(tmp_path / "t"),
+    )
     assert r["step"] == 400
 
 
@@ -64,6 +110,7 @@ def test_capture_video_and_plot(tmp_path, tiny):
     assert (tmp_path / "v" / "eval.csv").read_text().count("\n") == 2  # header and one final evaluation
     pytest.importorskip("matplotlib")
     from heron.plot import plot_runs
+
     out = plot_runs([str(tmp_path / "v")], str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 1000 and out.endswith("p.png")
 

@@ -44,7 +44,8 @@ def test_training_checkpointing_and_resume_import_no_compiler_and_leave_the_allo
 
 
 def test_the_heron_command_keeps_freed_memory(tmp_path):
-    out = subprocess.run([sys.executable, "-c", COMMAND, str(tmp_path / "run")], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", COMMAND, str(tmp_path / "run")], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "KEPT True 0" in out.stdout, out.stdout[-500:]

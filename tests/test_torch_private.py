@@ -23,9 +23,23 @@ def test_the_fused_adam_kernel_and_initializer_step_as_torch_adam_does():
     for _ in range(3):
         steps = [s["step"] for s in states]
         private.foreach_add_(steps, 1)
-        private.fused_adam_(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                            [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=1e-2, beta1=0.9,
-                            beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None, found_inf=None)
+        private.fused_adam_(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=1e-2,
+            beta1=0.9,
+            beta2=0.999,
+            weight_decay=0.0,
+            eps=1e-8,
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
         their_opt.step()
     for a, b in zip(params, theirs):
         assert torch.equal(a, b)
@@ -56,8 +70,7 @@ def test_backward_kernels_are_autograds(act):
     out = torch.relu(x) if act == "relu" else torch.tanh(x)
     g = torch.randn(6, 4)
     (want,) = torch.autograd.grad(out, x, g)
-    got = (private.threshold_backward(g, out.detach(), 0) if act == "relu"
-           else private.tanh_backward(g, out.detach()))
+    got = private.threshold_backward(g, out.detach(), 0) if act == "relu" else private.tanh_backward(g, out.detach())
     assert torch.allclose(got, want)
 
 

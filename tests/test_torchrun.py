@@ -19,17 +19,32 @@ from heron.cli import main
 from heron.runtime.checkpoint import latest_checkpoint, step_checkpoints
 
 TESTS = Path(__file__).parent
-CLEAN = ("HERON_FAULT", "HERON_FAULT_MARKER", "HERON_TEST_FAULT", "HERON_TEST_FAULT_RANK", "HERON_CRASH_AFTER_CHECKPOINT",
-         "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+CLEAN = (
+    "HERON_FAULT",
+    "HERON_FAULT_MARKER",
+    "HERON_TEST_FAULT",
+    "HERON_TEST_FAULT_RANK",
+    "HERON_CRASH_AFTER_CHECKPOINT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)
 
 
 def _launch(heron_args, launcher=("--standalone", "--nproc-per-node", "2"), env=None):
     """torchrun ... -m heron ARGS in its own session (so that nothing it started outlives the test)."""
     environ = {k: v for k, v in os.environ.items() if k not in CLEAN}
     environ.update({"OMP_NUM_THREADS": "1", **(env or {})})
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "heron", *heron_args],
-                            cwd=TESTS, env=environ, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "heron", *heron_args],
+        cwd=TESTS,
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _finish(proc, timeout=240):
@@ -52,8 +67,10 @@ def _torchrun(heron_args, **kw):
 def _parts(run: Path, step: int | None = None) -> tuple[dict, dict]:
     """Rank 0's and rank 1's state at the latest (or given) checkpoint."""
     path = latest_checkpoint(run / "checkpoints") if step is None else run / "checkpoints" / f"step_{step:09d}.pt"
-    return (torch.load(path, weights_only=True),
-            torch.load(path.with_name(path.name.replace(".pt", ".rank1.pt")), weights_only=True))
+    return (
+        torch.load(path, weights_only=True),
+        torch.load(path.with_name(path.name.replace(".pt", ".rank1.pt")), weights_only=True),
+    )
 
 
 def _equal(a, b) -> bool:
@@ -69,20 +86,83 @@ def _rows(path: Path, metric: str) -> list[list[str]]:
         return [r for r in csv.reader(f) if len(r) == 4 and r[2] == metric]
 
 
-OFF = ["--env-id", "Pendulum-v1", "--total-steps", "800", "--learning-starts", "200", "--num-envs", "2",
-       "--batch-size", "32", "--buffer-size", "1000", "--hidden-sizes", "32", "32", "--obs-norm", "true",
-       "--eval-every", "400", "--eval-episodes", "3", "--log-every", "100", "--checkpoint-every", "400",
-       "--progress", "none"]
+OFF = [
+    "--env-id",
+    "Pendulum-v1",
+    "--total-steps",
+    "800",
+    "--learning-starts",
+    "200",
+    "--num-envs",
+    "2",
+    "--batch-size",
+    "32",
+    "--buffer-size",
+    "1000",
+    "--hidden-sizes",
+    "32",
+    "32",
+    "--obs-norm",
+    "true",
+    "--eval-every",
+    "400",
+    "--eval-episodes",
+    "3",
+    "--log-every",
+    "100",
+    "--checkpoint-every",
+    "400",
+    "--progress",
+    "none",
+]
 RUNS = {
     "td3": ["td3", *OFF],
     "sac": ["sac", *OFF],
     # every statistic PPO keeps: observations, values, the reward scale; and the collective KL stop
-    "ppo": ["ppo", "--preset", "debug", "--env-id", "Pendulum-v1", "--total-steps", "1024", "--eval-every", "512",
-            "--obs-norm", "true", "--value-norm", "true", "--reward-scale", "true", "--target-kl", "0.02",
-            "--progress", "none"],
-    "dreamer_v2": ["dreamer_v2", "--preset", "debug", "--env-id", "CartPole-v1", "--num-envs", "2", "--progress", "none"],
+    "ppo": [
+        "ppo",
+        "--preset",
+        "debug",
+        "--env-id",
+        "Pendulum-v1",
+        "--total-steps",
+        "1024",
+        "--eval-every",
+        "512",
+        "--obs-norm",
+        "true",
+        "--value-norm",
+        "true",
+        "--reward-scale",
+        "true",
+        "--target-kl",
+        "0.02",
+        "--progress",
+        "none",
+    ],
+    "dreamer_v2": [
+        "dreamer_v2",
+        "--preset",
+        "debug",
+        "--env-id",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--progress",
+        "none",
+    ],
     # the return scale's percentiles over both ranks' returns: the moments stay identical ("agent")
-    "dreamer_v3": ["dreamer_v3", "--preset", "debug", "--env-id", "CartPole-v1", "--num-envs", "2", "--progress", "none"],
+    "dreamer_v3": [
+        "dreamer_v3",
+        "--preset",
+        "debug",
+        "--env-id",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--progress",
+        "none",
+    ],
 }
 
 
@@ -98,8 +178,12 @@ def _check_one_run(run: Path, algo: str, output: str) -> None:
     assert not _equal(zero["envs"]["rng"], one["envs"]["rng"])
     assert not _equal(zero["rng"], one["rng"])
     if algo in ("td3", "sac"):
-        first_obs = [torch.load(run / "checkpoints" / f"step_{zero['step']:09d}{part}.buffer.pt",
-                                weights_only=True)["data"]["obs"][0] for part in ("", ".rank1")]
+        first_obs = [
+            torch.load(run / "checkpoints" / f"step_{zero['step']:09d}{part}.buffer.pt", weights_only=True)["data"][
+                "obs"
+            ][0]
+            for part in ("", ".rank1")
+        ]
         assert not torch.equal(*first_obs)
         # 800 global steps = 400 per env, 200-step episodes: 2 envs x 2 episodes, all in rank 0's logs
         assert len(_rows(run / "metrics.csv", "charts/episodic_return")) == 4
@@ -149,8 +233,17 @@ def test_a_rank_that_dies_ends_the_job_and_leaves_whole_checkpoints(tmp_path):
     a minute, the checkpoints at 200 and 400 (global steps) each have both parts, and the run
     resumes to the end."""
     run = tmp_path / "run"
-    args = ["train", "td3", "--env-id", "fault_envs:Faulty", *OFF[2:], "--checkpoint-every", "200",
-            "--run-dir", str(run)]
+    args = [
+        "train",
+        "td3",
+        "--env-id",
+        "fault_envs:Faulty",
+        *OFF[2:],
+        "--checkpoint-every",
+        "200",
+        "--run-dir",
+        str(run),
+    ]
     t0 = time.time()
     rc, output = _finish(_launch(args, env={"HERON_TEST_FAULT": "exit@300", "HERON_TEST_FAULT_RANK": "1"}), timeout=120)
     assert rc != 0 and time.time() - t0 < 60, output[-3000:]
@@ -174,11 +267,38 @@ def test_two_nodes_on_one_machine(tmp_path):
     PPO trains to the end as one job."""
     run = tmp_path / "run"
     port = _free_port()
-    launcher = lambda node: ("--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",  # noqa: E731
-                             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "heron-test")
-    args = ["train", "ppo", "--preset", "debug", "--env-id", "CartPole-v1", "--total-steps", "1024",
-            "--dist-backend", "gloo",
-            "--eval-every", "0", "--progress", "none", "--run-dir", str(run)]
+    launcher = lambda node: (
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(node),
+        "--nproc-per-node",
+        "1",  # noqa: E731
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "heron-test",
+    )
+    args = [
+        "train",
+        "ppo",
+        "--preset",
+        "debug",
+        "--env-id",
+        "CartPole-v1",
+        "--total-steps",
+        "1024",
+        "--dist-backend",
+        "gloo",
+        "--eval-every",
+        "0",
+        "--progress",
+        "none",
+        "--run-dir",
+        str(run),
+    ]
     nodes = [_launch(args, launcher=launcher(node)) for node in (0, 1)]
     results = [_finish(p) for p in nodes]
     assert all(rc == 0 for rc, _ in results), [out[-2000:] for _, out in results]

@@ -6,22 +6,38 @@ import sqlite3
 
 import pytest
 import yaml
+from cli_helpers import cli_error
 
 from heron import api
 from heron.cli import main
-from cli_helpers import cli_error
 
 pytest.importorskip("optuna")
 
-FLAGS = ["--env-id", "Pendulum-v1", "--preset", "debug", "--total-steps", "800", "--learning-starts", "200",
-         "--eval-every", "400", "--eval-episodes", "2", "--threads", "1"]
+FLAGS = [
+    "--env-id",
+    "Pendulum-v1",
+    "--preset",
+    "debug",
+    "--total-steps",
+    "800",
+    "--learning-starts",
+    "200",
+    "--eval-every",
+    "400",
+    "--eval-episodes",
+    "2",
+    "--threads",
+    "1",
+]
 
 
 def _space(tmp_path):
     path = tmp_path / "space.yaml"
     # the learning rates, gamma and the seed (the others at the preset's): the trials differ at step 400
-    path.write_text("learning_starts: null\nhidden_sizes: null\nbatch_size: null\ntau: null\n"
-                    "gamma: {choices: [0.9, 0.99]}\nseed: {int: [1, 1000]}\n")
+    path.write_text(
+        "learning_starts: null\nhidden_sizes: null\nbatch_size: null\ntau: null\n"
+        "gamma: {choices: [0.9, 0.99]}\nseed: {int: [1, 1000]}\n"
+    )
     return path
 
 
@@ -60,12 +76,15 @@ def test_study_in_two_jobs_then_continued_with_pruning(tmp_path, capsys):
     assert cfg.total_steps == 800 and cfg.policy_lr == best["policy_lr"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["tune", "sac", "--trials", "0"], "--trials must be positive"),
-    (["tune", "sac", "--trials", "2", "--jobs", "0"], "--jobs must be at least 1"),
-    (["tune", "sca", "--trials", "2"], "unknown algorithm"),
-    (["tune", "sac", "--trials", "2", "--polcy-lr", "1"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tune", "sac", "--trials", "0"], "--trials must be positive"),
+        (["tune", "sac", "--trials", "2", "--jobs", "0"], "--jobs must be at least 1"),
+        (["tune", "sca", "--trials", "2"], "unknown algorithm"),
+        (["tune", "sac", "--trials", "2", "--polcy-lr", "1"], "unknown flag --polcy-lr (did you mean --policy-lr?)"),
+    ],
+)
 def test_bad_input_is_one_line(capsys, argv, message):
     assert message in cli_error(capsys, argv)
 
@@ -73,8 +92,10 @@ def test_bad_input_is_one_line(capsys, argv, message):
 def test_bad_search_space_is_one_line(tmp_path, capsys):
     space = tmp_path / "space.yaml"
     space.write_text("policy_lr: {log: [0, 1]}\n")
-    assert "log needs [low, high] with low < high and low > 0" in \
-        cli_error(capsys, ["tune", "sac", "--trials", "2", "--space", str(space), "--out", str(tmp_path / "s")])
+    assert "log needs [low, high] with low < high and low > 0" in cli_error(
+        capsys, ["tune", "sac", "--trials", "2", "--space", str(space), "--out", str(tmp_path / "s")]
+    )
     space.write_text("not_an_option: {choices: [1, 2]}\n")
-    assert "sac has no option 'not_an_option'" in \
-        cli_error(capsys, ["tune", "sac", "--trials", "2", "--space", str(space), "--out", str(tmp_path / "s")])
+    assert "sac has no option 'not_an_option'" in cli_error(
+        capsys, ["tune", "sac", "--trials", "2", "--space", str(space), "--out", str(tmp_path / "s")]
+    )

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from test_sac_lean import make_nets
 
 import heron
 from heron.accel.graphs import GraphedStep
@@ -22,7 +23,6 @@ from heron.algos.sac import networks as sac_networks
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
 from heron.algos.td3 import losses as td3_losses
-from test_sac_lean import make_nets
 
 CPU = torch.device("cpu")
 
@@ -121,7 +121,9 @@ def test_a_check_that_can_fail_reports_the_largest_difference():
 
     state = {"critic": net, "opt": opt}
     assert check.disagreement(readable, readable, (x,), state, 1e-6) is None
-    assert check.disagreement(readable, doubled, (x,), state, 1e-6) == "disagrees with it: critic gradient off by 1.0e+00"
+    assert (
+        check.disagreement(readable, doubled, (x,), state, 1e-6) == "disagrees with it: critic gradient off by 1.0e+00"
+    )
 
 
 def _huber_critic_losses(q, target):
@@ -136,42 +138,58 @@ def test_an_edited_loss_takes_effect_in_every_run(monkeypatch):
     said = []
     cfg, nets, prec, readable = _sac()
     assert build_step(cfg, readable, "sac", nets, prec, log=said.append) is readable
-    assert said[-1].startswith("update: autograd step (heron.algos.sac.train; the hand-written step disagrees with "
-                               "it: critic gradient off by ")
+    assert said[-1].startswith(
+        "update: autograd step (heron.algos.sac.train; the hand-written step disagrees with it: critic gradient off by "
+    )
 
 
 def test_an_edited_network_takes_effect(monkeypatch):
     """An edit to SAC's actor (its Gaussian's mean halved) reaches the readable step only; the
     hand-written step, which runs the actor's layers itself, disagrees and steps aside."""
     head = sac_networks.Actor.head
-    monkeypatch.setattr(sac_networks.Actor, "head", lambda self, feats: (head(self, feats)[0] * 0.5,
-                                                                         head(self, feats)[1]))
+    monkeypatch.setattr(
+        sac_networks.Actor, "head", lambda self, feats: (head(self, feats)[0] * 0.5, head(self, feats)[1])
+    )
     said = []
     cfg, nets, prec, readable = _sac()
     assert build_step(cfg, readable, "sac", nets, prec, log=said.append) is readable
     assert "the hand-written step disagrees with it: " in said[-1]
 
 
-@pytest.mark.parametrize("algo, module, name, edit, overrides", [
-    ("sac", None, None, None, {}),
-    ("td3", None, None, None, {}),
-    ("ppo", None, None, None, {}),
-    ("ppo", None, None, None, {"env_id": "Pendulum-v1"}),
-    ("sac", sac_losses, "critic_losses", _huber_critic_losses, {}),
-    ("td3", td3_losses, "actor_loss", lambda q1: -2.0 * q1.mean(), {}),
-    ("ppo", ppo_losses, "value_loss", lambda *a, **k: 2.0 * ppo_losses.value_terms(*a, **k)[0], {}),
-], ids=["sac", "td3", "ppo", "ppo-box", "sac-huber-critic", "td3-actor-loss", "ppo-value-loss"])
-def test_runs_take_the_hand_written_step_only_while_it_agrees(algo, module, name, edit, overrides, capsys,
-                                                               monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "algo, module, name, edit, overrides",
+    [
+        ("sac", None, None, None, {}),
+        ("td3", None, None, None, {}),
+        ("ppo", None, None, None, {}),
+        ("ppo", None, None, None, {"env_id": "Pendulum-v1"}),
+        ("sac", sac_losses, "critic_losses", _huber_critic_losses, {}),
+        ("td3", td3_losses, "actor_loss", lambda q1: -2.0 * q1.mean(), {}),
+        ("ppo", ppo_losses, "value_loss", lambda *a, **k: 2.0 * ppo_losses.value_terms(*a, **k)[0], {}),
+    ],
+    ids=["sac", "td3", "ppo", "ppo-box", "sac-huber-critic", "td3-actor-loss", "ppo-value-loss"],
+)
+def test_runs_take_the_hand_written_step_only_while_it_agrees(
+    algo, module, name, edit, overrides, capsys, monkeypatch, tmp_path
+):
     """Through a real run, as a user starts one: the first line names the step and why."""
     if edit is not None:
         monkeypatch.setattr(module, name, edit)
     starts = {"sac": dict(learning_starts=10), "td3": dict(learning_starts=10), "ppo": dict(num_steps=16)}[algo]
-    heron.train(algo, run_dir=str(tmp_path / "run"), total_steps=64, eval_every=0, eval_episodes=1,
-                progress="log", **starts, **overrides)
+    heron.train(
+        algo,
+        run_dir=str(tmp_path / "run"),
+        total_steps=64,
+        eval_every=0,
+        eval_episodes=1,
+        progress="log",
+        **starts,
+        **overrides,
+    )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("update: "))
     if edit is None:
         assert line == f"update: hand-written step (heron.accel.handwritten.{algo}; precision 32)"
     else:
-        assert line.startswith(f"update: autograd step (heron.algos.{algo}.train; the hand-written step disagrees "
-                               "with it: ")
+        assert line.startswith(
+            f"update: autograd step (heron.algos.{algo}.train; the hand-written step disagrees with it: "
+        )

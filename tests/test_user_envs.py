@@ -9,18 +9,44 @@ import sys
 from pathlib import Path
 
 import pytest
+import user_envs
 import yaml
 
 import heron
-import user_envs
 from heron.cli import main
 from heron.envs import ids as envids
 
 TESTS = Path(__file__).resolve().parent
-TINY = ["--total-steps", "400", "--learning-starts", "100", "--batch-size", "32", "--buffer-size", "1000",
-        "--hidden-sizes", "16", "16", "--eval-every", "0", "--eval-episodes", "2", "--progress", "none"]
-TINY_KW = dict(total_steps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(16, 16),
-               eval_every=0, eval_episodes=2, progress="none", torch_threads=1)
+TINY = [
+    "--total-steps",
+    "400",
+    "--learning-starts",
+    "100",
+    "--batch-size",
+    "32",
+    "--buffer-size",
+    "1000",
+    "--hidden-sizes",
+    "16",
+    "16",
+    "--eval-every",
+    "0",
+    "--eval-episodes",
+    "2",
+    "--progress",
+    "none",
+]
+TINY_KW = dict(
+    total_steps=300,
+    learning_starts=100,
+    batch_size=32,
+    buffer_size=1000,
+    hidden_sizes=(16, 16),
+    eval_every=0,
+    eval_episodes=2,
+    progress="none",
+    torch_threads=1,
+)
 
 
 def _heron(args, cwd, env=None):
@@ -50,8 +76,11 @@ def test_module_env_id_trains_resumes_and_evaluates_through_the_cli(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert "cannot import module 'user_envs'" in p.stderr and "PYTHONPATH" in p.stderr
-    p = _heron(["eval", str(run), "--episodes", "1"], tmp_path,
-               env={"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(TESTS)]))})
+    p = _heron(
+        ["eval", str(run), "--episodes", "1"],
+        tmp_path,
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(TESTS)]))},
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -62,8 +91,26 @@ def test_module_env_id_tunes_in_worker_processes_and_exports(tmp_path):
     pytest.importorskip("optuna")
     pytest.importorskip("onnxruntime")
     out = tmp_path / "study"
-    p = _heron(["tune", "sac", "--env-id", "user_envs:Target-v0", "--trials", "2", "--jobs", "2", "--threads", "1",
-                "--pruner", "none", "--out", str(out), *TINY[:-4]], TESTS)
+    p = _heron(
+        [
+            "tune",
+            "sac",
+            "--env-id",
+            "user_envs:Target-v0",
+            "--trials",
+            "2",
+            "--jobs",
+            "2",
+            "--threads",
+            "1",
+            "--pruner",
+            "none",
+            "--out",
+            str(out),
+            *TINY[:-4],
+        ],
+        TESTS,
+    )
     assert p.returncode == 0, p.stderr
     assert yaml.safe_load((out / "best.yaml").read_text())["env_id"] == "user_envs:Target-v0"
     trial = out / "trials" / "trial_0000"
@@ -73,12 +120,17 @@ def test_module_env_id_tunes_in_worker_processes_and_exports(tmp_path):
     assert json.loads(onnx.with_name("policy.onnx.json").read_text())["env_id"] == "user_envs:Target-v0"
 
 
-@pytest.mark.parametrize("env_id,needle", [
-    ("no_such_module_xyz:Target-v0", "cannot import module 'no_such_module_xyz' for --env-id"),
-    ("user_envs:Targt-v0", "user_envs registers no environment 'Targt-v0' and has no env factory of that name; "
-                           "did you mean Target-v0"),
-    ("user_envs:TARGET_CONSTANT", "user_envs registers no environment 'TARGET_CONSTANT'"),
-])
+@pytest.mark.parametrize(
+    "env_id,needle",
+    [
+        ("no_such_module_xyz:Target-v0", "cannot import module 'no_such_module_xyz' for --env-id"),
+        (
+            "user_envs:Targt-v0",
+            "user_envs registers no environment 'Targt-v0' and has no env factory of that name; did you mean Target-v0",
+        ),
+        ("user_envs:TARGET_CONSTANT", "user_envs registers no environment 'TARGET_CONSTANT'"),
+    ],
+)
 def test_bad_module_env_ids_are_one_line_errors(capsys, tmp_path, env_id, needle):
     code = main(["train", "sac", "--env-id", env_id, "--run-dir", str(tmp_path / "r")])
     err = capsys.readouterr().err
@@ -142,13 +194,19 @@ def test_check_env_on_a_good_env(capsys):
         assert any(line.split() == [algo, "yes"] for line in out.splitlines()), out
 
 
-@pytest.mark.parametrize("env_id,fail", [
-    ("user_envs:WrongDtype", "FAIL  observation dtype: reset() returned observation of dtype float64; "
-                             "the observation space declares float32"),
-    ("user_envs:InfiniteBounds", "FAIL  action bounds: not finite"),
-    ("user_envs:OutOfSpace", "FAIL  observations inside the observation space: reset() returned observation[0] ="),
-    ("user_envs:Endless", "FAIL  episodes end: none ended in 120 random steps"),
-])
+@pytest.mark.parametrize(
+    "env_id,fail",
+    [
+        (
+            "user_envs:WrongDtype",
+            "FAIL  observation dtype: reset() returned observation of dtype float64; "
+            "the observation space declares float32",
+        ),
+        ("user_envs:InfiniteBounds", "FAIL  action bounds: not finite"),
+        ("user_envs:OutOfSpace", "FAIL  observations inside the observation space: reset() returned observation[0] ="),
+        ("user_envs:Endless", "FAIL  episodes end: none ended in 120 random steps"),
+    ],
+)
 def test_check_env_names_what_is_broken(capsys, env_id, fail):
     code, out = _check_env(capsys, env_id)
     assert code == 1, out
@@ -172,8 +230,12 @@ def test_an_evaluation_depends_on_the_policy_alone_even_where_an_env_remembers(t
     """Some envs' episodes depend on what the instance played before, whatever the seed (PyBullet's
     locomotion envs do). Evaluations make their envs afresh, so the final evaluation of a run with
     earlier ones is what ``heron eval`` of its checkpoint gives."""
-    r = heron.train("td3", env_id="user_envs:Remembering", run_dir=str(tmp_path / "r"),
-                    **{**TINY_KW, "eval_every": 100, "eval_episodes": 3})
+    r = heron.train(
+        "td3",
+        env_id="user_envs:Remembering",
+        run_dir=str(tmp_path / "r"),
+        **{**TINY_KW, "eval_every": 100, "eval_episodes": 3},
+    )
     evaluations = len((tmp_path / "r" / "eval.csv").read_text().splitlines()) - 1
     assert evaluations == 3  # steps 100, 200 and 300 (the final one)
     again = heron.evaluate(tmp_path / "r", episodes=3)
@@ -185,8 +247,9 @@ def test_eval_envs_reaches_the_run_and_heron_eval_and_envs_overrides_it(tmp_path
     something else than episodes played together in fresh envs: that difference shows which way
     each path played them."""
     run = tmp_path / "r"
-    r = heron.train("td3", env_id="user_envs:Remembering", run_dir=str(run),
-                    **{**TINY_KW, "eval_episodes": 3, "eval_envs": 1})
+    r = heron.train(
+        "td3", env_id="user_envs:Remembering", run_dir=str(run), **{**TINY_KW, "eval_episodes": 3, "eval_envs": 1}
+    )
     default = heron.evaluate(run, episodes=3)  # the run's --eval-envs 1
     assert default["mean_return"] == pytest.approx(r["mean_return"], rel=1e-6)
     together = heron.evaluate(run, episodes=3, envs=3)

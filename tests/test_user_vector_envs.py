@@ -15,9 +15,9 @@ from gymnasium.vector import AutoresetMode
 import heron
 from heron.envs.ids import callable_env_id, forget_callable, instance_env_id
 from heron.envs.native import NativeVecEnv
+from heron.envs.torch_pendulum import TorchPendulum
 from heron.envs.user_vector import OneOfVector
 from heron.errors import HeronError
-from heron.envs.torch_pendulum import TorchPendulum
 
 DEBUG = dict(presets=["debug"], total_steps=600, learning_starts=200, eval_every=300, checkpoint_every=300)
 
@@ -46,7 +46,7 @@ def test_one_env_of_a_vector_env_plays_whole_episodes_to_their_final_observation
     single, envs = gym.make("Pendulum-v1"), OneOfVector(pendulum, "TorchPendulum")
     single.reset(seed=3)
     envs.reset(seed=3)
-    pendulum.theta, pendulum.theta_dot = (torch.tensor(single.unwrapped.state[i:i + 1]) for i in (0, 1))
+    pendulum.theta, pendulum.theta_dot = (torch.tensor(single.unwrapped.state[i : i + 1]) for i in (0, 1))
     actions = np.sin(np.arange(200, dtype=np.float32))[:, None] * 2
     for k, action in enumerate(actions):
         expected, r1, _, trunc1, _ = single.step(action)
@@ -112,11 +112,35 @@ def test_bad_vector_envs_are_refused_in_one_line(forget):
 
 def test_a_module_factory_of_vector_envs_on_the_command_line(tmp_path):
     (tmp_path / "mysim.py").write_text(
-        "from heron.envs.torch_pendulum import TorchPendulum\n\n\ndef make(num_envs):\n    return TorchPendulum(num_envs)\n")
-    done = subprocess.run([sys.executable, "-m", "heron", "train", "sac", "--env-id", "mysim:make", "--vector-mode",
-                           "native", "--num-envs", "2", "--preset", "debug", "--total-steps", "400",
-                           "--learning-starts", "200", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, cwd=tmp_path)
+        "from heron.envs.torch_pendulum import TorchPendulum\n\n\n"
+        "def make(num_envs):\n    return TorchPendulum(num_envs)\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "heron",
+            "train",
+            "sac",
+            "--env-id",
+            "mysim:make",
+            "--vector-mode",
+            "native",
+            "--num-envs",
+            "2",
+            "--preset",
+            "debug",
+            "--total-steps",
+            "400",
+            "--learning-starts",
+            "200",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "final evaluation" in done.stdout
 
@@ -155,8 +179,11 @@ def test_a_tensor_env_s_outputs_never_become_numpy_arrays(algo, tmp_path, forget
         np.asarray(make(2).reset()[0])
     # pendulums end at 200 steps: reset rows on the way; PPO with its reward scaling and observation
     # normalization, which see every step
-    settings = dict(n_step=2, **{**DEBUG, "total_steps": 1000}) if algo != "ppo" else \
-        dict(presets=["debug"], total_steps=1024, reward_scale=True, obs_norm=True)
+    settings = (
+        dict(n_step=2, **{**DEBUG, "total_steps": 1000})
+        if algo != "ppo"
+        else dict(presets=["debug"], total_steps=1024, reward_scale=True, obs_norm=True)
+    )
     out = heron.train(algo, env=make, num_envs=4, run_dir=str(tmp_path / "run"), **settings)
     assert out["step"] in (1000, 1024)
 
@@ -181,11 +208,14 @@ class BrokenContract(TorchPendulum):
         return obs, reward, terminated, truncated, info
 
 
-@pytest.mark.parametrize("how, message", [
-    ("numpy rewards", "returns rewards as ndarray, not a torch tensor"),
-    ("float flags", "returns terminated as torch.float32, not bool"),
-    ("meta", "returns tensors on meta and the run trains on cpu: pass --device meta"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("numpy rewards", "returns rewards as ndarray, not a torch tensor"),
+        ("float flags", "returns terminated as torch.float32, not bool"),
+        ("meta", "returns tensors on meta and the run trains on cpu: pass --device meta"),
+    ],
+)
 def test_a_tensor_env_that_breaks_the_contract_is_refused_in_one_line(how, message):
     envs = NativeVecEnv("Pendulum-v1", 2, 0, envs=BrokenContract(2, how), keep_tensors=True)
     with pytest.raises(HeronError, match=message):

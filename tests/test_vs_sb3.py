@@ -1,8 +1,9 @@
 """heron's TD3 gradient step against Stable-Baselines3's, the reference users compare it with: from
-the same weights, on the same batches and the same target-smoothing noise, both libraries must
-move every network (actor, twin critics, both targets) to the same values, step after step, with the
+the same weights, on the same batches and the same target-smoothing noise, both libraries must move
+every network (actor, twin critics, both targets) to the same values, step after step, with the
 policy delay and the Polyak updates at the same steps. A learning curve that differs from SB3's at
-equal env steps (docs/benchmarks/index.md, "Off-policy curves beside Stable-Baselines3") is then not a difference in the update."""
+equal env steps (docs/benchmarks/index.md, "Off-policy curves beside Stable-Baselines3") is then not
+a difference in the update."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ import torch
 sb3 = pytest.importorskip("stable_baselines3")
 
 from heron.accel.handwritten import td3 as lean  # noqa: E402
+from heron.accel.precision import Precision  # noqa: E402
 from heron.algos.td3.config import Config  # noqa: E402
 from heron.algos.td3.networks import build  # noqa: E402
 from heron.algos.td3.train import Nets, make_update  # noqa: E402
-from heron.rl.nets import Polyak
-from heron.ops.adam import adam
-from heron.accel.precision import Precision  # noqa: E402
+from heron.ops.adam import adam  # noqa: E402
+from heron.rl.nets import Polyak  # noqa: E402
 
 D, A, B, H = 6, 2, 64, (32, 32)
 
@@ -59,9 +60,13 @@ def _copy_into_sb3(actor, critic, sb3_actor, sb3_critic):
 def _batches(n):
     g = torch.Generator().manual_seed(7)
     for _ in range(n):
-        yield {"obs": torch.randn(B, D, generator=g), "next_obs": torch.randn(B, D, generator=g),
-               "actions": torch.rand(B, A, generator=g) * 2 - 1, "rewards": torch.randn(B, generator=g),
-               "terminated": torch.rand(B, generator=g) < 0.2}
+        yield {
+            "obs": torch.randn(B, D, generator=g),
+            "next_obs": torch.randn(B, D, generator=g),
+            "actions": torch.rand(B, A, generator=g) * 2 - 1,
+            "rewards": torch.randn(B, generator=g),
+            "terminated": torch.rand(B, generator=g) < 0.2,
+        }
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["hand-written", "autograd"])
@@ -70,31 +75,68 @@ def test_td3_update_matches_sb3(fused):
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-    cfg = Config(hidden_sizes=H, batch_size=B, policy_lr=1e-3, q_lr=1e-3, gamma=0.99, tau=0.05,
-                 policy_frequency=2, policy_noise=0.2, noise_clip=0.5)
+    cfg = Config(
+        hidden_sizes=H,
+        batch_size=B,
+        policy_lr=1e-3,
+        q_lr=1e-3,
+        gamma=0.99,
+        tau=0.05,
+        policy_frequency=2,
+        policy_noise=0.2,
+        noise_clip=0.5,
+    )
     torch.manual_seed(0)
     actor, critic = build(D, -torch.ones(A), torch.ones(A), H, False)
     actor_target = copy.deepcopy(actor).requires_grad_(False)
     critic_target = copy.deepcopy(critic).requires_grad_(False)
-    nets = Nets(actor, critic, actor_target, critic_target, adam(list(actor.parameters()), cfg.policy_lr),
-                adam(list(critic.parameters()), cfg.q_lr))
+    nets = Nets(
+        actor,
+        critic,
+        actor_target,
+        critic_target,
+        adam(list(actor.parameters()), cfg.policy_lr),
+        adam(list(critic.parameters()), cfg.q_lr),
+    )
     update = lean.LeanUpdate(cfg, nets) if fused else make_update(cfg, nets, Precision("32", torch.device("cpu")))
     polyak = Polyak((actor_target, actor), (critic_target, critic))
 
-    model = TD3("MlpPolicy", Box(), learning_rate=1e-3, batch_size=B, gamma=0.99, tau=0.05, policy_delay=2,
-                target_policy_noise=0.2, target_noise_clip=0.5, learning_starts=0, device="cpu",
-                policy_kwargs=dict(net_arch=list(H)), seed=0)
+    model = TD3(
+        "MlpPolicy",
+        Box(),
+        learning_rate=1e-3,
+        batch_size=B,
+        gamma=0.99,
+        tau=0.05,
+        policy_delay=2,
+        target_policy_noise=0.2,
+        target_noise_clip=0.5,
+        learning_starts=0,
+        device="cpu",
+        policy_kwargs=dict(net_arch=list(H)),
+        seed=0,
+    )
     model.set_logger(configure(None, []))
     _copy_into_sb3(actor, critic, model.actor, model.critic)
     model.actor_target.load_state_dict(model.actor.state_dict())
     model.critic_target.load_state_dict(model.critic.state_dict())
 
-    pairs = [(actor, model.actor), (critic, model.critic), (actor_target, model.actor_target),
-             (critic_target, model.critic_target)]
+    pairs = [
+        (actor, model.actor),
+        (critic, model.critic),
+        (actor_target, model.actor_target),
+        (critic_target, model.critic_target),
+    ]
     for n, batch in enumerate(_batches(6), start=1):
-        sample = ReplayBufferSamples(batch["obs"], batch["actions"], batch["next_obs"],
-                                     batch["terminated"].float()[:, None], batch["rewards"][:, None], None)
-        model.replay_buffer.sample = lambda *args, **kwargs: sample
+        sample = ReplayBufferSamples(
+            batch["obs"],
+            batch["actions"],
+            batch["next_obs"],
+            batch["terminated"].float()[:, None],
+            batch["rewards"][:, None],
+            None,
+        )
+        model.replay_buffer.sample = lambda *args, **kwargs: sample  # noqa: B023 (this step's batch)
         torch.manual_seed(100 + n)  # the smoothing noise: both draw [B, A] normals first from this stream
         model.train(gradient_steps=1, batch_size=B)
         torch.manual_seed(100 + n)

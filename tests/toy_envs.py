@@ -42,8 +42,9 @@ class DictObs(gym.Env):
     """Dict observations: reward is -|action - target| where target is in the observation."""
 
     def __init__(self):
-        self.observation_space = gym.spaces.Dict({"target": gym.spaces.Box(-1, 1, (1,), np.float32),
-                                                  "noise": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.observation_space = gym.spaces.Dict(
+            {"target": gym.spaces.Box(-1, 1, (1,), np.float32), "noise": gym.spaces.Box(-1, 1, (2,), np.float32)}
+        )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 
     def _obs(self):
@@ -116,8 +117,9 @@ class DictImage(gym.Env):
     of vec[0] (the image is noise)."""
 
     def __init__(self):
-        self.observation_space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8),
-                                                  "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.observation_space = gym.spaces.Dict(
+            {"pixels": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)}
+        )
         self.action_space = gym.spaces.Discrete(2)
 
     def _obs(self):

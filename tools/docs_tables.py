@@ -73,8 +73,14 @@ def _values(f: dataclasses.Field, kind) -> str:
     choices = f.metadata.get("choices")
     if choices:
         return " | ".join(f"`{c}`" for c in choices)
-    return {"true/false": "`true` | `false`", "an integer": "integer", "a number": "number", "a string": "text",
-            "a list of integers": "integers", "a list of strings": "texts"}[type_name(kind)]
+    return {
+        "true/false": "`true` | `false`",
+        "an integer": "integer",
+        "a number": "number",
+        "a string": "text",
+        "a list of integers": "integers",
+        "a list of strings": "texts",
+    }[type_name(kind)]
 
 
 def common_rows() -> list[tuple[str, str, str, str]]:
@@ -98,8 +104,16 @@ def algo_rows(algo: str) -> list[tuple[str, str, str, str]]:
     types = field_types(cls)
     shared = {f.name for f in dataclasses.fields(RunConfig)}
     cfg = cls()
-    return [(f"`--{flag(f.name)}`", _values(f, types[f.name]), f"`{shown(getattr(cfg, f.name))}`",
-             f.metadata.get("help", "")) for f in dataclasses.fields(cls) if f.name not in shared]
+    return [
+        (
+            f"`--{flag(f.name)}`",
+            _values(f, types[f.name]),
+            f"`{shown(getattr(cfg, f.name))}`",
+            f.metadata.get("help", ""),
+        )
+        for f in dataclasses.fields(cls)
+        if f.name not in shared
+    ]
 
 
 def render(name: str) -> str:
@@ -160,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stale = update_docs(args.check)
     for page in stale:
-        print(f"{page}: a generated table {'is out of date' if args.check else 'rewritten'}",
-              file=sys.stderr if args.check else sys.stdout)
+        print(
+            f"{page}: a generated table {'is out of date' if args.check else 'rewritten'}",
+            file=sys.stderr if args.check else sys.stdout,
+        )
     if args.check and stale:
         print("run: python tools/docs_tables.py", file=sys.stderr)
         return 1

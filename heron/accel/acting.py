@@ -27,7 +27,8 @@ its observations go to the actor as tensors, and what the loop adds to the actor
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ from heron.accel.graphs import GraphedStep
 
 # OpenBLAS (numpy's BLAS) splits a product over threads from M * N * K = 2^18 on; below it runs on
 # the calling thread, so numpy acting stays within the run's --torch-threads
-PRODUCT_MAX = 2 ** 18 - 1
+PRODUCT_MAX = 2**18 - 1
 
 
 def linears(module: nn.Module) -> list[nn.Linear]:
@@ -50,8 +51,11 @@ def eligible(batch: int, layers: Sequence[nn.Linear], amp_dtype: torch.dtype | N
     below ``PRODUCT_MAX``, and no mixed precision where ``amp_dtype`` is given (PPO, and every
     evaluation; module doc)."""
     return amp_dtype is None and all(
-        layer.weight.device.type == "cpu" and layer.weight.dtype == torch.float32
-        and batch * layer.weight.numel() <= PRODUCT_MAX for layer in layers)
+        layer.weight.device.type == "cpu"
+        and layer.weight.dtype == torch.float32
+        and batch * layer.weight.numel() <= PRODUCT_MAX
+        for layer in layers
+    )
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -124,8 +128,14 @@ class Acting:
     object (False for recurrent SAC, whose loop carries the actor's state and acts itself: then
     nothing is recorded or taken ahead)."""
 
-    def __init__(self, torch_fn: Callable[[torch.Tensor], torch.Tensor], numpy_fn: Callable[[np.ndarray], np.ndarray] | None,
-                 device: torch.device, cfg: Any, used: bool = True):
+    def __init__(
+        self,
+        torch_fn: Callable[[torch.Tensor], torch.Tensor],
+        numpy_fn: Callable[[np.ndarray], np.ndarray] | None,
+        device: torch.device,
+        cfg: Any,
+        used: bool = True,
+    ):
 
         self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, cfg.act_ahead and used
         self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and used and numpy_fn is None else None
@@ -191,8 +201,14 @@ class Policy:
 
     batched = True  # evaluations may play several episodes at once through one predict (episodes.evaluate)
 
-    def __init__(self, actor: nn.Module, obs_shape: tuple[int, ...], state_size: int = 0,
-                 device: str | torch.device = "cpu", obs_dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        actor: nn.Module,
+        obs_shape: tuple[int, ...],
+        state_size: int = 0,
+        device: str | torch.device = "cpu",
+        obs_dtype: torch.dtype = torch.float32,
+    ):
         self.actor = actor.to(device).eval()
         self.obs_shape, self.state_size = tuple(obs_shape), state_size
         self.device, self.obs_dtype = torch.device(device), obs_dtype
@@ -209,8 +225,9 @@ class Policy:
     def evaluates_on_host(self) -> bool:
         """Whether an evaluation acts on the CPU (``on_host``): all but an actor with convolutions on an
         accelerator."""
-        return self.device.type == "cpu" or not any(isinstance(m, nn.modules.conv._ConvNd)
-                                                    for m in self.actor.modules())
+        return self.device.type == "cpu" or not any(
+            isinstance(m, nn.modules.conv._ConvNd) for m in self.actor.modules()
+        )
 
     def host_copy(self) -> Policy:
         """A policy over a CPU copy of the actor, made at the first call and brought up to the
@@ -230,8 +247,12 @@ class Policy:
         torch dispatches: an evaluation makes one call per env step."""
         if batch not in self._numpy:
             make = getattr(self.actor, "numpy_mode", None)
-            usable = (make is not None and self.device.type == "cpu" and self.state_size == 0
-                      and self.obs_dtype == torch.float32)  # torch's path casts other types first
+            usable = (
+                make is not None
+                and self.device.type == "cpu"
+                and self.state_size == 0
+                and self.obs_dtype == torch.float32
+            )  # torch's path casts other types first
             self._numpy[batch] = make(batch) if usable else None
         return self._numpy[batch]
 
@@ -257,8 +278,9 @@ class Policy:
         obs = np.asarray(obs)
         single = obs.shape == self.obs_shape
         if not single and obs.shape[1:] != self.obs_shape:
-            raise ValueError(f"expected observations of shape {self.obs_shape} or [B, *{self.obs_shape}], "
-                             f"got {obs.shape}")
+            raise ValueError(
+                f"expected observations of shape {self.obs_shape} or [B, *{self.obs_shape}], got {obs.shape}"
+            )
         if deterministic and (fast := self._numpy_mode(1 if single else obs.shape[0])) is not None:
             out = fast(obs[None] if single else obs)
             return out[0] if single else out

@@ -50,7 +50,8 @@ What ``fn`` must obey (PyTorch's whole-network capture rules):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 
@@ -62,8 +63,13 @@ class GraphedStep:
     in; the warm-up and the capture see device copies). Without it the inputs are device tensors.
     ``optimizers``: the ones ``fn`` steps, made ``capturable`` before the first call."""
 
-    def __init__(self, fn: Callable[[Batch], dict[str, torch.Tensor]], warmup: int = 3,
-                 device: str | torch.device | None = None, optimizers: tuple[torch.optim.Optimizer, ...] = ()):
+    def __init__(
+        self,
+        fn: Callable[[Batch], dict[str, torch.Tensor]],
+        warmup: int = 3,
+        device: str | torch.device | None = None,
+        optimizers: tuple[torch.optim.Optimizer, ...] = (),
+    ):
         if warmup < 1:
             raise ValueError("CUDA graph capture needs at least one eager warm-up call")
         self.fn, self.warmup, self.optimizers = fn, warmup, tuple(optimizers)
@@ -106,16 +112,22 @@ class GraphedStep:
 class GraphedSteps:
     """``fn(batch, variant)`` with one ``GraphedStep`` per variant (module doc)."""
 
-    def __init__(self, fn: Callable[[Batch, Any], dict[str, torch.Tensor]], warmup: int = 3,
-                 device: str | torch.device | None = None, optimizers: tuple[torch.optim.Optimizer, ...] = ()):
+    def __init__(
+        self,
+        fn: Callable[[Batch, Any], dict[str, torch.Tensor]],
+        warmup: int = 3,
+        device: str | torch.device | None = None,
+        optimizers: tuple[torch.optim.Optimizer, ...] = (),
+    ):
         self.fn, self.warmup, self.device, self.optimizers = fn, warmup, device, tuple(optimizers)
         self.steps: dict[Hashable, GraphedStep] = {}
 
     def __call__(self, batch: Batch, variant: Hashable) -> dict[str, torch.Tensor]:
         step = self.steps.get(variant)
         if step is None:
-            step = self.steps[variant] = GraphedStep(lambda b, v=variant: self.fn(b, v), self.warmup, self.device,
-                                                     self.optimizers)
+            step = self.steps[variant] = GraphedStep(
+                lambda b, v=variant: self.fn(b, v), self.warmup, self.device, self.optimizers
+            )
         return step(batch)
 
 
@@ -129,5 +141,4 @@ def capturable(*optimizers: torch.optim.Optimizer) -> None:
         for group in opt.param_groups:
             group["capturable"] = True
             if not isinstance(group["lr"], torch.Tensor):
-                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32,
-                                           device=group["params"][0].device)
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=group["params"][0].device)

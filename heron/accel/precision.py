@@ -39,20 +39,30 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
+from heron.errors import HeronError
 from heron.ops import dist
 from heron.ops import torch_private as private
-from heron.rl.nets import FLOAT32_OUT, EnsembleMLP, ReluMLP, TanhMLP
 from heron.ops.adam import Adam
-from heron.errors import HeronError
+from heron.rl.nets import FLOAT32_OUT, EnsembleMLP, ReluMLP, TanhMLP
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
-COMPUTE_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.GRUCell, nn.LSTMCell,
-                  nn.GRU, nn.LSTM)
+COMPUTE_LAYERS = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose2d,
+    nn.GRUCell,
+    nn.LSTMCell,
+    nn.GRU,
+    nn.LSTM,
+)
 FUSED = (EnsembleMLP, ReluMLP, TanhMLP)  # cast inside their one autograd node (heron.ops.fused): no hooks
 
 
@@ -61,8 +71,9 @@ def check(mode: str, device: str) -> None:
     if mode not in MODES:
         raise HeronError(f"--precision must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "16-mixed" and not (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
-        raise HeronError("--precision 16-mixed needs CUDA (float16 autocast with a GradScaler); on a CPU use "
-                         "bf16-mixed")
+        raise HeronError(
+            "--precision 16-mixed needs CUDA (float16 autocast with a GradScaler); on a CPU use bf16-mixed"
+        )
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -153,9 +164,11 @@ class Precision:
     def slow_warning(self) -> str | None:
         """What to tell the user when this precision is much slower here than float32, else None."""
         if self.dtype is torch.bfloat16 and not native_bf16(self.device):
-            return ("--precision bf16-mixed on a CPU without bfloat16 instructions (AVX512-BF16 or AMX): torch "
-                    "emulates its matrix products, several times slower than float32 (SAC on Hopper-v5: 9x on "
-                    "an AMD Zen 3); --precision 32 is the fast choice on this machine")
+            return (
+                "--precision bf16-mixed on a CPU without bfloat16 instructions (AVX512-BF16 or AMX): torch "
+                "emulates its matrix products, several times slower than float32 (SAC on Hopper-v5: 9x on "
+                "an AMD Zen 3); --precision 32 is the fast choice on this machine"
+            )
         return None
 
     def apply(self, *modules: nn.Module) -> None:
@@ -168,15 +181,25 @@ class Precision:
             for f in fused:
                 f.amp_dtype = self.dtype
             for layer in module.modules():
-                if (isinstance(layer, COMPUTE_LAYERS) and id(layer) not in inside
-                        and not getattr(layer, "_heron_autocast", False) and not getattr(layer, FLOAT32_OUT, False)):
+                if (
+                    isinstance(layer, COMPUTE_LAYERS)
+                    and id(layer) not in inside
+                    and not getattr(layer, "_heron_autocast", False)
+                    and not getattr(layer, FLOAT32_OUT, False)
+                ):
                     layer.register_forward_pre_hook(functools.partial(_enter, self._hook_state))
                     layer.register_forward_hook(functools.partial(_exit, self._hook_state))
                     layer._heron_autocast = True
             _mark_chains(module)
 
-    def optimize(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params: Iterable[torch.Tensor],
-                 max_norm: float = 0.0, norm: bool = False) -> torch.Tensor | None:
+    def optimize(
+        self,
+        opt: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        params: Iterable[torch.Tensor],
+        max_norm: float = 0.0,
+        norm: bool = False,
+    ) -> torch.Tensor | None:
         """One optimizer step on ``loss``: backward (scaled in 16-mixed), the gradient all-reduce
         under torchrun, unscale, clipping to ``max_norm`` (0: none), step. Returns the gradient
         norm before clipping when clipping or asked (``norm``), else None. Call ``update`` once

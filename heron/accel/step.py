@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -42,15 +43,23 @@ from heron.rl.nets import Polyak
 
 HANDWRITTEN = ("sac", "td3", "ppo")  # the modules of heron.accel.handwritten that hold a step
 
+
 def compile_step(fn: Any) -> Any:
     """``torch.compile(fn)`` (``--compile``), with Inductor as deterministic as the run asked."""
     private.inductor_config().deterministic = torch.are_deterministic_algorithms_enabled()
     return torch.compile(fn)
 
 
-def build_step(cfg: Any, autograd: Callable, handwritten: str | None = None, nets: Any = None,
-               precision: Any = None, record: bool = True, log: Callable[[str], None] | None = None,
-               optimizers: tuple[torch.optim.Optimizer, ...] = ()) -> Callable:
+def build_step(
+    cfg: Any,
+    autograd: Callable,
+    handwritten: str | None = None,
+    nets: Any = None,
+    precision: Any = None,
+    record: bool = True,
+    log: Callable[[str], None] | None = None,
+    optimizers: tuple[torch.optim.Optimizer, ...] = (),
+) -> Callable:
     """The gradient step this run calls (module doc). ``autograd``: the readable step;
     ``handwritten``: the name of the algorithm's hand-written step (a module of
     ``heron.accel.handwritten``; None: it has none), with ``nets`` (what its ``train.py`` hands the
@@ -94,8 +103,7 @@ def _handwritten(cfg: Any, autograd: Callable, name: str, nets: Any, precision: 
     except Exception as exc:  # networks it cannot follow (an edited network)
         problem = f"cannot be built for these networks ({type(exc).__name__}: {exc})"
     else:
-        problem = disagreement(autograd, fast, module.probe(cfg, nets), module.state(nets),
-                               tolerance(precision.dtype))
+        problem = disagreement(autograd, fast, module.probe(cfg, nets), module.state(nets), tolerance(precision.dtype))
     # under torchrun every rank takes the same step (its collectives must meet the others')
     if dist.all_ranks(problem is None):
         return fast, ""
@@ -121,9 +129,16 @@ class Learn:
     per step: a gather per field, a copy of each into the graph's inputs, the Polyak step. With the
     replay in host memory (--buffer-device cpu) the gathered batch is the graph's input."""
 
-    def __init__(self, cfg: Any, update: Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]],
-                 rb: ReplayBuffer, shape: tuple[int, ...], polyak: Polyak,
-                 optimizers: tuple[torch.optim.Optimizer, ...] = (), sequences: bool = False):
+    def __init__(
+        self,
+        cfg: Any,
+        update: Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]],
+        rb: ReplayBuffer,
+        shape: tuple[int, ...],
+        polyak: Polyak,
+        optimizers: tuple[torch.optim.Optimizer, ...] = (),
+        sequences: bool = False,
+    ):
         self.rb, self.shape, self.sequences = rb, tuple(shape), sequences
         self.fields: tuple[str, ...] | None = getattr(update, "fields", None)
         tau = cfg.tau
@@ -139,8 +154,9 @@ class Learn:
         self.n_step, self.gamma = cfg.n_step, cfg.gamma
         self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
         if self.rows_in:
-            self.step = GraphedSteps(lambda rows, variant: step(self.read(rows), variant), device=rb.device,
-                                     optimizers=optimizers)
+            self.step = GraphedSteps(
+                lambda rows, variant: step(self.read(rows), variant), device=rb.device, optimizers=optimizers
+            )
         else:
             self.step = GraphedSteps(step, optimizers=optimizers) if graphs else step
 

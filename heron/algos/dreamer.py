@@ -15,23 +15,24 @@ player that acts in the real envs, its optimizers, its gradient step ``update(ba
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from heron.accel.acting import Policy
 from heron.config import RunConfig, flag, opt
-from heron.ops.rng import rng_state, set_rng_state
-from heron.ops import dist
 from heron.envs import dreamer as denvs
-from heron.rl.buffers import EpisodeBuffer
 from heron.envs.make import VecEnv
 from heron.envs.native import require_vector_entry_point
-from heron.accel.acting import Policy
-from heron.runtime.run import Run
 from heron.errors import HeronError
+from heron.ops import dist
+from heron.ops.rng import rng_state, set_rng_state
+from heron.rl.buffers import EpisodeBuffer
+from heron.runtime.run import Run
 
 
 @dataclass
@@ -41,29 +42,42 @@ class DreamerConfig(RunConfig):
     ``--action-repeat k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
 
     env_id: str = opt("CartPole-v1", "Gymnasium id, ALE id (ALE/Pong-v5, PongNoFrameskip-v4) or dmc_<domain>_<task>")
-    total_steps: int = opt(1_000_000, "total agent steps (policy steps, summed over envs; frames = steps x action repeat)")
+    total_steps: int = opt(
+        1_000_000, "total agent steps (policy steps, summed over envs; frames = steps x action repeat)"
+    )
     eval_every: int = opt(0, "deterministic evaluation every N agent steps (0 = only at the end)")
     eval_episodes: int = opt(5, "episodes per evaluation")
     # -- environment
     action_repeat: int = opt(1, "repeat each action k times (ALE/...-v5 skips frames itself: 1 only)")
     clip_rewards: bool = opt(False, "squash rewards with tanh for learning (DreamerV2 on Atari); logs stay raw")
     grayscale: bool = opt(False, "Atari: one grayscale channel instead of RGB")
-    observation: str = opt("auto", "what the model sees: auto (images of image envs and DMC pixels, else vectors), "
-                           "pixels (64x64 renders), state (vectors)", ("auto", "pixels", "state"))
+    observation: str = opt(
+        "auto",
+        "what the model sees: auto (images of image envs and DMC pixels, else vectors), "
+        "pixels (64x64 renders), state (vectors)",
+        ("auto", "pixels", "state"),
+    )
     cnn_keys: tuple[str, ...] = opt((), "observation keys for the CNN encoder/decoder (empty: every image key)")
-    mlp_keys: tuple[str, ...] = opt((), "observation keys for the MLP encoder/decoder (empty: every vector key "
-                                    "when there is no image, else none)")
-    max_episode_steps: int = opt(0, "cap episodes at this many agent steps (sheeprl's env.max_episode_steps; "
-                                 "the env's own limit still holds; 0 = only that)")
+    mlp_keys: tuple[str, ...] = opt(
+        (), "observation keys for the MLP encoder/decoder (empty: every vector key when there is no image, else none)"
+    )
+    max_episode_steps: int = opt(
+        0,
+        "cap episodes at this many agent steps (sheeprl's env.max_episode_steps; "
+        "the env's own limit still holds; 0 = only that)",
+    )
     # -- replay
     learning_starts: int = opt(2000, "agent steps of random actions before training")
     per_rank_batch_size: int = opt(16, "sequences per gradient step (per process)")
     sequence_length: int = opt(50, "steps per training sequence")
     buffer_size: int = opt(1_000_000, "replay capacity in agent steps")
-    buffer_type: str = opt("sequential", "sequential: sequences may run on into the next stored episodes (the state "
-                           "resets at episode starts); episode: sequences inside single episodes, which never "
-                           "samples episodes shorter than --sequence-length (sheeprl's blocks, the presets)",
-                           ("sequential", "episode"))
+    buffer_type: str = opt(
+        "sequential",
+        "sequential: sequences may run on into the next stored episodes (the state "
+        "resets at episode starts); episode: sequences inside single episodes, which never "
+        "samples episodes shorter than --sequence-length (sheeprl's blocks, the presets)",
+        ("sequential", "episode"),
+    )
     memmap_buffer: bool = opt(False, "keep the replay in memory-mapped files in the run directory")
     prioritize_ends: bool = opt(False, "sample sequence starts so that episode ends are not undersampled")
 
@@ -72,13 +86,17 @@ class DreamerConfig(RunConfig):
             raise HeronError(f"{self.ALGO}: --cuda-graphs and --compile are alternatives: choose one")
         super().validate()
         if self.vector_mode == "native" and (self.action_repeat != 1 or self.observation == "pixels"):
-            raise HeronError(f"--vector-mode native trains {self.ALGO} on the env's vector observations as it "
-                             "steps them: --action-repeat 1 and no --observation pixels (heron's vector envs do "
-                             "those)")
+            raise HeronError(
+                f"--vector-mode native trains {self.ALGO} on the env's vector observations as it "
+                "steps them: --action-repeat 1 and no --observation pixels (heron's vector envs do "
+                "those)"
+            )
         positive(self, "action_repeat", "per_rank_batch_size", "sequence_length", "buffer_size")
         non_negative(self, "learning_starts", "max_episode_steps")
         if self.buffer_size < self.sequence_length:
-            raise HeronError(f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}")
+            raise HeronError(
+                f"--buffer-size {self.buffer_size} is smaller than --sequence-length {self.sequence_length}"
+            )
 
 
 def positive(cfg: Any, *names: str) -> None:
@@ -101,8 +119,9 @@ def in_unit_interval(cfg: Any, *names: str) -> None:
 
 # -- envs and spaces ----------------------------------------------------------------------------------
 def env_fn(cfg: DreamerConfig, render_mode: str | None = None) -> gym.Env:
-    return denvs.make(cfg.env_id, cfg.action_repeat, cfg.observation, cfg.grayscale, cfg.max_episode_steps,
-                      render_mode=render_mode)
+    return denvs.make(
+        cfg.env_id, cfg.action_repeat, cfg.observation, cfg.grayscale, cfg.max_episode_steps, render_mode=render_mode
+    )
 
 
 def eval_env(cfg: DreamerConfig):
@@ -132,11 +151,18 @@ def spaces_of(cfg: DreamerConfig, obs_space: gym.spaces.Dict, act_space: gym.Spa
         raise HeronError(f"{cfg.ALGO} has nothing to encode for {cfg.env_id}: choose --cnn-keys or --mlp-keys")
     if isinstance(act_space, gym.spaces.Discrete):
         out = {"discrete": True, "action_dim": int(act_space.n)}
-    elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and \
-            np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high)):
-        out = {"discrete": False, "action_dim": int(act_space.shape[0]),
-               "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
-               "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
+    elif (
+        isinstance(act_space, gym.spaces.Box)
+        and len(act_space.shape) == 1
+        and np.all(np.isfinite(act_space.low))
+        and np.all(np.isfinite(act_space.high))
+    ):
+        out = {
+            "discrete": False,
+            "action_dim": int(act_space.shape[0]),
+            "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
+            "action_high": torch.as_tensor(act_space.high, dtype=torch.float32),
+        }
     else:
         raise HeronError(f"{cfg.ALGO} supports Discrete and bounded 1-D Box actions; {cfg.env_id} has {act_space}")
     return {"obs_spec": spec, "cnn_keys": cnn, "mlp_keys": mlp, **out}
@@ -167,9 +193,15 @@ def to_env_actions(actions: torch.Tensor, spaces: dict) -> np.ndarray:
 
 
 # -- imagination --------------------------------------------------------------------------------------
-def imagine(actor: torch.nn.Module, rssm: torch.nn.Module, h: torch.Tensor, z: torch.Tensor, horizon: int,
-            to_dynamics: Callable[[torch.Tensor], torch.Tensor] = lambda action: action,
-            dynamics_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def imagine(
+    actor: torch.nn.Module,
+    rssm: torch.nn.Module,
+    h: torch.Tensor,
+    z: torch.Tensor,
+    horizon: int,
+    to_dynamics: Callable[[torch.Tensor], torch.Tensor] = lambda action: action,
+    dynamics_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Both Dreamers' imagination from every posterior state (``h``, ``z`` [T, B, ...], detached
     here): at each of ``horizon`` steps the actor, from the detached state, picks an action, whose
     log-probability and the policy's entropy are kept (the actor loss scores this policy), and the
@@ -234,16 +266,30 @@ def load_player(player: torch.nn.Module, state: dict, device: str | torch.device
 
 # -- the replay ---------------------------------------------------------------------------------------
 def replay(cfg: DreamerConfig, run: Run, spaces: dict) -> EpisodeBuffer:
-    fields = {k: (tuple(shape), np.dtype(dt)) for k, (shape, dt) in spaces["obs_spec"].items()
-              if k in spaces["cnn_keys"] or k in spaces["mlp_keys"]}
-    fields.update(action=((spaces["action_dim"],), np.float32), reward=((), np.float32),
-                  is_first=((), np.bool_), is_terminal=((), np.bool_))
+    fields = {
+        k: (tuple(shape), np.dtype(dt))
+        for k, (shape, dt) in spaces["obs_spec"].items()
+        if k in spaces["cnn_keys"] or k in spaces["mlp_keys"]
+    }
+    fields.update(
+        action=((spaces["action_dim"],), np.float32),
+        reward=((), np.float32),
+        is_first=((), np.bool_),
+        is_terminal=((), np.bool_),
+    )
     folder = "buffer" if run.world.is_main else f"buffer/rank{run.world.rank}"  # each rank its own files
     memmap_dir = str(run.run_dir / folder) if cfg.memmap_buffer else None
     # this process's share of --buffer-size, for its envs, sampled with its own stream
-    return EpisodeBuffer(run.local(cfg.buffer_size), run.local(cfg.num_envs), fields, cfg.sequence_length,
-                         cfg.prioritize_ends, memmap_dir=memmap_dir, seed=run.rank_seed(),
-                         cross_episodes=cfg.buffer_type == "sequential")
+    return EpisodeBuffer(
+        run.local(cfg.buffer_size),
+        run.local(cfg.num_envs),
+        fields,
+        cfg.sequence_length,
+        cfg.prioritize_ends,
+        memmap_dir=memmap_dir,
+        seed=run.rank_seed(),
+        cross_episodes=cfg.buffer_type == "sequential",
+    )
 
 
 # -- the loop -----------------------------------------------------------------------------------------
@@ -265,8 +311,11 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
     learner says are due once ``--learning-starts`` agent steps of random actions are stored."""
     device = run.device
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
-    envs = run.own(denvs.NativeStates(cfg.env_id, N, run.env_seed(N)) if cfg.vector_mode == "native" else
-                   VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(env_fn, cfg)))
+    envs = run.own(
+        denvs.NativeStates(cfg.env_id, N, run.env_seed(N))
+        if cfg.vector_mode == "native"
+        else VecEnv(cfg.env_id, N, run.env_seed(N), cfg.vector_mode, env_fn=functools.partial(env_fn, cfg))
+    )
     spaces = spaces_of(cfg, envs.single_observation_space, envs.single_action_space)
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     A, discrete = spaces["action_dim"], spaces["discrete"]
@@ -278,15 +327,23 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
     def sample_batch() -> dict[str, torch.Tensor]:
         """[T, B, ...] tensors on the device; images stay uint8 until there."""
         data = rb.sample(cfg.per_rank_batch_size)
-        return {k: torch.from_numpy(np.ascontiguousarray(np.swapaxes(v, 0, 1))).to(device, non_blocking=True)
-                for k, v in data.items()}
+        return {
+            k: torch.from_numpy(np.ascontiguousarray(np.swapaxes(v, 0, 1))).to(device, non_blocking=True)
+            for k, v in data.items()
+        }
 
     def policy_state() -> dict:
         return {"actor": player.state_dict(), "spaces": spaces}
 
     def full_state() -> dict:
-        return {**policy_state(), "agent": agent.state_dict(), **{k: o.state_dict() for k, o in optimizers.items()},
-                "n_updates": n_updates, "rng": rng_state(np_rng), "envs": envs.state_dict()}
+        return {
+            **policy_state(),
+            "agent": agent.state_dict(),
+            **{k: o.state_dict() for k, o in optimizers.items()},
+            "n_updates": n_updates,
+            "rng": rng_state(np_rng),
+            "envs": envs.state_dict(),
+        }
 
     def buffer_state() -> dict:
         state = rb.state_dict()
@@ -315,8 +372,13 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
         run.resume_buffer = None  # the mapped file is in place now
 
     def first_entries(o: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {**{k: o[k] for k in keys}, "action": np.zeros((N, A), np.float32), "reward": np.zeros(N, np.float32),
-                "is_first": np.ones(N, bool), "is_terminal": np.zeros(N, bool)}
+        return {
+            **{k: o[k] for k in keys},
+            "action": np.zeros((N, A), np.float32),
+            "reward": np.zeros(N, np.float32),
+            "is_first": np.ones(N, bool),
+            "is_terminal": np.zeros(N, bool),
+        }
 
     rb.add(first_entries(obs), np.zeros(N, bool))
     is_first = torch.ones(N, dtype=torch.bool, device=device)
@@ -344,20 +406,33 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
         step = envs.step(env_actions)
         done = step.terminated | step.truncated
         # a native env's reset rows are no transition (step.valid), and its episodes begin there (step.started)
-        rb.add({**{k: step.next_obs[k] for k in keys}, "action": actions, "reward": step.rewards,
-                "is_first": np.zeros(N, bool), "is_terminal": step.terminated}, done, mask=step.valid)
+        rb.add(
+            {
+                **{k: step.next_obs[k] for k in keys},
+                "action": actions,
+                "reward": step.rewards,
+                "is_first": np.zeros(N, bool),
+                "is_terminal": step.terminated,
+            },
+            done,
+            mask=step.valid,
+        )
         started = done if step.started is None else step.started
         if started.any():
             rb.add(first_entries(step.obs), np.zeros(N, bool), mask=started)
         is_first = torch.as_tensor(started, device=device)
         if not warned_terminal and step.terminated.any():
             warned_terminal = True
-            run.logger.warn(f"{cfg.env_id} ends episodes by termination but --use-continues is off: imagined "
-                            "returns will not see those ends (pass --use-continues)")
+            run.logger.warn(
+                f"{cfg.env_id} ends episodes by termination but --use-continues is off: imagined "
+                "returns will not see those ends (pass --use-continues)"
+            )
         if not warned_short and rb.short_episodes:
             warned_short = True
-            run.logger.warn(f"{cfg.env_id} ended an episode shorter than --sequence-length {cfg.sequence_length}: "
-                            "the episode buffer never samples such episodes (--buffer-type sequential does)")
+            run.logger.warn(
+                f"{cfg.env_id} ended an episode shorter than --sequence-length {cfg.sequence_length}: "
+                "the episode buffer never samples such episodes (--buffer-type sequential does)"
+            )
         obs = step.obs
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         for _, ret, length in step.episodes:
@@ -371,8 +446,14 @@ def train(cfg: DreamerConfig, run: Run, make_learner: Callable[[Run, dict], Lear
                 n_updates += 1
                 learner.after_update(n_updates)
 
-        run.after_step(global_step, prev_step, metrics, {"charts/gradient_steps": n_updates,
-                                                         "charts/buffer_steps": len(rb)},
-                       policy, policy_state, checkpoint_state)
+        run.after_step(
+            global_step,
+            prev_step,
+            metrics,
+            {"charts/gradient_steps": n_updates, "charts/buffer_steps": len(rb)},
+            policy,
+            policy_state,
+            checkpoint_state,
+        )
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)

@@ -10,26 +10,35 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from heron.envs.make import VecEnv
+from heron.errors import HeronError
 from heron.ops.rng import rng_state, set_rng_state
 from heron.rl.buffers import ReplayBuffer
-from heron.envs.make import VecEnv
 from heron.runtime.run import Run
-from heron.errors import HeronError
 
 
 def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its networks without making an env."""
-    return {"obs_shape": list(obs_space.shape),
-            "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
-            "action_high": torch.as_tensor(act_space.high, dtype=torch.float32)}
+    return {
+        "obs_shape": list(obs_space.shape),
+        "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
+        "action_high": torch.as_tensor(act_space.high, dtype=torch.float32),
+    }
 
 
 def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
     """This process's replay buffer: its share of --buffer-size, for its envs, sampled with its own stream."""
-    return ReplayBuffer(run.local(cfg.buffer_size), envs.num_envs, envs.single_observation_space.shape,
-                        envs.obs_dtype, envs.single_action_space.shape,
-                        device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
-                        extra=extra, seed=run.rank_seed(), out_device=device)
+    return ReplayBuffer(
+        run.local(cfg.buffer_size),
+        envs.num_envs,
+        envs.single_observation_space.shape,
+        envs.obs_dtype,
+        envs.single_action_space.shape,
+        device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
+        extra=extra,
+        seed=run.rank_seed(),
+        out_device=device,
+    )
 
 
 def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:
@@ -38,8 +47,9 @@ def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generato
     return {**out, "n_updates": n_updates, "rng": rng_state(np_rng), "envs": envs.state_dict()}
 
 
-def restore(run: Run, modules: dict[str, Any], rb: ReplayBuffer, envs: VecEnv,
-            np_rng: np.random.Generator) -> tuple[np.ndarray, int, int]:
+def restore(
+    run: Run, modules: dict[str, Any], rb: ReplayBuffer, envs: VecEnv, np_rng: np.random.Generator
+) -> tuple[np.ndarray, int, int]:
     """Load the run's latest checkpoint into ``modules``, the buffer, RNGs and envs; returns
     (obs to act on, env step, update count)."""
     s = run.resume_state

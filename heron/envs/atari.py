@@ -23,10 +23,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from heron.envs.step import env_call
-from heron.envs.step import Step
-from heron.errors import HeronError
 from heron.envs.envpool import load as load_envpool
+from heron.envs.step import Step, env_call
+from heron.errors import HeronError
 
 _V4 = re.compile(r"^[A-Za-z]+NoFrameskip-v4$")
 _V5 = re.compile(r"^ALE/[A-Za-z]+-v5$")
@@ -112,8 +111,9 @@ class ClipReward(gym.RewardWrapper):
 
 
 def wrap(env: gym.Env, training: bool, frame_stack: int = 4) -> gym.Env:
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                          terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False
+    )
     if training:
         env = EpisodicLife(GameStats(env))
     if "FIRE" in env.unwrapped.get_action_meanings()[1:2]:
@@ -136,10 +136,13 @@ def choose_backend(env_id: str, choice: str, resumed: dict | None = None) -> str
     if backend == "auto":
         return "envpool" if is_atari(env_id) and envpool_available() else "gymnasium"
     if not is_atari(env_id):
-        raise HeronError(f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); "
-                         f"got {env_id}")
-    what, available = {"envpool": ("envpool", envpool_available),
-                       "ale": ("ale-py 0.11 or later", ale_vector_available)}[backend]
+        raise HeronError(
+            f"--env-backend {backend} is for Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4); got {env_id}"
+        )
+    what, available = {
+        "envpool": ("envpool", envpool_available),
+        "ale": ("ale-py 0.11 or later", ale_vector_available),
+    }[backend]
     if not available():
         raise HeronError(f"--env-backend {backend} needs {what}: pip install -U {what.split()[0]}")
     return backend
@@ -149,8 +152,9 @@ def wrong_backend(env_state: dict) -> HeronError:
     """The error for a checkpoint whose envs ran on another backend (its env state names it; the
     Gymnasium backend's names none)."""
     backend = env_state.get("backend", "gymnasium")
-    return HeronError(f"this checkpoint was written with the {backend} env backend; resume with "
-                      f"--env-backend {backend} (or auto)")
+    return HeronError(
+        f"this checkpoint was written with the {backend} env backend; resume with --env-backend {backend} (or auto)"
+    )
 
 
 # -- EnvPool ------------------------------------------------------------------------------------------
@@ -180,10 +184,20 @@ class EnvPoolVecEnv:
         game = env_id.split("/")[-1].replace("NoFrameskip-v4", "-v5")
         self.env_id, self.num_envs, self.seed, self._game = env_id, num_envs, seed, game
         self.steps = 0  # vector steps taken, to derive a fresh seed on resume
-        self._kwargs = dict(env_type="gymnasium", num_envs=num_envs, episodic_life=True, reward_clip=True,
-                            repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
-                            noop_max=30, frame_skip=4, img_height=84, img_width=84, stack_num=4,
-                            gray_scale=True, use_fire_reset=True)
+        self._kwargs = dict(
+            env_type="gymnasium",
+            num_envs=num_envs,
+            episodic_life=True,
+            reward_clip=True,
+            repeat_action_probability=0.25 if env_id.startswith("ALE/") else 0.0,
+            noop_max=30,
+            frame_skip=4,
+            img_height=84,
+            img_width=84,
+            stack_num=4,
+            gray_scale=True,
+            use_fire_reset=True,
+        )
         if threads is not None:
             self._kwargs["num_threads"] = threads
         try:
@@ -205,8 +219,9 @@ class EnvPoolVecEnv:
         return self.obs
 
     def step(self, actions: np.ndarray):
-        next_obs, rewards, terminated, truncated, info = env_call(self.env_id, "step", self.envs.step,
-                                                                  np.asarray(actions))
+        next_obs, rewards, terminated, truncated, info = env_call(
+            self.env_id, "step", self.envs.step, np.asarray(actions)
+        )
         self.steps += 1
         order = np.asarray(info["env_id"])
         if not np.array_equal(order, np.arange(self.num_envs)):  # sync mode returns env order; be sure
@@ -225,8 +240,9 @@ class EnvPoolVecEnv:
         obs = next_obs
         if done.any():
             idx = np.flatnonzero(done).astype(np.int32)
-            reset_obs, _, _, _, rinfo = env_call(self.env_id, "reset", self.envs.step,
-                                                 np.zeros(len(idx), dtype=np.int64), env_id=idx)
+            reset_obs, _, _, _, rinfo = env_call(
+                self.env_id, "reset", self.envs.step, np.zeros(len(idx), dtype=np.int64), env_id=idx
+            )
             obs = next_obs.copy()
             obs[np.asarray(rinfo["env_id"])] = reset_obs
             self.episode_lengths[idx] = 0
@@ -295,8 +311,9 @@ class AleVecEnv:
 
     tensors = False  # its Steps hold numpy arrays
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, threads: int = 1, noop_max: int = 30,
-                 fire_reset: bool = True):
+    def __init__(
+        self, env_id: str, num_envs: int, seed: int, threads: int = 1, noop_max: int = 30, fire_reset: bool = True
+    ):
         from ale_py import roms
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
@@ -308,12 +325,24 @@ class AleVecEnv:
         self.steps = 0  # vector steps taken, to derive a fresh seed on resume
         self._reset_seed = seed
         self._make = lambda: AtariVectorEnv(
-            spec["game"], num_envs, num_threads=max(1, min(threads, num_envs)), noop_max=noop_max,
-            use_fire_reset=fire_reset, repeat_action_probability=spec.get("repeat_action_probability", 0.0),
-            frameskip=4, img_height=84, img_width=84, grayscale=True, stack_num=4, maxpool=True,
-            episodic_life=False, life_loss_info=False, reward_clipping=False,
+            spec["game"],
+            num_envs,
+            num_threads=max(1, min(threads, num_envs)),
+            noop_max=noop_max,
+            use_fire_reset=fire_reset,
+            repeat_action_probability=spec.get("repeat_action_probability", 0.0),
+            frameskip=4,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            maxpool=True,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
             max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108_000),
-            autoreset_mode=AutoresetMode.SAME_STEP)
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
         self.envs = self._make()
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
@@ -342,8 +371,9 @@ class AleVecEnv:
         return self.obs
 
     def step(self, actions: np.ndarray):
-        raw, rewards, terminated, truncated, info = env_call(self.env_id, "step", self.envs.step,
-                                                             np.asarray(actions, np.int64))
+        raw, rewards, terminated, truncated, info = env_call(
+            self.env_id, "step", self.envs.step, np.asarray(actions, np.int64)
+        )
         self.steps += 1
         raw = np.array(raw)  # our own copy (callers keep each step's arrays for a whole rollout; ALE 0.12 makes
         # new arrays at every call, but nothing promises that)
@@ -374,8 +404,7 @@ class AleVecEnv:
         self.game_returns[game_over], self.game_lengths[game_over] = 0, 0
         self.episode_lengths[ended] = 0
         self.obs = obs
-        return Step(obs, next_obs, np.sign(rewards).astype(np.float32), terminated | life_lost,
-                              truncated, episodes)
+        return Step(obs, next_obs, np.sign(rewards).astype(np.float32), terminated | life_lost, truncated, episodes)
 
     def state_dict(self) -> dict:
         return {"backend": "ale", "fresh": (self.episode_lengths == 0).tolist(), "steps": self.steps}

@@ -38,8 +38,9 @@ from heron.errors import HeronError, install_hint
 
 PREFIX = "dmc_"
 DEFAULT_EPISODE_STEPS = 1000  # for tasks without a time limit (lqr)
-_GL_HINT = ("for headless rendering install Debian's libosmesa6 and set MUJOCO_GL=osmesa "
-            "(or use MUJOCO_GL=egl where EGL works)")
+_GL_HINT = (
+    "for headless rendering install Debian's libosmesa6 and set MUJOCO_GL=osmesa (or use MUJOCO_GL=egl where EGL works)"
+)
 
 
 def is_dmc(env_id: str) -> bool:
@@ -61,12 +62,13 @@ def _suite():
     try:
         from dm_control import suite
     except ModuleNotFoundError as exc:
-        raise HeronError(f"dm_control is installed but cannot be imported ({exc}): "
-                         f"{install_hint('dmc')}") from exc
+        raise HeronError(f"dm_control is installed but cannot be imported ({exc}): {install_hint('dmc')}") from exc
     except Exception as exc:  # the OpenGL backend named by MUJOCO_GL failed to load
-        raise HeronError(f"dm_control could not load its OpenGL backend "
-                         f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
-                         f"{_GL_HINT}") from exc
+        raise HeronError(
+            f"dm_control could not load its OpenGL backend "
+            f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
+            f"{_GL_HINT}"
+        ) from exc
     return suite
 
 
@@ -98,10 +100,10 @@ def parse(env_id: str) -> tuple[str, str]:
     """``dmc_<domain>_<task>`` -> (domain, task), checked against dm_control's task list."""
     suite = _suite()
     tasks = _all_tasks(suite)
-    rest = env_id[len(PREFIX):] if is_dmc(env_id) else env_id
+    rest = env_id[len(PREFIX) :] if is_dmc(env_id) else env_id
     for domain in sorted({d for d, _ in tasks}, key=len, reverse=True):
-        if rest.startswith(domain + "_") and (domain, rest[len(domain) + 1:]) in tasks:
-            return domain, rest[len(domain) + 1:]
+        if rest.startswith(domain + "_") and (domain, rest[len(domain) + 1 :]) in tasks:
+            return domain, rest[len(domain) + 1 :]
     known = [f"{PREFIX}{d}_{t}" for d, t in tasks]
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else f"known ids look like {known[0]}"
@@ -116,13 +118,15 @@ def _load(suite, domain: str, task: str, time_limit: float | None, random: Any =
     if random is not None:
         task_kwargs["random"] = random
     try:
-        return suite.load(domain, task, task_kwargs=task_kwargs,
-                          environment_kwargs={"flat_observation": False})
+        return suite.load(domain, task, task_kwargs=task_kwargs, environment_kwargs={"flat_observation": False})
     except AttributeError as exc:  # e.g. 'MjModel' object has no attribute ...: bindings too new
         from importlib.metadata import version
-        raise HeronError(f"dm_control {version('dm_control')} does not work with mujoco "
-                         f"{version('mujoco')} ({_one_line(exc)}): install the mujoco version "
-                         f"dm_control was built for ({install_hint('dmc')})") from exc
+
+        raise HeronError(
+            f"dm_control {version('dm_control')} does not work with mujoco "
+            f"{version('mujoco')} ({_one_line(exc)}): install the mujoco version "
+            f"dm_control was built for ({install_hint('dmc')})"
+        ) from exc
 
 
 def episode_steps(domain: str, task: str) -> int:
@@ -145,9 +149,12 @@ def register(env_id: str) -> None:
     if env_id in gym.registry:
         return
     domain, task = parse(env_id)
-    gym.register(id=env_id, entry_point="heron.envs.dmc:DMCEnv",
-                 max_episode_steps=episode_steps(domain, task),
-                 kwargs={"domain": domain, "task": task})
+    gym.register(
+        id=env_id,
+        entry_point="heron.envs.dmc:DMCEnv",
+        max_episode_steps=episode_steps(domain, task),
+        kwargs={"domain": domain, "task": task},
+    )
 
 
 class DMCEnv(gym.Env):
@@ -164,15 +171,26 @@ class DMCEnv(gym.Env):
     # Gymnasium API; each instance sets render_fps to 1 / its control timestep.
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}  # noqa: RUF012
 
-    def __init__(self, domain: str, task: str, from_pixels: bool = False, height: int = 64,
-                 width: int = 64, camera_id: int | None = None, render_mode: str | None = None,
-                 render_height: int = 480, render_width: int = 480, frame_skip: int = 1):
+    def __init__(
+        self,
+        domain: str,
+        task: str,
+        from_pixels: bool = False,
+        height: int = 64,
+        width: int = 64,
+        camera_id: int | None = None,
+        render_mode: str | None = None,
+        render_height: int = 480,
+        render_width: int = 480,
+        frame_skip: int = 1,
+    ):
         if int(frame_skip) < 1:
             raise HeronError(f"frame_skip must be at least 1, got {frame_skip}")
         self.frame_skip = int(frame_skip)
         if render_mode not in (None, "rgb_array"):
-            raise HeronError(f"render_mode {render_mode!r} is not supported by DeepMind Control "
-                             f"envs: use 'rgb_array' or None")
+            raise HeronError(
+                f"render_mode {render_mode!r} is not supported by DeepMind Control envs: use 'rgb_array' or None"
+            )
         suite = _suite()
         if (domain, task) not in _all_tasks(suite):
             parse(f"{PREFIX}{domain}_{task}")  # raises with suggestions
@@ -207,12 +225,13 @@ class DMCEnv(gym.Env):
             frame = self._env.physics.render(self.height, self.width, camera_id=self.camera_id)
         except Exception as exc:  # no GL backend, EGL without a device, missing libOSMesa...
             self.close()
-            raise HeronError(f"cannot render {self.domain}/{self.task} "
-                             f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
-                             f"{_GL_HINT}") from exc
+            raise HeronError(
+                f"cannot render {self.domain}/{self.task} "
+                f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {_one_line(exc)}); "
+                f"{_GL_HINT}"
+            ) from exc
         if frame.shape != (self.height, self.width, 3):
-            raise HeronError(f"dm_control rendered a {frame.shape} frame, expected "
-                             f"{(self.height, self.width, 3)}")
+            raise HeronError(f"dm_control rendered a {frame.shape} frame, expected {(self.height, self.width, 3)}")
 
     def _observation(self, time_step) -> np.ndarray:
         if self.from_pixels:
@@ -240,8 +259,7 @@ class DMCEnv(gym.Env):
     def render(self):
         if self.render_mode != "rgb_array":
             return None
-        return self._env.physics.render(self.render_height, self.render_width,
-                                        camera_id=self.camera_id)
+        return self._env.physics.render(self.render_height, self.render_width, camera_id=self.camera_id)
 
     def close(self) -> None:
         env, self._env = getattr(self, "_env", None), None

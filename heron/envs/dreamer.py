@@ -52,7 +52,9 @@ def _is_image(space: gym.Space) -> bool:
 
 def _image_space(space: gym.spaces.Box) -> gym.spaces.Box:
     shape = space.shape
-    channels = 1 if len(shape) == 2 else (shape[0] if shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4) else shape[-1])
+    channels = (
+        1 if len(shape) == 2 else (shape[0] if shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4) else shape[-1])
+    )
     return gym.spaces.Box(0, 255, (channels, SIZE, SIZE), np.uint8)
 
 
@@ -68,7 +70,11 @@ class DictObservation(gym.ObservationWrapper):
         spaces: dict[str, gym.Space] = {}
         if pixels:
             spaces["rgb"] = gym.spaces.Box(0, 255, (3, SIZE, SIZE), np.uint8)
-        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else [("rgb" if _is_image(space) else "state", space)]
+        items = (
+            space.spaces.items()
+            if isinstance(space, gym.spaces.Dict)
+            else [("rgb" if _is_image(space) else "state", space)]
+        )
         self.keys: dict[str, tuple[str, bool]] = {}
         for key, sub in items:
             if _is_image(sub):
@@ -122,33 +128,56 @@ def check(env_id: str, action_repeat: int) -> None:
     check_env_id(env_id)
     if _V5.match(env_id) and action_repeat != 1:
         base = env_id[4:].rsplit("-", 1)[0]
-        raise HeronError(f"{env_id} already skips 4 frames: use --action-repeat 1, or {base}NoFrameskip-v4 "
-                         f"for --action-repeat {action_repeat}")
+        raise HeronError(
+            f"{env_id} already skips 4 frames: use --action-repeat 1, or {base}NoFrameskip-v4 "
+            f"for --action-repeat {action_repeat}"
+        )
     if action_repeat < 1:
         raise HeronError(f"--action-repeat must be at least 1, got {action_repeat}")
 
 
-def make(env_id: str, action_repeat: int = 1, observation: str = "auto", grayscale: bool = False,
-         max_episode_steps: int = 0, render_mode: str | None = None) -> gym.Env:
+def make(
+    env_id: str,
+    action_repeat: int = 1,
+    observation: str = "auto",
+    grayscale: bool = False,
+    max_episode_steps: int = 0,
+    render_mode: str | None = None,
+) -> gym.Env:
     """One env with the Dreamers' observation and action-repeat conventions (module doc)."""
     check(env_id, action_repeat)
     if atari.is_atari(env_id):
         if observation == "state":
             raise HeronError(f"{env_id}: Atari gives pixels only; drop --observation state")
-        base = atari.make_base(env_id, render_mode) if not _V5.match(env_id) else \
-            gym.make(env_id, render_mode=render_mode)
-        env = gym.wrappers.AtariPreprocessing(base, noop_max=30, frame_skip=action_repeat, screen_size=SIZE,
-                                              terminal_on_life_loss=False, grayscale_obs=grayscale,
-                                              grayscale_newaxis=True, scale_obs=False)
+        base = (
+            atari.make_base(env_id, render_mode) if not _V5.match(env_id) else gym.make(env_id, render_mode=render_mode)
+        )
+        env = gym.wrappers.AtariPreprocessing(
+            base,
+            noop_max=30,
+            frame_skip=action_repeat,
+            screen_size=SIZE,
+            terminal_on_life_loss=False,
+            grayscale_obs=grayscale,
+            grayscale_newaxis=True,
+            scale_obs=False,
+        )
         return _cap(DictObservation(env), max_episode_steps)
     pixels = observation == "pixels" or (observation == "auto" and env_id.startswith("dmc_"))
     if env_id.startswith("dmc_"):
         # DMC repeats the action inside the env, so pixels are rendered once per agent step. The task's
         # own limit (in frames) becomes agent steps; --max-episode-steps can only shorten it.
         own = -(-gym.spec(env_id).max_episode_steps // action_repeat)
-        env = make_env(env_id, render_mode=render_mode, flatten_dict=False, from_pixels=pixels, height=SIZE,
-                       width=SIZE, frame_skip=action_repeat,
-                       max_episode_steps=min(own, max_episode_steps) if max_episode_steps else own)
+        env = make_env(
+            env_id,
+            render_mode=render_mode,
+            flatten_dict=False,
+            from_pixels=pixels,
+            height=SIZE,
+            width=SIZE,
+            frame_skip=action_repeat,
+            max_episode_steps=min(own, max_episode_steps) if max_episode_steps else own,
+        )
         env = DictObservation(env)
         if observation == "state" and "state" not in env.observation_space.spaces:
             raise HeronError(f"{env_id} has no vector observation for --observation state")
@@ -180,11 +209,14 @@ class NativeStates:
         space = self.envs.single_observation_space
         if len(space.shape) != 1:
             self.envs.close()
-            raise HeronError(f"{env_id}: the Dreamers read a native vector env's vector observations only "
-                             f"(shape {space.shape}); use --vector-mode sync for images")
+            raise HeronError(
+                f"{env_id}: the Dreamers read a native vector env's vector observations only "
+                f"(shape {space.shape}); use --vector-mode sync for images"
+            )
         self.num_envs, self.single_action_space = num_envs, self.envs.single_action_space
-        self.single_observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-np.inf, np.inf, space.shape,
-                                                                                  np.float32)})
+        self.single_observation_space = gym.spaces.Dict(
+            {"state": gym.spaces.Box(-np.inf, np.inf, space.shape, np.float32)}
+        )
 
     def __getattr__(self, name: str) -> Any:  # mode, episode_lengths, state_dict, close, ...
         return getattr(self.envs, name)

@@ -86,9 +86,14 @@ def register(env_id: str) -> None:
     if task not in load().list_all_envs():
         raise HeronError(f"EnvPool has no task {task!r} ({env_id}); envpool.list_all_envs() lists its tasks")
     if task not in gym.registry:
-        raise HeronError(f"{env_id}: Gymnasium has no env {task!r} to evaluate on (envpool/ ids name tasks that "
-                         "both have)")
+        raise HeronError(
+            f"{env_id}: Gymnasium has no env {task!r} to evaluate on (envpool/ ids name tasks that both have)"
+        )
     spec = gym.spec(task)
-    gym.register(env_id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
-                 max_episode_steps=spec.max_episode_steps,
-                 vector_entry_point=lambda num_envs, **kwargs: EnvPoolVector(task, num_envs))
+    gym.register(
+        env_id,
+        entry_point=spec.entry_point,
+        kwargs=dict(spec.kwargs),
+        max_episode_steps=spec.max_episode_steps,
+        vector_entry_point=lambda num_envs, **kwargs: EnvPoolVector(task, num_envs),
+    )

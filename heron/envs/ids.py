@@ -16,7 +16,8 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,8 +32,19 @@ from heron.errors import HeronError, first_line, install_hint
 _PLUGINS = {
     "ALE/": ("ale_py", "atari"),
 }
-_MUJOCO_NAMES = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher",
-                 "InvertedPendulum", "InvertedDoublePendulum", "Pusher", "HumanoidStandup")
+_MUJOCO_NAMES = (
+    "Hopper",
+    "HalfCheetah",
+    "Walker2d",
+    "Ant",
+    "Humanoid",
+    "Swimmer",
+    "Reacher",
+    "InvertedPendulum",
+    "InvertedDoublePendulum",
+    "Pusher",
+    "HumanoidStandup",
+)
 
 
 class KeepObservation(gym.ObservationWrapper):
@@ -67,8 +79,12 @@ for _id, (_base, _keep, _steps) in POMDP_IDS.items():
 # heron's tensor Pendulum (heron.envs.torch_pendulum) for gymnasium.make_vec(..., vectorization_mode=
 # "vector_entry_point"); one env of it (evaluation, gym.make) is Gymnasium's Pendulum, the same dynamics
 if "heron/TorchPendulum-v1" not in gym.registry:
-    gym.register("heron/TorchPendulum-v1", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
-                 vector_entry_point="heron.envs.torch_pendulum:TorchPendulum", max_episode_steps=200)
+    gym.register(
+        "heron/TorchPendulum-v1",
+        entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+        vector_entry_point="heron.envs.torch_pendulum:TorchPendulum",
+        max_episode_steps=200,
+    )
 
 
 # -- users' own environments --------------------------------------------------------------------
@@ -92,8 +108,9 @@ def callable_env_id(fn: Any) -> str:
     """The id heron records for ``heron.train(algo, env=fn)``: ``module:qualname`` when another
     process can import ``fn`` by that path, else a ``<callable ...>`` id valid in this process."""
     if not callable(fn):
-        raise HeronError(f"env must be a callable that returns a gymnasium.Env (a function or an Env class), "
-                         f"got {type(fn).__name__}")
+        raise HeronError(
+            f"env must be a callable that returns a gymnasium.Env (a function or an Env class), got {type(fn).__name__}"
+        )
     module, qualname = getattr(fn, "__module__", None) or "?", getattr(fn, "__qualname__", type(fn).__name__)
     if module != "__main__" and "<" not in qualname:
         try:
@@ -131,8 +148,10 @@ def use_callable(env_id: str, fn: Any, eval_env: Callable[..., Any] | None = Non
         _register(_gym_id(env_id), one, env_id, replace=True, vector=vector)
         return
     if not callable(fn):
-        raise HeronError(f"env must be a callable that returns a gymnasium.Env or a vector env, or a vector env; "
-                         f"got {type(fn).__name__}")
+        raise HeronError(
+            f"env must be a callable that returns a gymnasium.Env or a vector env, or a vector env; "
+            f"got {type(fn).__name__}"
+        )
     _CALLABLES[env_id] = fn
     _register(_gym_id(env_id), fn, env_id, replace=True)
 
@@ -157,8 +176,9 @@ def _accepted(fn: Callable[..., Any], kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if takes_all or k in {p.name for p in params}}
 
 
-def _register(gym_id: str, fn: Callable[..., Any], label: str, replace: bool = False,
-              vector: Callable[..., Any] | None = None) -> None:
+def _register(
+    gym_id: str, fn: Callable[..., Any], label: str, replace: bool = False, vector: Callable[..., Any] | None = None
+) -> None:
     """Register ``fn`` (an env callable, or a vector env factory) under ``gym_id``; ``vector``, or
     ``fn`` itself when it takes ``num_envs``, becomes the id's vector entry point."""
     if gym_id in gym.registry and not replace:
@@ -178,8 +198,9 @@ def _register(gym_id: str, fn: Callable[..., Any], label: str, replace: bool = F
     def make_vec(num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
         envs = vector(**_accepted(vector, {**kwargs, "num_envs": num_envs}))
         if not isinstance(envs, gym.vector.VectorEnv):
-            raise HeronError(f"{label} returned {type(envs).__name__} for num_envs={num_envs}, not a "
-                             "gymnasium.vector.VectorEnv")
+            raise HeronError(
+                f"{label} returned {type(envs).__name__} for num_envs={num_envs}, not a gymnasium.vector.VectorEnv"
+            )
         return envs
 
     gym.register(gym_id, entry_point=make, vector_entry_point=make_vec if vector is not None else None)
@@ -195,8 +216,10 @@ def _import_user_module(module: str, env_id: str) -> Any:
         missing = exc.name or module
         if not (module == missing or module.startswith(missing + ".")):  # the module itself imports a missing one
             raise HeronError(f"importing {module} for --env-id {env_id} failed: {first_line(exc)}") from None
-        raise HeronError(f"cannot import module {module!r} for --env-id {env_id}: run heron from the directory "
-                         f"that holds it, add that directory to PYTHONPATH, or pip install your package") from None
+        raise HeronError(
+            f"cannot import module {module!r} for --env-id {env_id}: run heron from the directory "
+            f"that holds it, add that directory to PYTHONPATH, or pip install your package"
+        ) from None
     except HeronError:
         raise
     except Exception as exc:  # the module raised while importing
@@ -209,10 +232,12 @@ def gym_env_id(env_id: str) -> str:
     if env_id in _CALLABLES:
         return _gym_id(env_id)
     if is_callable_id(env_id):
-        raise HeronError(f"environment {env_id} was given to heron.train(env=...) as a callable that cannot be "
-                         "imported (a lambda, a closure or a function of __main__): pass it again with "
-                         "heron.evaluate(run_dir, env=...) or heron.resume(run_dir, env=...), or define it in a "
-                         "module and train with its import path")
+        raise HeronError(
+            f"environment {env_id} was given to heron.train(env=...) as a callable that cannot be "
+            "imported (a lambda, a closure or a function of __main__): pass it again with "
+            "heron.evaluate(run_dir, env=...) or heron.resume(run_dir, env=...), or define it in a "
+            "module and train with its import path"
+        )
     if ":" not in env_id:
         return env_id
     module_name, name = env_id.split(":", 1)
@@ -227,8 +252,9 @@ def gym_env_id(env_id: str) -> str:
         _register(gym_id, found, env_id)
         return gym_id
     registered = [k for k in gym.registry if not k.startswith("heron-user/")]
-    close = difflib.get_close_matches(name, registered + [k for k in dir(module) if not k.startswith("_")], n=3,
-                                      cutoff=0.6)
+    close = difflib.get_close_matches(
+        name, registered + [k for k in dir(module) if not k.startswith("_")], n=3, cutoff=0.6
+    )
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise HeronError(f"{module_name} registers no environment {name!r} and has no env factory of that name{hint}")
 

@@ -28,19 +28,19 @@ import importlib.util
 import os
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from heron.envs import atari
-from heron.ops.rng import generator_state
 from heron.envs.ids import check_env_id, gym_env_id
-from heron.envs.step import env_call
 from heron.envs.pybullet import PYBULLET_IDS, PyBulletAdapter
-from heron.envs.step import Step
+from heron.envs.step import Step, env_call
 from heron.errors import EnvCrashed, HeronError, first_line
+from heron.ops.rng import generator_state
 
 # Headless MuJoCo rendering (videos): EGL unless the user chose a backend (osmesa on machines
 # without EGL: Debian's libosmesa6 with MUJOCO_GL=osmesa). GLFW needs a display.
@@ -94,8 +94,14 @@ def route_mujoco_warnings(gym_id: str | None = None) -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-def make_env(env_id: str, render_mode: str | None = None, flatten_dict: bool = True,
-             max_episode_steps: int | None = None, training: bool = False, **kwargs: Any) -> gym.Env:
+def make_env(
+    env_id: str,
+    render_mode: str | None = None,
+    flatten_dict: bool = True,
+    max_episode_steps: int | None = None,
+    training: bool = False,
+    **kwargs: Any,
+) -> gym.Env:
     """One Gymnasium env with heron's observation conventions (no seeding: VecEnv seeds).
 
     Atari ids (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``) get the standard preprocessing of
@@ -150,8 +156,9 @@ def observation_space(space: gym.Space) -> gym.Space:
     if isinstance(space, gym.spaces.Dict):
         return gym.spaces.Dict({k: observation_space(v) for k, v in space.spaces.items()})
     if isinstance(space, gym.spaces.Box):
-        return gym.spaces.Box(space.low.astype(obs_dtype(space)), space.high.astype(obs_dtype(space)),
-                              dtype=obs_dtype(space))
+        return gym.spaces.Box(
+            space.low.astype(obs_dtype(space)), space.high.astype(obs_dtype(space)), dtype=obs_dtype(space)
+        )
     return space
 
 
@@ -182,8 +189,13 @@ class SerialEnvs:
         return gym.vector.utils.concatenate(self.single_observation_space, items, out)
 
     def reset(self, seed: int | list[int | None] | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        seeds = ([seed + i for i in range(self.num_envs)] if isinstance(seed, int)
-                 else seed if seed is not None else [None] * self.num_envs)
+        seeds = (
+            [seed + i for i in range(self.num_envs)]
+            if isinstance(seed, int)
+            else seed
+            if seed is not None
+            else [None] * self.num_envs
+        )
         mask = (options or {}).get("reset_mask", np.ones(self.num_envs, bool))
         obs = list(self._last)
         for i, (env, single_seed) in enumerate(zip(self.envs, seeds, strict=True)):
@@ -221,14 +233,32 @@ class VecEnv:
 
     tensors = False  # its Steps hold numpy arrays (a native tensor env's may hold tensors: heron.envs.native)
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, mode: str = "sync",
-                 flatten_dict: bool = True, max_episode_steps: int | None = None,
-                 render_mode: str | None = None, env_fn: Callable[[], gym.Env] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        mode: str = "sync",
+        flatten_dict: bool = True,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        env_fn: Callable[[], gym.Env] | None = None,
+        **kwargs: Any,
+    ):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         fns: list[Callable[[], gym.Env]] = [
-            env_fn or (lambda: make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
-                                        max_episode_steps=max_episode_steps, training=True, **kwargs))
+            env_fn
+            or (
+                lambda: make_env(
+                    env_id,
+                    render_mode=render_mode,
+                    flatten_dict=flatten_dict,
+                    max_episode_steps=max_episode_steps,
+                    training=True,
+                    **kwargs,
+                )
+            )
             for _ in range(num_envs)
         ]
         # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
@@ -243,8 +273,11 @@ class VecEnv:
         self.single_observation_space = observation_space(self.envs.single_observation_space)
         self.single_action_space = self.envs.single_action_space
         space = self.envs.single_observation_space
-        self.obs_dtype: Any = ({k: obs_dtype(v) for k, v in space.spaces.items()}
-                               if isinstance(space, gym.spaces.Dict) else obs_dtype(space))
+        self.obs_dtype: Any = (
+            {k: obs_dtype(v) for k, v in space.spaces.items()}
+            if isinstance(space, gym.spaces.Dict)
+            else obs_dtype(space)
+        )
         self._obs = obs_converter(space)
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.episode_lengths = np.zeros(num_envs, np.int64)
@@ -257,8 +290,9 @@ class VecEnv:
 
     def reset(self) -> np.ndarray:
         """Seed sub-env i with ``seed + i`` and return the first observations [N, ...]."""
-        self._pre_reset_rng = [generator_state(np.random.default_rng(self.seed + i))
-                               for i in range(self.num_envs)]  # what reset(seed=...) will install
+        self._pre_reset_rng = [
+            generator_state(np.random.default_rng(self.seed + i)) for i in range(self.num_envs)
+        ]  # what reset(seed=...) will install
         obs, _ = self._call("reset", self.envs.reset, seed=[self.seed + i for i in range(self.num_envs)])
         self.obs = self._obs(obs)
         self.episode_returns[:] = 0
@@ -311,8 +345,13 @@ class VecEnv:
         episode just started) or to continue from (when an episode is in flight). After a crash the
         envs cannot be asked: every env starts a new episode on resume, from fresh seeds."""
         if self.crashed:
-            return {"rng": [generator_state(np.random.default_rng([self.seed, i, int(self.episode_lengths.sum())]))
-                            for i in range(self.num_envs)], "fresh": [False] * self.num_envs}
+            return {
+                "rng": [
+                    generator_state(np.random.default_rng([self.seed, i, int(self.episode_lengths.sum())]))
+                    for i in range(self.num_envs)
+                ],
+                "fresh": [False] * self.num_envs,
+            }
         current = self._rng_states()
         fresh = self.episode_lengths == 0
         return {
@@ -376,5 +415,3 @@ def require_box_actions(space: gym.Space, algo: str, env_id: str) -> None:
 def require_vector_obs(space: gym.Space, algo: str, env_id: str) -> None:
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise HeronError(f"{algo} uses MLPs and needs vector (or Dict) observations; {env_id} has {space}")
-
-

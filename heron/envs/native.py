@@ -30,16 +30,18 @@ from gymnasium.vector import AutoresetMode
 
 from heron.envs.ids import check_env_id, gym_env_id
 from heron.envs.make import obs_converter, obs_dtype, observation_space
-from heron.envs.step import env_call
-from heron.envs.step import Step
+from heron.envs.step import Step, env_call
 from heron.envs.user_vector import autoreset_mode, numpy_of
 from heron.errors import EnvCrashed, HeronError
+
 
 def require_vector_entry_point(env_id: str) -> None:
     """What --vector-mode native needs of an id, checked before a run directory exists."""
     if gym.spec(gym_env_id(env_id)).vector_entry_point is None:
-        raise HeronError(f"{env_id} has no vector entry point: --vector-mode native needs an env registered with "
-                         "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async")
+        raise HeronError(
+            f"{env_id} has no vector entry point: --vector-mode native needs an env registered with "
+            "one (gymnasium.register(..., vector_entry_point=...)); use --vector-mode sync or async"
+        )
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -50,23 +52,30 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
-def check_tensor_step(env_id: str, num_envs: int, device: torch.device, obs: Any, rewards: Any, terminated: Any,
-                      truncated: Any) -> None:
+def check_tensor_step(
+    env_id: str, num_envs: int, device: torch.device, obs: Any, rewards: Any, terminated: Any, truncated: Any
+) -> None:
     """What a tensor env's step must return (docs/guide/vector-envs.md): observations [N, ...],
     rewards [N] (floating point) and the two flags [N] (bool), all tensors on the device its
     reset's observations were on. HeronError naming the first that is not."""
-    outputs = (("observations", obs, None), ("rewards", rewards, "float"), ("terminated", terminated, "bool"),
-               ("truncated", truncated, "bool"))
+    outputs = (
+        ("observations", obs, None),
+        ("rewards", rewards, "float"),
+        ("terminated", terminated, "bool"),
+        ("truncated", truncated, "bool"),
+    )
     for name, x, want in outputs:
         if not isinstance(x, torch.Tensor):
-            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {type(x).__name__}, "
-                             "not a torch tensor")
+            raise HeronError(f"{env_id}: a tensor env's step returns {name} as {type(x).__name__}, not a torch tensor")
         if not _same_device(x.device, device):
-            raise HeronError(f"{env_id}: a tensor env's step returns {name} on {x.device}, "
-                             f"its observations on {device}")
+            raise HeronError(
+                f"{env_id}: a tensor env's step returns {name} on {x.device}, its observations on {device}"
+            )
         if x.shape[:1] != (num_envs,) or (want and x.dim() != 1):
-            raise HeronError(f"{env_id}: a tensor env's step returns {name} of shape {tuple(x.shape)} for {num_envs} "
-                             f"envs (expected [{num_envs}{', ...' if want is None else ''}])")
+            raise HeronError(
+                f"{env_id}: a tensor env's step returns {name} of shape {tuple(x.shape)} for {num_envs} "
+                f"envs (expected [{num_envs}{', ...' if want is None else ''}])"
+            )
         if (want == "bool" and x.dtype != torch.bool) or (want == "float" and not x.is_floating_point()):
             raise HeronError(f"{env_id}: a tensor env's step returns {name} as {x.dtype}, not {want}")
 
@@ -80,23 +89,38 @@ class NativeVecEnv:
     device, for a probe). Otherwise
     everything is read as numpy on the CPU."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, envs: gym.vector.VectorEnv | None = None,
-                 keep_tensors: bool = False, train_device: torch.device | str | None = "cpu",
-                 restore_state: bool = True):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        envs: gym.vector.VectorEnv | None = None,
+        keep_tensors: bool = False,
+        train_device: torch.device | str | None = "cpu",
+        restore_state: bool = True,
+    ):
         check_env_id(env_id)
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         if envs is None:
             require_vector_entry_point(env_id)
-            envs = env_call(env_id, "make_vec", gym.make_vec, gym_env_id(env_id), num_envs=num_envs,
-                            vectorization_mode="vector_entry_point")
+            envs = env_call(
+                env_id,
+                "make_vec",
+                gym.make_vec,
+                gym_env_id(env_id),
+                num_envs=num_envs,
+                vectorization_mode="vector_entry_point",
+            )
         if envs.num_envs != num_envs:
             raise HeronError(f"the vector env has {envs.num_envs} envs, the run asks for {num_envs}")
         self.envs = envs
         self.mode = autoreset_mode(envs)
         space = envs.single_observation_space
         if not isinstance(space, gym.spaces.Box):
-            raise HeronError(f"{env_id}: --vector-mode native takes Box observations, the vector env has "
-                             f"{type(space).__name__}; use --vector-mode sync (heron flattens Dict observations)")
+            raise HeronError(
+                f"{env_id}: --vector-mode native takes Box observations, the vector env has "
+                f"{type(space).__name__}; use --vector-mode sync (heron flattens Dict observations)"
+            )
         self.single_observation_space = observation_space(space)
         self.single_action_space = envs.single_action_space
         self.obs_dtype = obs_dtype(space)
@@ -127,8 +151,11 @@ class NativeVecEnv:
 
     def _zeros(self, dtype: Any) -> Any:
         if self.tensors:
-            return torch.zeros(self.num_envs, dtype={np.float64: torch.float64, np.int64: torch.int64,
-                                                     bool: torch.bool}[dtype], device=self.device)
+            return torch.zeros(
+                self.num_envs,
+                dtype={np.float64: torch.float64, np.int64: torch.int64, bool: torch.bool}[dtype],
+                device=self.device,
+            )
         return np.zeros(self.num_envs, dtype)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -144,10 +171,15 @@ class NativeVecEnv:
         self.tensors = self.keep_tensors and isinstance(obs, torch.Tensor)
         if self.tensors:
             self.device = obs.device
-            if self.device.type != "cpu" and self.train_device is not None and \
-                    not _same_device(self.device, self.train_device):
-                raise HeronError(f"the vector env returns tensors on {self.device} and the run trains on "
-                                 f"{self.train_device}: pass --device {self.device}")
+            if (
+                self.device.type != "cpu"
+                and self.train_device is not None
+                and not _same_device(self.device, self.train_device)
+            ):
+                raise HeronError(
+                    f"the vector env returns tensors on {self.device} and the run trains on "
+                    f"{self.train_device}: pass --device {self.device}"
+                )
         self.obs = self._obs(obs)
         self.episode_returns, self.episode_lengths = self._zeros(np.float64), self._zeros(np.int64)
         self.pending = self._zeros(bool)  # NEXT_STEP: the next step resets these
@@ -180,8 +212,10 @@ class NativeVecEnv:
             if self.mode == AutoresetMode.SAME_STEP:
                 final = infos.get("final_obs")
                 if final is None:
-                    raise HeronError(f"{self.env_id}: a same-step autoreset env must return infos['final_obs'] "
-                                     "where an episode ended")
+                    raise HeronError(
+                        f"{self.env_id}: a same-step autoreset env must return infos['final_obs'] "
+                        "where an episode ended"
+                    )
                 next_obs = self._obs(out)
                 for i in idx:  # an array of per-env observations (Gymnasium's) or a batched array or tensor
                     next_obs[i] = self._obs(final[i])
@@ -200,8 +234,9 @@ class NativeVecEnv:
     def saves_state(self) -> bool:
         """Whether the env offers ``state_dict()`` and ``load_state_dict(state)`` (heron's tensor
         Pendulum does): then a resume continues its episodes exactly."""
-        return self.restore_state and all(callable(getattr(self.envs, name, None))
-                                          for name in ("state_dict", "load_state_dict"))
+        return self.restore_state and all(
+            callable(getattr(self.envs, name, None)) for name in ("state_dict", "load_state_dict")
+        )
 
     def state_dict(self) -> dict:
         """Which sub-envs are between episodes (``fresh``) and how many resumes came before; with an
@@ -210,9 +245,15 @@ class NativeVecEnv:
         state = {"native": True, "restarts": self.restarts}
         if not self.saves_state():
             return {**state, "fresh": ((self.episode_lengths == 0) | self.pending).tolist()}
-        return {**state, "fresh": [True] * self.num_envs, "env": _copied(self.envs.state_dict()),
-                "obs": _copied(self.obs), "episode_returns": _copied(self.episode_returns),
-                "episode_lengths": _copied(self.episode_lengths), "pending": _copied(self.pending)}
+        return {
+            **state,
+            "fresh": [True] * self.num_envs,
+            "env": _copied(self.envs.state_dict()),
+            "obs": _copied(self.obs),
+            "episode_returns": _copied(self.episode_returns),
+            "episode_lengths": _copied(self.episode_lengths),
+            "pending": _copied(self.pending),
+        }
 
     def load_state_dict(self, state: dict) -> Any:
         """Continue from a checkpoint's state: exactly, where the env saved its own; else every
@@ -226,12 +267,16 @@ class NativeVecEnv:
             self.restarts = int(state["restarts"])
             self.obs = self._like(state["obs"])
             self.episode_returns, self.episode_lengths, self.pending = (
-                self._like(state[k]) for k in ("episode_returns", "episode_lengths", "pending"))
+                self._like(state[k]) for k in ("episode_returns", "episode_lengths", "pending")
+            )
             return self.obs
         self.restarts = int(state.get("restarts", 0)) + 1
         cut = len(state["fresh"]) - sum(state["fresh"])
-        print(f"heron: note: {self.env_id}'s native vector env cannot save its state: every env starts a new episode "
-              f"on resume ({cut} episode(s) in flight end as truncations)", file=sys.stderr)
+        print(
+            f"heron: note: {self.env_id}'s native vector env cannot save its state: every env starts a new episode "
+            f"on resume ({cut} episode(s) in flight end as truncations)",
+            file=sys.stderr,
+        )
         return self.reset(seed=self.seed + 1_000_003 * self.restarts)
 
     def _like(self, x: Any) -> Any:
@@ -246,7 +291,6 @@ class NativeVecEnv:
         except Exception:
             if not self.crashed:
                 raise
-
 
 
 def _copied(x: Any) -> Any:

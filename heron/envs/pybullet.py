@@ -19,8 +19,11 @@ PYBULLET_IDS = {
     "ReacherBulletEnv-v0": "ReacherBulletEnv",
 }
 
-_PYBULLET_MODULES = ("pybullet_envs.gym_locomotion_envs", "pybullet_envs.gym_pendulum_envs",
-                     "pybullet_envs.gym_manipulator_envs")
+_PYBULLET_MODULES = (
+    "pybullet_envs.gym_locomotion_envs",
+    "pybullet_envs.gym_pendulum_envs",
+    "pybullet_envs.gym_manipulator_envs",
+)
 
 
 def _import_pybullet_envs() -> list[Any]:
@@ -50,9 +53,16 @@ def _import_pybullet_envs() -> list[Any]:
         envs.registration, envs.registry = registration, registration.registry
         shim.Env, shim.spaces, shim.utils, shim.envs = gym.Env, gym.spaces, gymnasium.utils, envs
         shim.__version__ = "0.26.2"  # what pybullet_envs compares against: the new-API branch
-        stand_ins.update({"gym": shim, "gym.spaces": gym.spaces, "gym.utils": gymnasium.utils,
-                          "gym.utils.seeding": gymnasium.utils.seeding, "gym.envs": envs,
-                          "gym.envs.registration": registration})
+        stand_ins.update(
+            {
+                "gym": shim,
+                "gym.spaces": gym.spaces,
+                "gym.utils": gymnasium.utils,
+                "gym.utils.seeding": gymnasium.utils.seeding,
+                "gym.envs": envs,
+                "gym.envs.registration": registration,
+            }
+        )
     try:
         importlib.import_module("pkg_resources")
     except Exception:  # setuptools >= 81 dropped it; pybullet_envs only needs parse_version

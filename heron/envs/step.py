@@ -4,8 +4,9 @@ env's own failure reaches the run (``env_call``: an ``EnvCrashed`` naming the en
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

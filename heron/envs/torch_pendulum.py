@@ -40,9 +40,17 @@ class TorchPendulum(VectorEnv):
 
     max_speed, max_torque, dt, g, m, length = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
 
-    def __init__(self, num_envs: int = 1, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 max_episode_steps: int = 200, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-                 g: float = 10.0, render_mode: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_episode_steps: int = 200,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        g: float = 10.0,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ):
         if num_envs <= 0:
             raise ValueError(f"num_envs must be positive, got {num_envs}")
         self.num_envs, self.device, self.dtype = num_envs, torch.device(device), dtype
@@ -99,9 +107,11 @@ class TorchPendulum(VectorEnv):
         u = u.clamp(-self.max_torque, self.max_torque)
         theta, theta_dot = self.theta, self.theta_dot
         angle = torch.remainder(theta + math.pi, 2 * math.pi) - math.pi
-        reward = -(angle ** 2 + 0.1 * theta_dot ** 2 + 0.001 * u ** 2)
-        new_theta_dot = theta_dot + (3 * self.g / (2 * self.length) * torch.sin(theta)
-                                     + 3.0 / (self.m * self.length ** 2) * u) * self.dt
+        reward = -(angle**2 + 0.1 * theta_dot**2 + 0.001 * u**2)
+        new_theta_dot = (
+            theta_dot
+            + (3 * self.g / (2 * self.length) * torch.sin(theta) + 3.0 / (self.m * self.length**2) * u) * self.dt
+        )
         new_theta_dot = new_theta_dot.clamp(-self.max_speed, self.max_speed)
         self.theta, self.theta_dot = theta + new_theta_dot * self.dt, new_theta_dot
         self.steps += 1
@@ -128,8 +138,13 @@ class TorchPendulum(VectorEnv):
 
     def state_dict(self) -> dict:
         """Everything the env's future depends on, to resume it exactly."""
-        return {"theta": self.theta.cpu(), "theta_dot": self.theta_dot.cpu(), "steps": self.steps.cpu(),
-                "pending": self.pending.cpu(), "generator": self.generator.get_state()}
+        return {
+            "theta": self.theta.cpu(),
+            "theta_dot": self.theta_dot.cpu(),
+            "steps": self.steps.cpu(),
+            "pending": self.pending.cpu(),
+            "generator": self.generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.theta = state["theta"].to(self.device, self.dtype)

@@ -22,9 +22,11 @@ def autoreset_mode(envs: Any) -> AutoresetMode:
     try:
         mode = AutoresetMode(mode)
     except ValueError:
-        raise HeronError(f"vector env {type(envs).__name__} declares no autoreset mode heron can read "
-                         f"(metadata['autoreset_mode'] = {mode!r}; expected one of "
-                         f"{', '.join(m.value for m in MODES)})") from None
+        raise HeronError(
+            f"vector env {type(envs).__name__} declares no autoreset mode heron can read "
+            f"(metadata['autoreset_mode'] = {mode!r}; expected one of "
+            f"{', '.join(m.value for m in MODES)})"
+        ) from None
     return mode
 
 
@@ -102,6 +104,7 @@ def lend(envs: gym.vector.VectorEnv, eval_env: Any) -> tuple[Any, Any]:
     """(vector factory, single-env factory) for a user's vector env instance: the first returns the
     instance itself (heron does not close it), the second ``eval_env`` or one env of the id the
     instance was made from (``gymnasium.make_vec``)."""
+
     def vector(num_envs: int) -> Borrowed:
         if num_envs != envs.num_envs:
             raise HeronError(f"the vector env has {envs.num_envs} envs, the run asks for {num_envs}")
@@ -113,9 +116,11 @@ def lend(envs: gym.vector.VectorEnv, eval_env: Any) -> tuple[Any, Any]:
         return vector, eval_env
     spec_id = getattr(getattr(envs, "spec", None), "id", None)
     if spec_id is None or spec_id not in gym.registry:
-        raise HeronError(f"heron evaluates on single envs and cannot make one of the {type(envs).__name__} given "
-                         "(it was not made from a registered id): pass eval_env= (a callable that returns one env "
-                         "of it), or env= a factory with a num_envs parameter")
+        raise HeronError(
+            f"heron evaluates on single envs and cannot make one of the {type(envs).__name__} given "
+            "(it was not made from a registered id): pass eval_env= (a callable that returns one env "
+            "of it), or env= a factory with a num_envs parameter"
+        )
 
     def one(**kwargs: Any) -> gym.Env:
         return gym.make(spec_id)

@@ -30,10 +30,17 @@ class Adam(torch.optim.Adam):
         lists = []
         for group in self.param_groups:
             params = group["params"]
-            if (group["amsgrad"] or group["maximize"] or group["capturable"] or group["differentiable"]
-                    or group.get("decoupled_weight_decay") or not group["fused"] or not isinstance(group["lr"], float)
-                    or any(p not in self.state or "step" not in self.state[p] for p in params)
-                    or len({(p.device, p.dtype) for p in params}) > 1):
+            if (
+                group["amsgrad"]
+                or group["maximize"]
+                or group["capturable"]
+                or group["differentiable"]
+                or group.get("decoupled_weight_decay")
+                or not group["fused"]
+                or not isinstance(group["lr"], float)
+                or any(p not in self.state or "step" not in self.state[p] for p in params)
+                or len({(p.device, p.dtype) for p in params}) > 1
+            ):
                 return None
             states = [self.state[p] for p in params]
             steps = [s["step"] for s in states]
@@ -42,8 +49,9 @@ class Adam(torch.optim.Adam):
             # _foreach_add_ on CPU scalars runs them one by one, even for PPO's 12 tensors);
             # written back to every parameter's state before anything reads it (``_sync_steps``)
             counter = steps[0].clone() if bool(torch.stack(steps).eq(steps[0]).all()) else None
-            lists.append((group, params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                          steps, counter))
+            lists.append(
+                (group, params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps, counter)
+            )
         return lists
 
     def _sync_steps(self) -> None:
@@ -79,9 +87,23 @@ class Adam(torch.optim.Adam):
                 steps = [counter] * len(params)
             else:
                 private.foreach_add_(steps, 1)
-            private.fused_adam_(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
-                                lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                                eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+            private.fused_adam_(
+                params,
+                [p.grad for p in params],
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         private.undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)

@@ -22,8 +22,9 @@ What must stay identical across ranks, and how (see the scale-out issue):
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,11 +59,14 @@ def from_env(environ: dict[str, str] | None = None) -> World:
         local_rank = int(env.get("LOCAL_RANK", str(rank)))
         local_size = int(env.get("LOCAL_WORLD_SIZE", str(size)))
     except ValueError:
-        raise HeronError("RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE must be integers "
-                         "(set by torchrun)") from None
+        raise HeronError(
+            "RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE must be integers (set by torchrun)"
+        ) from None
     if size < 1 or not 0 <= rank < size or not 0 <= local_rank < local_size:
-        raise HeronError(f"inconsistent torchrun environment: RANK {rank}, LOCAL_RANK {local_rank}, "
-                         f"WORLD_SIZE {size}, LOCAL_WORLD_SIZE {local_size}")
+        raise HeronError(
+            f"inconsistent torchrun environment: RANK {rank}, LOCAL_RANK {local_rank}, "
+            f"WORLD_SIZE {size}, LOCAL_WORLD_SIZE {local_size}"
+        )
     return World(rank, local_rank, size, local_size)
 
 
@@ -126,14 +130,17 @@ def check_split(cfg: Any, world: World) -> None:
     for name in ("num_envs", "batch_size", "buffer_size"):
         value = getattr(cfg, name, None)
         if value is not None and value % n:
-            raise HeronError(f"--{name.replace('_', '-')} ({value}) is split over the {n} processes: it must be "
-                             f"a multiple of {n}")
+            raise HeronError(
+                f"--{name.replace('_', '-')} ({value}) is split over the {n} processes: it must be a multiple of {n}"
+            )
     if hasattr(cfg, "num_minibatches"):  # PPO: each rank takes its share of every minibatch
         units = cfg.num_envs if cfg.recurrent != "none" else cfg.num_envs * cfg.num_steps
         if units % (cfg.num_minibatches * n):
             what = "--num-envs" if cfg.recurrent != "none" else "--num-envs x --num-steps"
-            raise HeronError(f"{what} ({units}) must split into --num-minibatches ({cfg.num_minibatches}) "
-                             f"minibatches of a share for each of the {n} processes")
+            raise HeronError(
+                f"{what} ({units}) must split into --num-minibatches ({cfg.num_minibatches}) "
+                f"minibatches of a share for each of the {n} processes"
+            )
 
 
 def _active() -> bool:
@@ -157,7 +164,7 @@ def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        mean = flat[offset:offset + n].view_as(p)
+        mean = flat[offset : offset + n].view_as(p)
         if p.grad is None:
             p.grad = mean.clone()
         else:
@@ -179,9 +186,9 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         parts = [torch.empty_like(packed) for _ in range(tdist.get_world_size())]
         tdist.all_gather(parts, packed)
         d = mean.numel()
-        count, mean, m2 = parts[0][:1], parts[0][1:1 + d], parts[0][1 + d:]
+        count, mean, m2 = parts[0][:1], parts[0][1 : 1 + d], parts[0][1 + d :]
         for part in parts[1:]:
-            n_b, mean_b, m2_b = part[:1], part[1:1 + d], part[1 + d:]
+            n_b, mean_b, m2_b = part[:1], part[1 : 1 + d], part[1 + d :]
             total = count + n_b
             delta = mean_b - mean
             mean = mean + delta * n_b / total
@@ -251,8 +258,11 @@ def agree(problem: BaseException | None) -> None:
         if problem is not None:
             raise problem
         return
-    mine = None if problem is None else (str(problem), 2 if isinstance(problem, HeronError)
-                                         else getattr(problem, "exit_code", 1))
+    mine = (
+        None
+        if problem is None
+        else (str(problem), 2 if isinstance(problem, HeronError) else getattr(problem, "exit_code", 1))
+    )
     found = [None] * tdist.get_world_size()
     tdist.all_gather_object(found, mine)
     if problem is not None:
@@ -279,8 +289,9 @@ def mean_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if not _active() or not metrics:
         return metrics
     keys = sorted(metrics)
-    packed = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float64).detach().to(_DEVICE).reshape(())
-                          for k in keys])
+    packed = torch.stack(
+        [torch.as_tensor(metrics[k], dtype=torch.float64).detach().to(_DEVICE).reshape(()) for k in keys]
+    )
     tdist.all_reduce(packed)
     packed /= tdist.get_world_size()
     return dict(zip(keys, packed.unbind()))

@@ -32,8 +32,9 @@ from torch import nn
 from heron.ops import torch_private as private
 
 
-def _layers(params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None,
-            float32_out: bool = False) -> list:
+def _layers(
+    params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None, float32_out: bool = False
+) -> list:
     """[(W [in, out], b [out])] of one member, cast to ``dtype`` when given, but for the last layer
     with ``float32_out`` (module doc). ``member`` None: the nn.Linear layout (W [out, in]); else the
     ensemble layout (W [E, in, out], b [E, out])."""
@@ -103,18 +104,20 @@ class _MLP(torch.autograd.Function):
         # full-size float32 gradients; zero-filled only where a member was not run (TD3's Q1 path)
         whole = members == (None,) or len(members) == shapes[0][0]
         alloc = torch.empty if whole else torch.zeros
-        grads = [alloc(shape, dtype=torch.float32, device=grad.device) if need[k] else None
-                 for k, shape in enumerate(shapes)]
+        grads = [
+            alloc(shape, dtype=torch.float32, device=grad.device) if need[k] else None for k, shape in enumerate(shapes)
+        ]
         g_all = grad  # backprop casts it to each layer's type
         gx = []
         for j, i in enumerate(members):
-            ws, inputs = saved[per * j: per * j + n], saved[per * j + n: per * (j + 1)]
+            ws, inputs = saved[per * j : per * j + n], saved[per * j + n : per * (j + 1)]
             g = g_all if i is None else g_all[j]
             if last:
                 g = _act_backward(g.to(inputs[n].dtype), inputs[n], act)
             dws = [(grads[2 * k] if i is None else grads[2 * k][i]) if need[2 * k] else None for k in range(n)]
-            dbs = [(grads[2 * k + 1] if i is None else grads[2 * k + 1][i]) if need[2 * k + 1] else None
-                   for k in range(n)]
+            dbs = [
+                (grads[2 * k + 1] if i is None else grads[2 * k + 1][i]) if need[2 * k + 1] else None for k in range(n)
+            ]
             g = backprop(g, ws, inputs, dws, dbs, act, need_x, linear_layout=i is None)
             if need_x:
                 gx.append(g)
@@ -125,8 +128,17 @@ class _MLP(torch.autograd.Function):
         return (gx_out, None, None, None, None, *grads)
 
 
-def backprop(g: torch.Tensor, ws: list[torch.Tensor], inputs: list[torch.Tensor], dws: list, dbs: list, act: str,
-             need_x: bool, linear_layout: bool = True, x_from: int = 0) -> torch.Tensor | None:
+def backprop(
+    g: torch.Tensor,
+    ws: list[torch.Tensor],
+    inputs: list[torch.Tensor],
+    dws: list,
+    dbs: list,
+    act: str,
+    need_x: bool,
+    linear_layout: bool = True,
+    x_from: int = 0,
+) -> torch.Tensor | None:
     """One member's backward from the gradient ``g`` of its last layer's output (before any final
     activation): weight and bias gradients written into ``dws``/``dbs`` (None: not wanted; weight
     layout [out, in] with ``linear_layout``, else [in, out]; float32 whatever the layer's type), and
@@ -166,8 +178,14 @@ def _into(dst: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         dst.copy_(torch.mm(a, b))
 
 
-def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torch.dtype | None,
-        act: str = "relu", last: bool = False) -> torch.Tensor:
+def run(
+    x: torch.Tensor,
+    params: list[torch.Tensor],
+    members: tuple,
+    dtype: torch.dtype | None,
+    act: str = "relu",
+    last: bool = False,
+) -> torch.Tensor:
     """The MLP(s) on ``x`` (shapes as ``_MLP``; ``act`` between layers, and after the last one when
     ``last``) through one autograd node; straight through when nothing needs gradients, and as
     autograd's own graph inside torch.compile. Under an enclosing autocast, its type is the compute
@@ -176,14 +194,19 @@ def run(x: torch.Tensor, params: list[torch.Tensor], members: tuple, dtype: torc
     if torch.is_autocast_enabled(device_type):
         with torch.autocast(device_type, enabled=False):
             return run(x, params, members, dtype or torch.get_autocast_dtype(device_type), act, last)
-    if (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
-            and not torch.compiler.is_compiling()):
+    if (
+        torch.is_grad_enabled()
+        and (x.requires_grad or any(p.requires_grad for p in params))
+        and not torch.compiler.is_compiling()
+    ):
         return _MLP.apply(x, members, dtype, act, last, *params)
     # no gradient wanted, or inside torch.compile: the same operations under autograd, whose graph
     # Inductor fuses as well as this node's (and Dynamo before torch 2.13 traced this node's backward
     # wrongly for tanh bodies: PPO's compiled steps moved none of their weights)
-    outs = [_forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
-            for j, i in enumerate(members)]
+    outs = [
+        _forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
+        for j, i in enumerate(members)
+    ]
     y = outs[0] if members == (None,) else torch.stack(outs)
     return y if dtype is None else y.float()
 

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 
-
 def rng_state(np_rng: np.random.Generator | None = None) -> dict:
     """Python, numpy (legacy global and an optional Generator) and torch RNG states, as tensors and
     plain containers so that ``weights_only`` loading accepts them."""
@@ -32,8 +31,12 @@ def generator_state(rng: np.random.Generator) -> dict:
     """A numpy Generator's bit-generator state as a plain dict of str/int (weights_only-loadable);
     assign it back with ``rng.bit_generator.state = ...``."""
     s = rng.bit_generator.state
-    return {"bit_generator": s["bit_generator"], "state": dict(s["state"]),
-            "has_uint32": int(s.get("has_uint32", 0)), "uinteger": int(s.get("uinteger", 0))}
+    return {
+        "bit_generator": s["bit_generator"],
+        "state": dict(s["state"]),
+        "has_uint32": int(s.get("has_uint32", 0)),
+        "uinteger": int(s.get("uinteger", 0)),
+    }
 
 
 def set_rng_state(state: dict, np_rng: np.random.Generator | None = None) -> None:

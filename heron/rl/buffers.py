@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from heron.ops.rng import generator_state
 from heron.errors import HeronError
+from heron.ops.rng import generator_state
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
 
@@ -27,9 +27,18 @@ class ReplayBuffer:
     truncated [T, N]; plus optional ``extra`` fields (e.g. recurrent hidden states) [T, N, *shape].
     """
 
-    def __init__(self, capacity: int, num_envs: int, obs_shape: tuple, obs_dtype: np.dtype,
-                 action_shape: tuple, device: str | torch.device = "cpu",
-                 extra: dict[str, tuple] | None = None, seed: int = 0, out_device: str | torch.device | None = None):
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        obs_shape: tuple,
+        obs_dtype: np.dtype,
+        action_shape: tuple,
+        device: str | torch.device = "cpu",
+        extra: dict[str, tuple] | None = None,
+        seed: int = 0,
+        out_device: str | torch.device | None = None,
+    ):
         if capacity < num_envs:
             raise HeronError(f"--buffer-size {capacity} is smaller than --num-envs {num_envs}")
         self.rows = capacity // num_envs  # T: time slots
@@ -48,12 +57,16 @@ class ReplayBuffer:
         }
         for name, shape in (extra or {}).items():
             shapes[name] = (tuple(shape), torch.float32)
-        self.data = {name: torch.zeros((self.rows, num_envs, *shape), dtype=dt, device=self.device)
-                     for name, (shape, dt) in shapes.items()}
+        self.data = {
+            name: torch.zeros((self.rows, num_envs, *shape), dtype=dt, device=self.device)
+            for name, (shape, dt) in shapes.items()
+        }
         # on the CPU, rows are written through numpy views of the same memory: one numpy assignment
         # per field instead of a tensor conversion and a copy_ (the add runs at every env step)
         self._np = {name: v.numpy() for name, v in self.data.items()} if self.device.type == "cpu" else None
-        self._np_rows = None if self._np is None else {name: a.reshape(-1, *a.shape[2:]) for name, a in self._np.items()}
+        self._np_rows = (
+            None if self._np is None else {name: a.reshape(-1, *a.shape[2:]) for name, a in self._np.items()}
+        )
         self.pos = 0  # next row to write
         self.full = False
         self.invalid: torch.Tensor | None = None  # [T, N] bool (CPU): rows that hold no transition, once there is one
@@ -128,8 +141,9 @@ class ReplayBuffer:
         t = (oldest + start[:, None] + torch.arange(length)[None, :]) % self.rows  # [B, L]
         return (t * self.num_envs + e[:, None]).flatten()  # [B * L]
 
-    def gather(self, rows: torch.Tensor, fields: tuple[str, ...] | None = None,
-               shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+    def gather(
+        self, rows: torch.Tensor, fields: tuple[str, ...] | None = None, shape: tuple[int, ...] | None = None
+    ) -> dict[str, torch.Tensor]:
         """The given rows of the [T * N] view (from ``indices`` or ``sequence_indices``): every
         field (or those in ``fields``) as [*shape, ...] (shape: the rows' own, [B], by default) on
         ``out_device``. Rows on the buffer's device are read without leaving it, so the gather can
@@ -159,9 +173,14 @@ class ReplayBuffer:
         window = ((t[:, None] + j) % self.rows) * self.num_envs + e[:, None]
         return window, j[None, :] <= ahead[:, None]
 
-    def gather_nstep(self, window: torch.Tensor, stored: torch.Tensor, gamma: float,
-                     fields: tuple[str, ...] | None = None,
-                     shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+    def gather_nstep(
+        self,
+        window: torch.Tensor,
+        stored: torch.Tensor,
+        gamma: float,
+        fields: tuple[str, ...] | None = None,
+        shape: tuple[int, ...] | None = None,
+    ) -> dict[str, torch.Tensor]:
         """n-step transitions for the windows of ``nstep_rows``: obs and actions of each window's
         first step; ``rewards`` the discounted sum of the rewards up to the window's end, its first
         termination or truncation, or the newest stored step, whichever comes first (k steps);
@@ -204,7 +223,10 @@ class ReplayBuffer:
         filled = self.rows if self.full else self.pos
         return {  # clone: torch.save writes a view's whole storage, the empty rows included
             "data": {k: v[:filled].to("cpu", copy=True) for k, v in self.data.items()},
-            "pos": self.pos, "full": self.full, "rows": self.rows, "num_envs": self.num_envs,
+            "pos": self.pos,
+            "full": self.full,
+            "rows": self.rows,
+            "num_envs": self.num_envs,
             "generator": self.generator.get_state(),
             **({} if self.invalid is None else {"invalid": self.invalid[:filled].clone()}),
         }
@@ -230,13 +252,26 @@ class RolloutBuffer:
     keeps K, overwriting the oldest, and checkpoints them (``state_dict``).
     """
 
-    def __init__(self, rollouts: int, steps: int, num_envs: int, fields: dict[str, tuple[tuple, torch.dtype]],
-                 per_env: dict[str, tuple[tuple, torch.dtype]], device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        rollouts: int,
+        steps: int,
+        num_envs: int,
+        fields: dict[str, tuple[tuple, torch.dtype]],
+        per_env: dict[str, tuple[tuple, torch.dtype]],
+        device: str | torch.device = "cpu",
+    ):
         self.rollouts, self.steps, self.num_envs = rollouts, steps, num_envs
-        self.data = {name: torch.zeros((rollouts, steps, num_envs, *shape), dtype=dt, device=device)
-                     for name, (shape, dt) in fields.items()}
-        self.data.update({name: torch.zeros((rollouts, num_envs, *shape), dtype=dt, device=device)
-                          for name, (shape, dt) in per_env.items()})
+        self.data = {
+            name: torch.zeros((rollouts, steps, num_envs, *shape), dtype=dt, device=device)
+            for name, (shape, dt) in fields.items()
+        }
+        self.data.update(
+            {
+                name: torch.zeros((rollouts, num_envs, *shape), dtype=dt, device=device)
+                for name, (shape, dt) in per_env.items()
+            }
+        )
         self.slot, self.count = 0, 0  # the slot being written; rollouts stored
         self.in_progress = False  # the slot is being written (its old rollout is no longer whole)
 
@@ -253,7 +288,7 @@ class RolloutBuffer:
 
     def stored(self) -> dict[str, torch.Tensor]:
         """The complete rollouts, [k, T, N, ...] / [k, N, ...] with k = min(count, K)."""
-        return {name: t[:self.count] for name, t in self.data.items()}
+        return {name: t[: self.count] for name, t in self.data.items()}
 
     def state_dict(self) -> dict | None:
         if self.rollouts == 1:
@@ -262,17 +297,19 @@ class RolloutBuffer:
             # mid-rollout (an env crashed): the slot's old rollout is half overwritten; keep the
             # others, oldest first, so that the next write goes after the newest
             order = [(self.slot + i) % self.rollouts for i in range(1, self.count)]
-            return {"data": {k: v[order].cpu() for k, v in self.data.items()}, "slot": len(order),
-                    "count": len(order)}
-        return {"data": {k: v[:self.count].to("cpu", copy=True) for k, v in self.data.items()}, "slot": self.slot,
-                "count": self.count}
+            return {"data": {k: v[order].cpu() for k, v in self.data.items()}, "slot": len(order), "count": len(order)}
+        return {
+            "data": {k: v[: self.count].to("cpu", copy=True) for k, v in self.data.items()},
+            "slot": self.slot,
+            "count": self.count,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.slot, self.count = int(state["slot"]), int(state["count"])
         for k, v in state["data"].items():
             if k not in self.data or v.shape[1:] != self.data[k].shape[1:] or len(v) > self.rollouts:
                 raise HeronError(f"checkpointed rollout field {k!r} does not fit this run's settings")
-            self.data[k][:len(v)] = v.to(self.data[k].device)
+            self.data[k][: len(v)] = v.to(self.data[k].device)
 
 
 class EpisodeBuffer:
@@ -297,9 +334,17 @@ class EpisodeBuffer:
     training device.
     """
 
-    def __init__(self, capacity: int, num_envs: int, fields: dict[str, tuple[tuple, Any]], length: int,
-                 prioritize_ends: bool = False, memmap_dir: str | None = None, seed: int = 0,
-                 cross_episodes: bool = False):
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        fields: dict[str, tuple[tuple, Any]],
+        length: int,
+        prioritize_ends: bool = False,
+        memmap_dir: str | None = None,
+        seed: int = 0,
+        cross_episodes: bool = False,
+    ):
         if capacity < length:
             raise HeronError(f"--buffer-size {capacity} is smaller than the sequence length {length}")
         self.capacity, self.length, self.prioritize_ends = capacity, length, prioritize_ends
@@ -310,9 +355,12 @@ class EpisodeBuffer:
             from pathlib import Path
 
             Path(memmap_dir).mkdir(parents=True, exist_ok=True)
-            self.data = {k: np.lib.format.open_memmap(str(Path(memmap_dir) / f"{k}.npy"), mode="w+", dtype=dt,
-                                                      shape=(capacity, *shape))
-                         for k, (shape, dt) in self.fields.items()}
+            self.data = {
+                k: np.lib.format.open_memmap(
+                    str(Path(memmap_dir) / f"{k}.npy"), mode="w+", dtype=dt, shape=(capacity, *shape)
+                )
+                for k, (shape, dt) in self.fields.items()
+            }
         else:
             self.data = {k: np.zeros((capacity, *shape), dt) for k, (shape, dt) in self.fields.items()}
         self.episodes: list[tuple[int, int]] = []  # (start, length) of stored episodes, oldest first
@@ -340,14 +388,14 @@ class EpisodeBuffer:
         stage = self.staging[env]
         n = len(stage[next(iter(self.fields))])
         if n:
-            episode = {k: np.stack(v)[-self.capacity:] for k, v in stage.items()}
+            episode = {k: np.stack(v)[-self.capacity :] for k, v in stage.items()}
             self.store_episode(episode)
         self.staging[env] = {k: [] for k in self.fields}
 
     def store_episode(self, episode: dict[str, np.ndarray]) -> None:
         """Store one whole episode (its last ``capacity`` steps if longer), evicting what it
         overwrites; storage stays first-in first-out."""
-        episode = {k: v[-self.capacity:] for k, v in episode.items()}
+        episode = {k: v[-self.capacity :] for k, v in episode.items()}
         n = len(next(iter(episode.values())))
         if n < self.length:
             self.short_episodes += 1
@@ -405,12 +453,16 @@ class EpisodeBuffer:
     def state_dict(self) -> dict:
         """Views (no copies) of the used storage, the episode index, staged episodes and the RNG."""
         used = max((s + m for s, m in self.episodes), default=0)
-        return {"data": {k: torch.from_numpy(np.asarray(v[:used])) for k, v in self.data.items()},
-                "episodes": torch.tensor(self.episodes, dtype=torch.int64).reshape(-1, 2),
-                "pos": self.pos, "short_episodes": self.short_episodes,
-                "staging": [{k: torch.from_numpy(np.stack(v)) if v else None for k, v in st.items()}
-                            for st in self.staging],
-                "rng": generator_state(self.rng)}
+        return {
+            "data": {k: torch.from_numpy(np.asarray(v[:used])) for k, v in self.data.items()},
+            "episodes": torch.tensor(self.episodes, dtype=torch.int64).reshape(-1, 2),
+            "pos": self.pos,
+            "short_episodes": self.short_episodes,
+            "staging": [
+                {k: torch.from_numpy(np.stack(v)) if v else None for k, v in st.items()} for st in self.staging
+            ],
+            "rng": generator_state(self.rng),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore in place (chunked copies, so a memory-mapped load never doubles memory). Staged
@@ -419,8 +471,8 @@ class EpisodeBuffer:
         chunk = 4096
         for k, t in state["data"].items():
             for i in range(0, t.shape[0], chunk):
-                piece = t[i:i + chunk].numpy()
-                self.data[k][i:i + len(piece)] = piece
+                piece = t[i : i + chunk].numpy()
+                self.data[k][i : i + len(piece)] = piece
         self.episodes = [tuple(int(x) for x in row) for row in state["episodes"].tolist()]
         self._segments_cache = None
         self.pos, self.short_episodes = int(state["pos"]), int(state["short_episodes"])

@@ -10,8 +10,8 @@ from torch import nn
 
 from heron.ops import fused
 from heron.ops import torch_private as private
-from heron.ops.fused import ReluMLP, TanhMLP
 from heron.ops.capture import recording
+from heron.ops.fused import ReluMLP, TanhMLP
 
 FLOAT32_OUT = "_heron_float32"  # heron.accel.precision leaves layers marked so in float32
 
@@ -93,9 +93,14 @@ class NatureCNN(nn.Module):
     def __init__(self, channels: int, height: int = 84, width: int = 84, out_dim: int = 512):
         super().__init__()
         self.convs = nn.Sequential(
-            orthogonal_(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-            orthogonal_(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            orthogonal_(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+            orthogonal_(nn.Conv2d(channels, 32, 8, stride=4)),
+            nn.ReLU(),
+            orthogonal_(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            orthogonal_(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, channels, height, width)).shape[1]
         self.fc = nn.Sequential(orthogonal_(nn.Linear(flat, out_dim)), nn.ReLU())
@@ -174,7 +179,13 @@ class RunningNorm(nn.Module):
         tensor would be frozen into the graph while the statistics move between replays."""
         if torch.compiler.is_compiling() or recording(self.mean):
             return self.mean.float(), torch.sqrt(self.var.float() + self.eps)
-        key = (private.version(self.mean), private.version(self.var), self.mean.data_ptr(), self.var.data_ptr(), self.mean.device)
+        key = (
+            private.version(self.mean),
+            private.version(self.var),
+            self.mean.data_ptr(),
+            self.var.data_ptr(),
+            self.mean.device,
+        )
         if getattr(self, "_cache_key", None) != key:
             self._cache = (self.mean.float(), torch.sqrt(self.var.float() + self.eps))
             self._cache_key = key
@@ -214,8 +225,9 @@ def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
 
 
-def tanh_normal(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, scale: torch.Tensor,
-                bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+def tanh_normal(
+    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Reparameterized sample ``a = tanh(u) * scale + bias`` with ``u = mean + std * eps`` (``eps``
     standard normal, drawn by the caller) and its log-density by change of variables (SAC paper,
     Haarnoja et al. 2018, appendix C, eq. 21):
@@ -223,7 +235,8 @@ def tanh_normal(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, sc
         log pi(a|s) = sum_i [ log N(u_i; mean_i, std_i) - log(scale_i * (1 - tanh(u_i)^2)) ]
 
     The Jacobian term uses the stable identity log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
-    Returns actions [..., A], log-probs [...] and (tanh(u), std) for its derivative (``heron.accel.handwritten.common.tanh_normal_grad``)."""
+    Returns actions [..., A], log-probs [...] and (tanh(u), std) for its derivative
+    (``heron.accel.handwritten.common.tanh_normal_grad``)."""
     std = log_std.exp()
     u = mean + std * eps
     log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - HALF_LOG_2PI
@@ -232,8 +245,9 @@ def tanh_normal(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, sc
     return action, (log_normal - log_det).sum(-1), (t, std)
 
 
-def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor,
-                       bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def tanh_normal_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``tanh_normal`` with its standard normals drawn here (``torch.randn_like(mean)``): actions
     [..., A] and log-probs [...]."""
     return tanh_normal(mean, log_std, torch.randn_like(mean), scale, bias)[:2]
@@ -254,12 +268,14 @@ class RecurrentCore(nn.Module):
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, in], state [B, S] -> output [B, H], new state [B, S]."""
         if self.kind == "lstm":
-            h, c = self.cell(x, (state[:, : self.hidden], state[:, self.hidden:]))
+            h, c = self.cell(x, (state[:, : self.hidden], state[:, self.hidden :]))
             return h, torch.cat([h, c], -1)
         h = self.cell(x, state)
         return h, h
 
-    def sequence(self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sequence(
+        self, x: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The same recurrence over sequences: x [B, L, in] from state0 [B, S], zeroing the state
         before every step flagged in ``starts`` [B, L] -> outputs [B, L, H], states [B, L, S].
 
@@ -282,7 +298,7 @@ class RecurrentCore(nn.Module):
         for t0, t1 in zip(bounds[:-1], bounds[1:]):
             state = state * (~starts[:, t0]).unsqueeze(-1).to(state.dtype)
             if self.kind == "lstm":
-                hx = (state[None, :, : self.hidden].contiguous(), state[None, :, self.hidden:].contiguous())
+                hx = (state[None, :, : self.hidden].contiguous(), state[None, :, self.hidden :].contiguous())
                 out, h, c = torch.lstm(x[:, t0:t1], hx, params, True, 1, 0.0, False, False, True)
                 state = torch.cat([h[0], c[0]], -1)
             else:
@@ -295,7 +311,7 @@ class RecurrentCore(nn.Module):
             return out, out
         cells = torch.zeros_like(out)
         for t, st in ends:
-            cells[:, t] = st[:, self.hidden:]
+            cells[:, t] = st[:, self.hidden :]
         return out, torch.cat([out, cells], -1)
 
 
@@ -321,7 +337,9 @@ class Encoder(nn.Module):
             return x, state
         return self.rnn.step(x, state)
 
-    def forward(self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.rnn is None:
             return self.norm(obs), state0[:, None].expand(-1, obs.shape[1], -1)
         feats, states, state = [], [], state0

@@ -17,14 +17,22 @@ Timeline of one env (| marks an episode end at step t, obs' = next_obs)::
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
-        truncated: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
     """Generalized Advantage Estimation (Schulman et al. 2016, eq. 16), [T, N] -> advantages [T, N]:
 
         delta_t = r_t + gamma * (1 - terminated_t) * V(next_obs_t) - V(obs_t)
@@ -55,7 +63,7 @@ def sequential_sums(x: torch.Tensor, done: torch.Tensor, c: float) -> torch.Tens
 
 
 # steps per block of ``discounted_sums`` and the most weights [T/B, B, B, ...] one call may hold
-SUM_BLOCK, SUM_WEIGHTS = 64, 2 ** 24
+SUM_BLOCK, SUM_WEIGHTS = 64, 2**24
 _powers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -68,8 +76,10 @@ def _block_powers(c: float, block: int, dtype: torch.dtype, device: torch.device
             _powers.clear()
         steps = torch.arange(block, device=device)
         gaps = (steps[None, :] - steps[:, None]).to(dtype)  # [t, k]: k - t
-        _powers[key] = (torch.where(gaps >= 0, torch.pow(c, gaps.clamp_min(0)), 0.0),
-                        torch.pow(c, (block - steps).to(dtype)))
+        _powers[key] = (
+            torch.where(gaps >= 0, torch.pow(c, gaps.clamp_min(0)), 0.0),
+            torch.pow(c, (block - steps).to(dtype)),
+        )
     return _powers[key]
 
 
@@ -109,8 +119,14 @@ def discounted_sums(x: torch.Tensor, done: torch.Tensor, c: float) -> torch.Tens
     return y.reshape(blocks * block, *rest)[pad:]
 
 
-def nstep_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
-                  truncated: torch.Tensor, gamma: float, n: int) -> torch.Tensor:
+def nstep_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    n: int,
+) -> torch.Tensor:
     """n-step value targets (Sutton & Barto eq. 7.1), [T, N] -> [T, N]:
 
         G_t = sum_{k<m} gamma^k r_{t+k} + gamma^m (1 - terminated_{t+m-1}) V(next_obs_{t+m-1})
@@ -137,9 +153,9 @@ def nstep_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminated: 
     return out
 
 
-
-def lambda_return(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor,
-                  lam: float) -> torch.Tensor:
+def lambda_return(
+    rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor, lam: float
+) -> torch.Tensor:
     """TD(lambda) targets along an imagined trajectory (Dreamer: Hafner et al. 2021, eq. 4), [H, B] -> [H, B]:
 
         V^lambda_t = r_t + d_t * ((1 - lambda) * v_{t+1} + lambda * V^lambda_{t+1}),   V^lambda_H = v_H
@@ -163,6 +179,7 @@ def lambda_return(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.
         out[t] = last
     return out
 
+
 class RewardScaler:
     """Reward scaling for continuous control (Engstrom et al. 2020, "Implementation Matters",
     section 3): divide rewards by the running standard deviation of the discounted return
@@ -173,8 +190,14 @@ class RewardScaler:
     than the same arithmetic on tiny torch tensors); a tensor env's rewards are scaled in torch, on
     their device (its running returns then live there)."""
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8,
-                 moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None):
+    def __init__(
+        self,
+        num_envs: int,
+        gamma: float,
+        clip: float = 10.0,
+        eps: float = 1e-8,
+        moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None,
+    ):
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.ret = np.zeros(num_envs, np.float64)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
@@ -218,8 +241,12 @@ class RewardScaler:
 
     def state_dict(self) -> dict:
         ret = self.ret.cpu().clone() if isinstance(self.ret, torch.Tensor) else torch.from_numpy(self.ret.copy())
-        return {"ret": ret, "mean": torch.tensor(self.mean, dtype=torch.float64),
-                "var": torch.tensor(self.var, dtype=torch.float64), "count": torch.tensor(self.count, dtype=torch.float64)}
+        return {
+            "ret": ret,
+            "mean": torch.tensor(self.mean, dtype=torch.float64),
+            "var": torch.tensor(self.var, dtype=torch.float64),
+            "count": torch.tensor(self.count, dtype=torch.float64),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.ret = state["ret"].numpy().astype(np.float64).copy()  # (a tensor env's rewards move it to their device)

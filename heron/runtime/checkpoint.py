@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from heron.runtime.faults import inject
 from heron.errors import HeronError, WriteFailed
+from heron.runtime.faults import inject
 
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 _PART_RE = re.compile(r"^step_(\d+)\.(.+)$")  # any file of a checkpoint: its state, replay data, shards
@@ -145,6 +145,7 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
 
 def spaces_mismatch(saved: Any, current: Any, path: str = "") -> str | None:
     """Where a checkpoint's saved spaces and the env's differ ("obs_shape: [3] saved, [4] now"), or None."""
+
     def show(x: Any) -> str:
         return str(x.tolist() if isinstance(x, torch.Tensor) else x)[:80]
 
@@ -158,10 +159,12 @@ def spaces_mismatch(saved: Any, current: Any, path: str = "") -> str | None:
         differ = any(spaces_mismatch(a, b, path) for a, b in zip(saved, current))
         return f"{path}: {show(saved)} saved, {show(current)} now" if differ else None
     if isinstance(saved, torch.Tensor) or isinstance(current, torch.Tensor):
-        same = isinstance(saved, torch.Tensor) and isinstance(current, torch.Tensor) and \
-            saved.shape == current.shape and torch.equal(saved.cpu(), current.cpu())
+        same = (
+            isinstance(saved, torch.Tensor)
+            and isinstance(current, torch.Tensor)
+            and saved.shape == current.shape
+            and torch.equal(saved.cpu(), current.cpu())
+        )
     else:
         same = saved == current
     return None if same else f"{path}: {show(saved)} saved, {show(current)} now"
-
-

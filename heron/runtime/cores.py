@@ -43,7 +43,7 @@ def _cpu_ticks(cpus: list[int]) -> tuple[int, int] | None:
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in wanted:
-                    ticks = [int(v) for v in fields[1:1 + _STAT_FIELDS]]
+                    ticks = [int(v) for v in fields[1 : 1 + _STAT_FIELDS]]
                     total += sum(ticks)
                     busy += sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
     except (OSError, ValueError, IndexError):
@@ -57,7 +57,7 @@ def _proc_ticks(pid: int | str, reaped: bool = False) -> int:
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
-        return sum(int(v) for v in fields[11:15 if reaped else 13])
+        return sum(int(v) for v in fields[11 : 15 if reaped else 13])
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -135,8 +135,7 @@ def env_workers(num_envs: int, vector_mode: str) -> int:
     return num_envs if vector_mode == "async" else 0
 
 
-def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks: int = 1,
-                   busy: int = 0) -> int:
+def choose_threads(requested: int, num_envs: int, vector_mode: str, local_ranks: int = 1, busy: int = 0) -> int:
     """Intra-op threads: ``requested`` when it is > 0, else one per free core, at most MAX_THREADS.
     The cores are shared among the ranks on this machine, then each rank's async env workers take
     theirs (``num_envs``: this rank's envs), and ``busy`` cores are kept by other processes."""
@@ -174,7 +173,13 @@ class ThreadGovernor:
             return None
         self.pending = None
         torch.set_num_threads(want)
-        why = (f"other processes keep {others:.1f} of {len(self.meter.cpus)} cores busy, and a torch thread "
-               "that shares a core stalls every operation" if want < have else "the other processes' load has gone")
-        return (f"torch threads {have} -> {want}: {why} (--torch-threads N fixes the count; the float results "
-                "of a run depend on it)")
+        why = (
+            f"other processes keep {others:.1f} of {len(self.meter.cpus)} cores busy, and a torch thread "
+            "that shares a core stalls every operation"
+            if want < have
+            else "the other processes' load has gone"
+        )
+        return (
+            f"torch threads {have} -> {want}: {why} (--torch-threads N fixes the count; the float results "
+            "of a run depend on it)"
+        )

@@ -5,25 +5,34 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from heron.envs.make import make_env, obs_converter
-from heron.runtime.faults import close_bounded, inject
 from heron.envs.step import env_call
 from heron.errors import HeronError
+from heron.runtime.faults import close_bounded, inject
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds far from the training envs'
 EVAL_EPISODE_CAP = 100_000  # agent steps; longer than any standard env's time limit (Atari: 27,000)
 
 
-def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, video_path: str | None = None,
-             flatten_dict: bool = True, max_episode_steps: int | None = None,
-             env_fn: Callable[[str | None], gym.Env] | None = None,
-             should_stop: Callable[[], bool] | None = None, at_once: int = 1) -> np.ndarray | None:
+def evaluate(
+    policy: Any,
+    env_id: str,
+    episodes: int | list[int],
+    seed: int,
+    video_path: str | None = None,
+    flatten_dict: bool = True,
+    max_episode_steps: int | None = None,
+    env_fn: Callable[[str | None], gym.Env] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    at_once: int = 1,
+) -> np.ndarray | None:
     """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` and return their
     returns. Episode k starts from ``reset(seed=seed + k)``: the same start states at every
     evaluation, independent of training's random state, so that evaluating never perturbs a run.
@@ -56,15 +65,19 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
 
     try:
         for _ in range(together):
-            envs.append(env_fn(render_mode) if env_fn is not None else
-                        make_env(env_id, render_mode=render_mode, flatten_dict=flatten_dict,
-                                 max_episode_steps=max_episode_steps))
+            envs.append(
+                env_fn(render_mode)
+                if env_fn is not None
+                else make_env(
+                    env_id, render_mode=render_mode, flatten_dict=flatten_dict, max_episode_steps=max_episode_steps
+                )
+            )
         convert = obs_converter(envs[0].observation_space)
         if video_path:
             video = VideoFile(video_path, fps=envs[0].metadata.get("render_fps", 30))
         returns: list[float] = []
         for start in range(0, len(numbers), together):
-            group = list(zip(envs, numbers[start:start + together]))
+            group = list(zip(envs, numbers[start : start + together]))
             obs = [convert(call("reset", env.reset, seed=seed + k)[0]) for env, k in group]
             if together > 1:
                 policy.reset(len(group))
@@ -75,8 +88,12 @@ def evaluate(policy: Any, env_id: str, episodes: int | list[int], seed: int, vid
                 if should_stop is not None and should_stop():
                     return None
                 if t == EVAL_EPISODE_CAP:
-                    print(f"heron: warning: an evaluation episode of {env_id} ran {t} steps without ending: cut "
-                          "there (give the env a time limit; heron check-env shows it)", file=sys.stderr, flush=True)
+                    print(
+                        f"heron: warning: an evaluation episode of {env_id} ran {t} steps without ending: cut "
+                        "there (give the env a time limit; heron check-env shows it)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     break
                 t += 1
                 if video is not None:
@@ -113,8 +130,10 @@ def _render(env: gym.Env, env_id: str) -> np.ndarray:
         return env.render()
     except Exception as exc:  # no OpenGL backend, no pygame, ...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HeronError(f"cannot render {env_id} for video: {reason} (for MuJoCo on a machine without "
-                         "EGL: apt-get install libosmesa6 and set MUJOCO_GL=osmesa)") from None
+        raise HeronError(
+            f"cannot render {env_id} for video: {reason} (for MuJoCo on a machine without "
+            "EGL: apt-get install libosmesa6 and set MUJOCO_GL=osmesa)"
+        ) from None
 
 
 class VideoFile:

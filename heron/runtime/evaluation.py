@@ -12,24 +12,26 @@ from __future__ import annotations
 import csv
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from heron.runtime import checkpoint as ckpt
-from heron.ops import dist
-from heron.runtime import evalworker
 from heron.envs.ids import gym_env_id
+from heron.errors import EnvCrashed, WriteFailed
+from heron.ops import dist
+from heron.runtime import checkpoint as ckpt
+from heron.runtime import evalworker
 from heron.runtime.episodes import EVAL_SEED_OFFSET
 from heron.runtime.episodes import evaluate as run_episodes
 from heron.runtime.faults import inject
 from heron.runtime.rundir import EVAL_HEADER, attempt
-from heron.errors import EnvCrashed, WriteFailed
 
 
 def on_host(policy: Any) -> Any:
@@ -72,8 +74,9 @@ class Evaluations:
     def ckpt_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 
-    def evaluate(self, step: int, policy: Any,
-                 state_fn: Callable[[], dict] | None = None, video: bool = False) -> dict | None:
+    def evaluate(
+        self, step: int, policy: Any, state_fn: Callable[[], dict] | None = None, video: bool = False
+    ) -> dict | None:
         """Deterministic evaluation: logs ``eval/mean_return``, appends to eval.csv and saves
         ``best.pt`` when the mean improves. A stop request cuts it short: nothing is logged, None.
         Under torchrun the episodes are dealt round the ranks (rank r plays episodes r, r + N, ...,
@@ -86,9 +89,16 @@ class Evaluations:
         returns: np.ndarray | None = np.zeros(0)
         if mine:  # a policy may sample (DreamerV2's latents): its draws must not shift training's random stream
             with torch.random.fork_rng(devices=self._rng_devices()):
-                returns = run_episodes(on_host(policy), self.cfg.env_id, mine, self.cfg.seed + EVAL_SEED_OFFSET,
-                                       video_path=video_path, env_fn=self.env_fn,
-                                       should_stop=lambda: self.stopping(), at_once=self.cfg.eval_envs)
+                returns = run_episodes(
+                    on_host(policy),
+                    self.cfg.env_id,
+                    mine,
+                    self.cfg.seed + EVAL_SEED_OFFSET,
+                    video_path=video_path,
+                    env_fn=self.env_fn,
+                    should_stop=lambda: self.stopping(),
+                    at_once=self.cfg.eval_envs,
+                )
         parts = dist.gather(None if returns is None else returns.tolist())
         if any(part is None for part in parts):
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
@@ -101,8 +111,12 @@ class Evaluations:
     def _conclude(self, step: int, returns: np.ndarray, state_fn: Callable[[], dict] | None) -> dict:
         """An evaluation's returns into the logs, eval.csv and (improved, given ``state_fn``: the
         policy state of ``step``) ``best.pt``; then the callback."""
-        result = {"step": step, "mean_return": float(returns.mean()), "std_return": float(returns.std()),
-                  "episodes": len(returns)}
+        result = {
+            "step": step,
+            "mean_return": float(returns.mean()),
+            "std_return": float(returns.std()),
+            "episodes": len(returns),
+        }
         improved = result["mean_return"] > self.best
         if improved:
             self.best = result["mean_return"]
@@ -119,8 +133,10 @@ class Evaluations:
         evaluations stay in this process."""
         if not getattr(policy, "evaluates_on_host", lambda: True)():
             if self.cfg.eval_async == "on":
-                self.logger.print("heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
-                                  "so its evaluations stay in the training process")
+                self.logger.print(
+                    "heron: note: --eval-async: this policy evaluates on the GPU (its convolutions), "
+                    "so its evaluations stay in the training process"
+                )
             self.worker = None
             return
         try:
@@ -135,7 +151,7 @@ class Evaluations:
         self.check_finite()
         inject("eval")
         self.pending.append((step, evalworker.snapshot_bytes(state_fn())))  # first: an env crash reported
-        self.pump(wait=True, keep=1)                                 # while waiting keeps it
+        self.pump(wait=True, keep=1)  # while waiting keeps it
         self.pump(wait=False)
 
     def pump(self, wait: bool, keep: int = 0) -> None:
@@ -179,7 +195,7 @@ class Evaluations:
                 raise
             self.pending.pop(0)
             self.sent = False
-            self._conclude(step, np.asarray(returns, np.float64), lambda: evalworker.load_snapshot(blob))
+            self._conclude(step, np.asarray(returns, np.float64), partial(evalworker.load_snapshot, blob))
 
     def _lose_worker(self, reason: str) -> None:
         self.logger.warn(f"{reason}; evaluations run in the training process from now on")
@@ -192,8 +208,7 @@ class Evaluations:
             return None
         state = evalworker.load_snapshot(blob)
         with torch.random.fork_rng(devices=self._rng_devices()):  # building the policy draws its initial weights
-            returns = evalworker.play(self.module, self.cfg, state, self.device, self.env_fn,
-                                      lambda: self.stopping())
+            returns = evalworker.play(self.module, self.cfg, state, self.device, self.env_fn, lambda: self.stopping())
         if returns is None:
             self.logger.print(f"evaluation at step {step} cut short by the stop request")
             return None
@@ -213,18 +228,31 @@ class Evaluations:
                 w = csv.writer(f)
                 if new:
                     w.writerow(EVAL_HEADER)
-                w.writerow([step, result["mean_return"], result["std_return"], result["episodes"],
-                            f"{time.time():.3f}"])
+                w.writerow(
+                    [step, result["mean_return"], result["std_return"], result["episodes"], f"{time.time():.3f}"]
+                )
         except OSError as exc:
             raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from None
         if state_fn is not None:
-            ckpt.save_atomic({**state_fn(), "step": step, "best_eval": self.best, "algo": self.algo},
-                             self.ckpt_dir / "best.pt", "best")
-        self.logger.print(f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
-                          f"over {result['episodes']} episodes")
+            ckpt.save_atomic(
+                {**state_fn(), "step": step, "best_eval": self.best, "algo": self.algo},
+                self.ckpt_dir / "best.pt",
+                "best",
+            )
+        self.logger.print(
+            f"eval @ {step}: {result['mean_return']:.1f} +- {result['std_return']:.1f} "
+            f"over {result['episodes']} episodes"
+        )
 
     def film(self, step: int, policy: Any) -> None:
         """One episode on video (--capture-video), where the final evaluation ran at this step already."""
         path = self.run_dir / "videos" / f"eval_step_{step}.mp4"
-        run_episodes(on_host(policy), self.cfg.env_id, 1, self.cfg.seed + EVAL_SEED_OFFSET, video_path=str(path),
-                     env_fn=self.env_fn, should_stop=lambda: self.stopping())
+        run_episodes(
+            on_host(policy),
+            self.cfg.env_id,
+            1,
+            self.cfg.seed + EVAL_SEED_OFFSET,
+            video_path=str(path),
+            env_fn=self.env_fn,
+            should_stop=lambda: self.stopping(),
+        )

@@ -51,8 +51,8 @@ from typing import Any
 
 import torch
 
-from heron.runtime.faults import inject
 from heron.errors import EnvCrashed, first_line
+from heron.runtime.faults import inject
 
 START_SECONDS = 120.0  # a worker that has not said it is ready by then is given up (imports on a slow disk)
 
@@ -88,14 +88,24 @@ class EvalWorker:
         ours, theirs = socket.socketpair()
         # one thread each for torch and numpy's BLAS: the worker keeps to its own core; the parent's
         # import path (a notebook's sys.path.insert); a flag an env may read to know where it runs
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "HERON_EVAL_PATH": json.dumps(sys.path), "HERON_EVAL_WORKER": "1"}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "HERON_EVAL_PATH": json.dumps(sys.path),
+            "HERON_EVAL_WORKER": "1",
+        }
         try:
             # its own session: a Ctrl-C or a signal to the training's process group does not reach it
             # (the training process ends it); the parent-death signal is set before the heavy imports
-            self.proc = subprocess.Popen([sys.executable, "-c", BOOT.format(fd=theirs.fileno())],
-                                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", BOOT.format(fd=theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except BaseException:
             ours.close()
             raise
@@ -275,8 +285,15 @@ def play(module: Any, cfg: Any, state: dict, device: Any, env_fn: Any, should_st
     from heron.runtime.episodes import EVAL_SEED_OFFSET, evaluate
 
     policy = module.load_policy(cfg, state, device)
-    return evaluate(policy.on_host(), cfg.env_id, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, env_fn=env_fn,
-                    should_stop=should_stop, at_once=cfg.eval_envs)
+    return evaluate(
+        policy.on_host(),
+        cfg.env_id,
+        cfg.eval_episodes,
+        cfg.seed + EVAL_SEED_OFFSET,
+        env_fn=env_fn,
+        should_stop=should_stop,
+        at_once=cfg.eval_envs,
+    )
 
 
 def algo_name(module: ModuleType) -> str:
@@ -337,4 +354,3 @@ def check(module: ModuleType, cfg: Any, distributed: bool) -> None:
 
     if cfg.eval_async == "on" and (why := unsupported(module, cfg, distributed)) is not None:
         raise HeronError(f"--eval-async on cannot apply: {why}; use auto or off")
-

@@ -21,10 +21,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 
 
 # -- divergence -------------------------------------------------------------------------------------
@@ -132,9 +132,13 @@ def close_bounded(close: Callable[[], Any], what: str, timeout: float = 10.0) ->
     """Call ``close()``; if it has not returned within ``timeout`` seconds, print one line and end
     the process (exit 1). A Python timer does it when the interpreter is responsive; faulthandler's
     C watchdog (no GIL needed) two seconds later when it is not."""
+
     def give_up() -> None:
-        print(f"heron: error: closing {what} did not finish within {timeout:.0f} s; exiting without waiting",
-              file=sys.stderr, flush=True)
+        print(
+            f"heron: error: closing {what} did not finish within {timeout:.0f} s; exiting without waiting",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(1)
 
     timer = threading.Timer(timeout, give_up)

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from heron.runtime.faults import armed, inject
 from heron.errors import WriteFailed
+from heron.runtime.faults import armed, inject
 
 FLUSH_SECONDS = 2.0  # logged rows reach the disk this soon: a SIGKILL loses at most this much of the logs
 BAR_SECONDS = 0.1  # the progress bar's line is made at most this often (rich redraws at 10 Hz)
@@ -65,9 +65,17 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 
 class Logger:
-    def __init__(self, run_dir: Path, total_steps: int, start_step: int = 0, progress: str = "auto",
-                 tensorboard: bool = True, wandb_run: Any = None, description: str = "train",
-                 defer_episodes: bool = False):
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        start_step: int = 0,
+        progress: str = "auto",
+        tensorboard: bool = True,
+        wandb_run: Any = None,
+        description: str = "train",
+        defer_episodes: bool = False,
+    ):
         self.run_dir = Path(run_dir)
         self.defer_episodes = defer_episodes  # torchrun: episodes wait to be logged with every rank's
         self.pending: list[tuple[int, float, int]] = []
@@ -98,8 +106,13 @@ class Logger:
         if mode == "bar":
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+            )
             self._task = self._bar.add_task(description, total=total_steps, completed=start_step, info="")
             self._bar.start()
 
@@ -196,8 +209,11 @@ class Logger:
             if redraw is not None:  # rich's stop only signals it to end: a closed logger leaves no thread
                 redraw.join(timeout=1.0)
             self._bar = None
-        for close in (self._csv_file.close, *((self._tb.close,) if self._tb is not None else ()),
-                      *((self._wandb.finish,) if self._wandb is not None else ())):
+        for close in (
+            self._csv_file.close,
+            *((self._tb.close,) if self._tb is not None else ()),
+            *((self._wandb.finish,) if self._wandb is not None else ()),
+        ):
             try:
                 close()
             except Exception:

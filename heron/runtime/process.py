@@ -41,7 +41,7 @@ class ProcessSettings:
     rng: tuple[Any, Any, torch.Tensor, list[torch.Tensor] | None]  # Python, NumPy, torch CPU, CUDA
 
     @classmethod
-    def take(cls) -> "ProcessSettings":
+    def take(cls) -> ProcessSettings:
         inductor = private.loaded_inductor_config()
         return cls(
             threads=torch.get_num_threads(),
@@ -53,8 +53,12 @@ class ProcessSettings:
             cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
             matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
             environ=tuple((name, os.environ.get(name)) for name in _ENV_VARS),
-            rng=(random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                 torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None),
+            rng=(
+                random.getstate(),
+                np.random.get_state(),
+                torch.get_rng_state(),
+                torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+            ),
         )
 
     def restore(self) -> None:
@@ -65,8 +69,9 @@ class ProcessSettings:
         inductor = private.loaded_inductor_config()
         if inductor is not None:
             # loaded during the run (--compile): Inductor's default, which the caller had in effect
-            inductor.deterministic = self.deterministic if self.inductor_deterministic is None \
-                else self.inductor_deterministic
+            inductor.deterministic = (
+                self.deterministic if self.inductor_deterministic is None else self.inductor_deterministic
+            )
         torch.backends.cudnn.deterministic = self.cudnn_deterministic
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         torch.backends.cudnn.allow_tf32 = self.cudnn_allow_tf32

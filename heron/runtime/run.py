@@ -15,25 +15,36 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
+from heron.accel.precision import Precision
 from heron.config import to_dict
+from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line, install_hint
+from heron.ops import dist
 from heron.runtime import checkpoint as ckpt
 from heron.runtime import cores, evalworker
-from heron.ops import dist
 from heron.runtime.evaluation import Evaluations, registered_spec
 from heron.runtime.faults import DivergenceGuard, close_bounded, nonfinite_tensor, release
 from heron.runtime.logger import METRICS_HEADER, Logger, NullLogger, truncate_csv
-from heron.accel.precision import Precision
 from heron.runtime.process import ProcessSettings
-from heron.runtime.rundir import (EVAL_HEADER, RunLock, attempt, best_logged_eval, default_run_dir, drop_eval_rows, read_latest, read_shard, write_config)
+from heron.runtime.rundir import (
+    EVAL_HEADER,
+    RunLock,
+    attempt,
+    best_logged_eval,
+    default_run_dir,
+    drop_eval_rows,
+    read_latest,
+    read_shard,
+    write_config,
+)
 from heron.runtime.setup import cuda_graphs_note, join, seed_everything, start_threads
-from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line, install_hint
 
 FIRST_TIMED_CHECKPOINT = 60.0  # seconds; timed checkpoints then come at 2, 4, 8 min up to --checkpoint-minutes
 CHECKPOINT_SHARE = 0.02  # timed checkpoints never take more than this share of the wall time
@@ -75,7 +86,7 @@ class Run:
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
-    def start(cls, module: ModuleType, cfg: Any) -> "Run":
+    def start(cls, module: ModuleType, cfg: Any) -> Run:
         """A new run directory for the algorithm ``module`` (``heron.algos.<name>``). Under torchrun
         rank 0 makes and locks it, and every rank learns its name (or rank 0's reason for refusing)
         before any of them trains."""
@@ -109,8 +120,10 @@ class Run:
         lock.acquire()
         try:
             if ckpt.step_checkpoints(run_dir / "checkpoints"):
-                raise HeronError(f"{run_dir} already holds checkpoints; continue it with --resume {run_dir} "
-                                 "or choose another --run-dir")
+                raise HeronError(
+                    f"{run_dir} already holds checkpoints; continue it with --resume {run_dir} "
+                    "or choose another --run-dir"
+                )
             for name, header in (("metrics.csv", METRICS_HEADER), ("eval.csv", EVAL_HEADER)):
                 truncate_csv(run_dir / name, -1, header)  # rows of an earlier start that never checkpointed
             write_config(run_dir, algo, type(cfg)(**{**vars(cfg), "run_dir": str(run_dir)}))
@@ -120,7 +133,7 @@ class Run:
             raise
 
     @classmethod
-    def resume(cls, module: ModuleType, cfg: Any, spaces: dict | None = None) -> "Run":
+    def resume(cls, module: ModuleType, cfg: Any, spaces: dict | None = None) -> Run:
         """Reopen a run at its latest checkpoint. Everything is checked (the lock, the checkpoint's
         algorithm, step, world size and, given the env's ``spaces``, that they match the saved ones)
         before anything in the run directory changes. Under torchrun every rank checks the commit
@@ -144,8 +157,9 @@ class Run:
             buffer_state = None
             try:
                 if world.is_main and problem is None:
-                    buffer_state = ckpt.load(ckpt.buffer_path(latest), mmap=True) \
-                        if ckpt.buffer_path(latest).exists() else None
+                    buffer_state = (
+                        ckpt.load(ckpt.buffer_path(latest), mmap=True) if ckpt.buffer_path(latest).exists() else None
+                    )
                     ckpt.remove_leftovers(run_dir / "checkpoints")
                     truncate_csv(run_dir / "eval.csv", step, EVAL_HEADER)
                     # evaluations the checkpoint keeps are played again: rows of them that landed go
@@ -169,14 +183,23 @@ class Run:
         evaluations = run.evaluations
         evaluations.best = max([float(state.get("best_eval", -math.inf)), *dist.gather(logged)])
         run.last_checkpoint_step = run.step = step
-        evaluations.pending = [(int(p["step"]), evalworker.snapshot_bytes(p["state"]))
-                               for p in state.get("eval_pending") or []]
+        evaluations.pending = [
+            (int(p["step"]), evalworker.snapshot_bytes(p["state"])) for p in state.get("eval_pending") or []
+        ]
         evaluations.in_checkpoint = bool(evaluations.pending)
         return run
 
     @classmethod
-    def _open(cls, module: ModuleType, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
-              world: dist.World, device: torch.device) -> "Run":
+    def _open(
+        cls,
+        module: ModuleType,
+        cfg: Any,
+        run_dir: Path,
+        start_step: int,
+        lock: RunLock | None,
+        world: dist.World,
+        device: torch.device,
+    ) -> Run:
         settings = ProcessSettings.take()  # put back by close(): a run called from Python leaves them as found
         try:
             run = cls._setup(module, cfg, run_dir, start_step, lock, world, device)
@@ -187,8 +210,16 @@ class Run:
         return run
 
     @classmethod
-    def _setup(cls, module: ModuleType, cfg: Any, run_dir: Path, start_step: int, lock: RunLock | None,
-               world: dist.World, device: torch.device) -> "Run":
+    def _setup(
+        cls,
+        module: ModuleType,
+        cfg: Any,
+        run_dir: Path,
+        start_step: int,
+        lock: RunLock | None,
+        world: dist.World,
+        device: torch.device,
+    ) -> Run:
         algo = evalworker.algo_name(module)
         thread_note, governor = start_threads(cfg, cfg.num_envs // world.size, world)
         seed_everything(cfg.seed, cfg.torch_deterministic)  # the same on every rank: identical initialisation
@@ -196,8 +227,19 @@ class Run:
         # a skipped 16-mixed step (the loss scale too high) has an infinite gradient norm: not a divergence
         guard = DivergenceGuard(device, ignore=("grads/",) if precision.scaler is not None else ())
         if not world.is_main:
-            run = cls(algo, cfg, run_dir, device, NullLogger(), lock=None, guard=guard, world=world,
-                      precision=precision, governor=governor, module=module)
+            run = cls(
+                algo,
+                cfg,
+                run_dir,
+                device,
+                NullLogger(),
+                lock=None,
+                guard=guard,
+                world=world,
+                precision=precision,
+                governor=governor,
+                module=module,
+            )
             run._evaluations_open()
             run._catch_signals()
             return run
@@ -207,17 +249,42 @@ class Run:
                 import wandb
             except ImportError:
                 raise HeronError(f"--track needs wandb: {install_hint('wandb')}") from None
-            wandb_run = wandb.init(project=cfg.wandb_project, config={"algo": algo, **to_dict(cfg)},
-                                   name=run_dir.name, dir=str(run_dir), sync_tensorboard=False,
-                                   resume="allow", id=run_dir.name.replace("/", "_"))
-        logger = Logger(run_dir, cfg.total_steps, start_step=start_step, progress=cfg.progress,
-                        wandb_run=wandb_run, description=f"{algo} {cfg.env_id}",
-                        defer_episodes=world.distributed)
-        run = cls(algo, cfg, run_dir, device, logger, lock=lock, guard=guard, world=world,
-                  precision=precision, governor=governor, module=module)
+            wandb_run = wandb.init(
+                project=cfg.wandb_project,
+                config={"algo": algo, **to_dict(cfg)},
+                name=run_dir.name,
+                dir=str(run_dir),
+                sync_tensorboard=False,
+                resume="allow",
+                id=run_dir.name.replace("/", "_"),
+            )
+        logger = Logger(
+            run_dir,
+            cfg.total_steps,
+            start_step=start_step,
+            progress=cfg.progress,
+            wandb_run=wandb_run,
+            description=f"{algo} {cfg.env_id}",
+            defer_episodes=world.distributed,
+        )
+        run = cls(
+            algo,
+            cfg,
+            run_dir,
+            device,
+            logger,
+            lock=lock,
+            guard=guard,
+            world=world,
+            precision=precision,
+            governor=governor,
+            module=module,
+        )
         evaluations = run._evaluations_open()
         if evalworker.wanted(module, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
-            evaluations.worker = evalworker.EvalWorker(module, cfg, registered_spec(cfg.env_id))  # started at the first step
+            evaluations.worker = evalworker.EvalWorker(
+                module, cfg, registered_spec(cfg.env_id)
+            )  # started at the first step
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -228,10 +295,18 @@ class Run:
 
     def _evaluations_open(self) -> Evaluations:
         """The run's evaluations, told what they need of the run."""
-        self.evaluations = Evaluations(self.algo, self.cfg, self.run_dir, self.device, self.world, self.logger,
-                                       self.module, stopping=lambda: self.stop_requested,
-                                       check_finite=self.check_finite,
-                                       env_fn=evalworker.eval_env_fn(self.module, self.cfg))
+        self.evaluations = Evaluations(
+            self.algo,
+            self.cfg,
+            self.run_dir,
+            self.device,
+            self.world,
+            self.logger,
+            self.module,
+            stopping=lambda: self.stop_requested,
+            check_finite=self.check_finite,
+            env_fn=evalworker.eval_env_fn(self.module, self.cfg),
+        )
         return self.evaluations
 
     # -- this rank's share (torchrun) ---------------------------------------------------------------
@@ -299,8 +374,9 @@ class Run:
         if found:
             rank, what = found[0]
             where = f" on rank {rank}" if self.world.distributed else ""
-            raise Diverged(f"{self.algo} diverged{where}: {what}; stopped before writing anything non-finite; "
-                           f"{self.kept()}")
+            raise Diverged(
+                f"{self.algo} diverged{where}: {what}; stopped before writing anything non-finite; {self.kept()}"
+            )
 
     def gather_episodes(self) -> None:
         """Under torchrun: every rank's finished episodes reach rank 0's logs, in step order."""
@@ -319,8 +395,16 @@ class Run:
         step, latest = found[-1]
         return f"the latest checkpoint is step {step} ({latest})"
 
-    def after_step(self, step: int, prev_step: int, metrics: dict, extra: dict, policy: Any,
-                   policy_state: Callable[[], dict], full_state: Callable[[], tuple[dict, dict | None]]) -> None:
+    def after_step(
+        self,
+        step: int,
+        prev_step: int,
+        metrics: dict,
+        extra: dict,
+        policy: Any,
+        policy_state: Callable[[], dict],
+        full_state: Callable[[], tuple[dict, dict | None]],
+    ) -> None:
         """After each vector step (PPO: each iteration): losses and ``extra`` every --log-every,
         evaluation every --eval-every, a checkpoint every --checkpoint-every env steps or when the
         timed cadence is due (``timed_checkpoint_due``), a stop request, the progress display.
@@ -362,7 +446,7 @@ class Run:
         replay buffer costs little), and never more than CHECKPOINT_SHARE of the time."""
         if self.cfg.checkpoint_minutes <= 0:
             return False
-        interval = min(self.cfg.checkpoint_minutes * 60.0, FIRST_TIMED_CHECKPOINT * 2 ** self.checkpoints_written)
+        interval = min(self.cfg.checkpoint_minutes * 60.0, FIRST_TIMED_CHECKPOINT * 2**self.checkpoints_written)
         interval = max(interval, self.checkpoint_cost / CHECKPOINT_SHARE)
         return time.monotonic() - self.last_checkpoint_time >= interval
 
@@ -373,8 +457,11 @@ class Run:
         checkpoint (``heron.runtime.checkpoint``)."""
         self.check_finite()
         bad = nonfinite_tensor(state)
-        dist.agree(Diverged(f"{self.algo} diverged: {bad} is not finite at env step {step}; not written; "
-                            f"{self.kept()}") if bad else None)
+        dist.agree(
+            Diverged(f"{self.algo} diverged: {bad} is not finite at env step {step}; not written; {self.kept()}")
+            if bad
+            else None
+        )
         dist.check_in_sync(self.synced)
         self.gather_episodes()
         # evaluations not concluded (--eval-async) are not waited for: the checkpoint keeps them, and a
@@ -383,15 +470,27 @@ class Run:
         pending = [{"step": s, "state": evalworker.load_snapshot(blob)} for s, blob in evaluations.pending] or None
         evaluations.in_checkpoint = bool(pending)
         t0 = time.monotonic()
-        state = {**state, "step": step, "best_eval": evaluations.best, "algo": self.algo,
-                 "world_size": self.world.size, "precision": self.precision.state_dict(), "eval_pending": pending}
+        state = {
+            **state,
+            "step": step,
+            "best_eval": evaluations.best,
+            "algo": self.algo,
+            "world_size": self.world.size,
+            "precision": self.precision.state_dict(),
+            "eval_pending": pending,
+        }
         self.logger.flush()  # logs on disk cover at least what the checkpoint covers
         if self.world.distributed:  # every other rank's shard first, then rank 0's commit
-            dist.agree(None if self.world.is_main else
-                       attempt(ckpt.save_part, ckpt.state_path(self.ckpt_dir, step, self.world.rank), state,
-                               buffer_state))
-        dist.agree(attempt(ckpt.save_checkpoint, self.ckpt_dir, step, state, buffer_state,
-                           keep=self.cfg.keep_checkpoints) if self.world.is_main else None)
+            dist.agree(
+                None
+                if self.world.is_main
+                else attempt(ckpt.save_part, ckpt.state_path(self.ckpt_dir, step, self.world.rank), state, buffer_state)
+            )
+        dist.agree(
+            attempt(ckpt.save_checkpoint, self.ckpt_dir, step, state, buffer_state, keep=self.cfg.keep_checkpoints)
+            if self.world.is_main
+            else None
+        )
         self.last_checkpoint_step = step
         self.last_checkpoint_time = time.monotonic()
         self.checkpoint_cost = self.last_checkpoint_time - t0
@@ -415,8 +514,9 @@ class Run:
             return f"could not write a checkpoint ({first_line(exc)}); {self.kept()}"
         return f"checkpoint saved at step {self.step}; continue with: heron train --resume {self.run_dir}"
 
-    def finish(self, step: int, policy: Any, state_fn: Callable[[], dict],
-               full_state: Callable[[], tuple[dict, dict | None]]) -> dict:
+    def finish(
+        self, step: int, policy: Any, state_fn: Callable[[], dict], full_state: Callable[[], tuple[dict, dict | None]]
+    ) -> dict:
         """End of training: the final checkpoint, then a final deterministic evaluation (with video
         when --capture-video) unless one just ran at this step. Returns the run's summary."""
         self.step, self.state_fn = step, full_state
@@ -436,26 +536,40 @@ class Run:
             evaluations.film(step, policy)
         if evaluations.pending:
             steps = ", ".join(str(s) for s, _ in evaluations.pending)
-            raise Interrupted(f"stopped before the evaluations of steps {steps} "
-                              f"were played; the final checkpoint (step {step}) keeps them; play them with: heron "
-                              f"train --resume {self.run_dir}")
+            raise Interrupted(
+                f"stopped before the evaluations of steps {steps} "
+                f"were played; the final checkpoint (step {step}) keeps them; play them with: heron "
+                f"train --resume {self.run_dir}"
+            )
         if result is None:
-            raise Interrupted(f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
-                              f"evaluate it with: heron eval {self.run_dir}")
+            raise Interrupted(
+                f"stopped during the final evaluation; the final checkpoint (step {step}) is saved; "
+                f"evaluate it with: heron eval {self.run_dir}"
+            )
         self.finished = True
-        self.logger.print(f"done: {step} steps in {(time.time() - self.wall_start) / 60:.1f} min; final "
-                          f"evaluation {result['mean_return']:.1f} +- {result['std_return']:.1f} "
-                          f"({result['episodes']} episodes); run directory {self.run_dir}")
-        return {"run_dir": str(self.run_dir), "step": step, "env_id": self.cfg.env_id,
-                "mean_return": result["mean_return"], "std_return": result["std_return"],
-                "episodes": result["episodes"], "best_eval": evaluations.best}
+        self.logger.print(
+            f"done: {step} steps in {(time.time() - self.wall_start) / 60:.1f} min; final "
+            f"evaluation {result['mean_return']:.1f} +- {result['std_return']:.1f} "
+            f"({result['episodes']} episodes); run directory {self.run_dir}"
+        )
+        return {
+            "run_dir": str(self.run_dir),
+            "step": step,
+            "env_id": self.cfg.env_id,
+            "mean_return": result["mean_return"],
+            "std_return": result["std_return"],
+            "episodes": result["episodes"],
+            "best_eval": evaluations.best,
+        }
 
     def stop_if_requested(self, step: int, full_state: Callable[[], tuple[dict, dict | None]]) -> None:
         if not self.stop_requested:
             return
         if self.last_checkpoint_step != step:
             self.checkpoint(step, *full_state())
-        raise Interrupted(f"stopped at step {step}; checkpoint saved; continue with: heron train --resume {self.run_dir}")
+        raise Interrupted(
+            f"stopped at step {step}; checkpoint saved; continue with: heron train --resume {self.run_dir}"
+        )
 
     def close(self) -> None:
         """However the run ended: logs closed, the lock released, then the envs closed with a bounded
@@ -482,5 +596,3 @@ class Run:
             self.process_settings = None
         if self.finished:  # after a fault another rank may be gone or elsewhere: the process exit ends it
             dist.close(together=True)
-
-

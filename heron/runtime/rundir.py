@@ -13,17 +13,18 @@ import re
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from heron.config import to_dict
-from heron.runtime import checkpoint as ckpt
+from heron.errors import HeronError, WriteFailed
 from heron.ops import dist
+from heron.runtime import checkpoint as ckpt
 from heron.runtime.faults import inject
 from heron.runtime.logger import METRICS_HEADER, complete_rows, write_csv
-from heron.errors import HeronError, WriteFailed
 
 EVAL_HEADER = ["step", "mean_return", "std_return", "episodes", "wall_time"]
 
@@ -98,8 +99,11 @@ class RunLock:
             os.close(fd)
             raise HeronError(f"{self.path.parent} is in use by {holder}; wait for it to end or stop it first") from None
         os.ftruncate(fd, 0)
-        command = " ".join(["heron", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith(("heron", "__main__.py")) \
+        command = (
+            " ".join(["heron", *sys.argv[1:]])
+            if sys.argv and sys.argv[0].endswith(("heron", "__main__.py"))
             else "a heron process"
+        )
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()} ({command[:200]})\n".encode())
         self.fd = fd
 
@@ -116,12 +120,15 @@ def drop_eval_rows(run_dir: Path, steps: set[int]) -> None:
     before the run ended)."""
     if not steps:
         return
-    for name, header, is_eval in (("eval.csv", EVAL_HEADER, lambda r: True),
-                                  ("metrics.csv", METRICS_HEADER, lambda r: r[2].startswith("eval/"))):
+    for name, header, is_eval in (
+        ("eval.csv", EVAL_HEADER, lambda r: True),
+        ("metrics.csv", METRICS_HEADER, lambda r: r[2].startswith("eval/")),
+    ):
         path = run_dir / name
         if path.exists():
-            write_csv(path, header, [r for r in complete_rows(path, len(header))
-                                     if not (int(r[0]) in steps and is_eval(r))])
+            write_csv(
+                path, header, [r for r in complete_rows(path, len(header)) if not (int(r[0]) in steps and is_eval(r))]
+            )
 
 
 def attempt(write: Callable[..., Any], *args: Any, **kwargs: Any) -> WriteFailed | None:
@@ -144,12 +151,17 @@ def read_latest(run_dir: Path, algo: str, cfg: Any, spaces: dict | None, world: 
     check_state(state, latest, algo, spaces)
     saved_world = int(state.get("world_size", 1))
     if saved_world != world.size:
-        how = "one process" if saved_world == 1 else f"torchrun --nproc-per-node ... with {saved_world} processes in all"
-        raise HeronError(f"{latest} was written by {saved_world} process(es) and this job has {world.size}: "
-                         f"each rank's envs, replay data and random streams are its own; resume with {how}")
+        how = (
+            "one process" if saved_world == 1 else f"torchrun --nproc-per-node ... with {saved_world} processes in all"
+        )
+        raise HeronError(
+            f"{latest} was written by {saved_world} process(es) and this job has {world.size}: "
+            f"each rank's envs, replay data and random streams are its own; resume with {how}"
+        )
     if int(state["step"]) >= cfg.total_steps and not state.get("eval_pending"):  # (kept ones: played, then done)
-        raise HeronError(f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps "
-                         "to train on")
+        raise HeronError(
+            f"{run_dir} already reached {int(state['step'])} steps; pass a larger --total-steps to train on"
+        )
     return latest, state
 
 
@@ -173,8 +185,9 @@ def check_state(state: Any, path: Path, algo: str, spaces: dict | None) -> None:
     if spaces is not None and "spaces" in state:
         diff = ckpt.spaces_mismatch(state["spaces"], spaces)
         if diff:
-            raise HeronError(f"{path} was trained on other spaces than the env gives now ({diff}); "
-                             "use the env it was trained on")
+            raise HeronError(
+                f"{path} was trained on other spaces than the env gives now ({diff}); use the env it was trained on"
+            )
 
 
 def best_logged_eval(path: Path) -> float:

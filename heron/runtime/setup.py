@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from heron.runtime import cores, evalworker
+from heron.errors import HeronError
 from heron.ops import dist
 from heron.ops import torch_private as private
-from heron.errors import HeronError
+from heron.runtime import cores, evalworker
 
 
 def resolve_device(name: str, world: dist.World | None = None) -> torch.device:
@@ -34,8 +34,12 @@ def join(cfg: Any) -> tuple[dist.World, torch.device]:
     if world.distributed:
         backend = dist.choose_backend(cfg.dist_backend, device, world)
         if world.is_main and cfg.dist_backend == "auto" and backend == "gloo" and device.type == "cuda":
-            print(f"heron: note: {world.local_size} ranks share {torch.cuda.device_count()} GPU(s): "
-                  "the gloo backend, not NCCL", file=sys.stderr, flush=True)
+            print(
+                f"heron: note: {world.local_size} ranks share {torch.cuda.device_count()} GPU(s): "
+                "the gloo backend, not NCCL",
+                file=sys.stderr,
+                flush=True,
+            )
         dist.init(world, backend, device)
     return world, device
 
@@ -57,9 +61,14 @@ def start_threads(cfg: Any, local_envs: int, world: dist.World) -> tuple[str | N
     others = cores.others_now()
     threads = cores.choose_threads(0, local_envs, cfg.vector_mode, 1, cores.busy_cores(others) + worker)
     torch.set_num_threads(threads)
-    note = None if threads == ceiling else (
-        f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
-        f"not {ceiling} (a thread that shares a core stalls every operation; --torch-threads N fixes the count)")
+    note = (
+        None
+        if threads == ceiling
+        else (
+            f"other processes keep {others:.1f} of {len(cores.usable_cpus())} cores busy: {threads} torch thread(s), "
+            f"not {ceiling} (a thread that shares a core stalls every operation; --torch-threads N fixes the count)"
+        )
+    )
     return note, cores.ThreadGovernor(ceiling, cores.env_workers(local_envs, cfg.vector_mode))
 
 
@@ -67,12 +76,13 @@ def cuda_graphs_note(cfg: Any, device: torch.device, world: dist.World) -> str |
     """What to tell a user who trains on a GPU without ``--cuda-graphs`` where it applies (one
     process, not 16-mixed) and who chose no other speed-up (``--compile``: DreamerV2 takes one of
     the two); None elsewhere."""
-    if (device.type != "cuda" or cfg.cuda_graphs or cfg.compile or world.distributed
-            or cfg.precision == "16-mixed"):
+    if device.type != "cuda" or cfg.cuda_graphs or cfg.compile or world.distributed or cfg.precision == "16-mixed":
         return None
-    return ("--cuda-graphs true records each gradient step as one CUDA graph, with the same results: on an H200 "
-            "graphed SAC and TD3 ran at least 2.3x their eager env steps/s, and DreamerV2's step 4.8x (tf32) "
-            "(docs/guide/performance.md, 'CUDA graphs')")
+    return (
+        "--cuda-graphs true records each gradient step as one CUDA graph, with the same results: on an H200 "
+        "graphed SAC and TD3 ran at least 2.3x their eager env steps/s, and DreamerV2's step 4.8x (tf32) "
+        "(docs/guide/performance.md, 'CUDA graphs')"
+    )
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

@@ -8,6 +8,7 @@ sticky actions (EnvPool's default). make(..., env_type="gym") gives the old Gym 
 reads: reset() -> obs, step(a) -> (obs, reward, done, info) with info's raw "reward",
 "terminated" (the game is over) and "lives". It notes (env steps, time) in $LEANRL_STEPS each
 time the count passes a multiple of $LEANRL_EVERY."""
+
 import os
 import re
 import time
@@ -24,10 +25,23 @@ class _Atari:
         from ale_py.vector_env import AtariVectorEnv
 
         game = re.sub(r"(?<!^)(?=[A-Z])", "_", task_id.split("-")[0]).lower()  # SpaceInvaders-v5 -> space_invaders
-        self.envs = AtariVectorEnv(game, num_envs, num_threads=num_envs, episodic_life=episodic_life,
-                                   reward_clipping=False, repeat_action_probability=0.0, noop_max=30,
-                                   use_fire_reset=True, frameskip=4, img_height=84, img_width=84, grayscale=True,
-                                   stack_num=4, maxpool=True, autoreset_mode=gymnasium.vector.AutoresetMode.NEXT_STEP)
+        self.envs = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=num_envs,
+            episodic_life=episodic_life,
+            reward_clipping=False,
+            repeat_action_probability=0.0,
+            noop_max=30,
+            use_fire_reset=True,
+            frameskip=4,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            maxpool=True,
+            autoreset_mode=gymnasium.vector.AutoresetMode.NEXT_STEP,
+        )
         self.num_envs, self.seed, self.clip = num_envs, seed, reward_clip
         self.action_space = self.envs.single_action_space
         self.observation_space = self.envs.single_observation_space

@@ -1,6 +1,7 @@
 """Stand-in for the old ``gym`` package, for LeanRL's Atari script (put on its PYTHONPATH by heron's
 benchmarks/gpu_vs_leanrl.sh): its spaces are Gymnasium's, and its Wrapper passes everything
 through to the EnvPool stand-in's old-API env."""
+
 from gymnasium import spaces  # noqa: F401
 
 

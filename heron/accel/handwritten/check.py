@@ -18,7 +18,8 @@ networks, a few tens of milliseconds at the default sizes."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,8 +65,11 @@ def restore(state: dict[str, Any], saved: Saved) -> None:
 
 
 def _gradients(state: dict[str, Any]) -> dict[str, list[torch.Tensor | None]]:
-    return {name: [None if t.grad is None else t.grad.detach().clone() for t in _tensors(thing)]
-            for name, thing in state.items() if _tensors(thing)}
+    return {
+        name: [None if t.grad is None else t.grad.detach().clone() for t in _tensors(thing)]
+        for name, thing in state.items()
+        if _tensors(thing)
+    }
 
 
 def _off(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -74,8 +78,9 @@ def _off(ref: torch.Tensor, got: torch.Tensor) -> float:
     return float((ref - got).abs().max() / ref.abs().max().clamp_min(1e-12))
 
 
-def _run(step: Callable, args: tuple, state: dict[str, Any], saved: Saved, seed: int,
-         devices: list) -> tuple[dict[str, torch.Tensor], dict[str, list[torch.Tensor | None]]]:
+def _run(
+    step: Callable, args: tuple, state: dict[str, Any], saved: Saved, seed: int, devices: list
+) -> tuple[dict[str, torch.Tensor], dict[str, list[torch.Tensor | None]]]:
     restore(state, saved)
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -91,8 +96,9 @@ def tolerance(dtype: torch.dtype | None) -> float:
     return 1e-3 if dtype is None else 1e-2
 
 
-def disagreement(readable: Callable, fast: Callable, args: tuple, state: dict[str, Any],
-                 tolerance: float, seed: int = 0) -> str | None:
+def disagreement(
+    readable: Callable, fast: Callable, args: tuple, state: dict[str, Any], tolerance: float, seed: int = 0
+) -> str | None:
     """None when one step of ``fast`` leaves the gradients and metrics one step of ``readable``
     leaves, from the same state and random draws; else what differs most, as
     ``"disagrees with it: critic gradient off by 3.1e-01"``. ``state``: the pieces the steps change, by name (modules,

@@ -15,8 +15,8 @@ import torch
 
 from heron.ops import dist
 from heron.ops import torch_private as private
-from heron.ops.fused import _forward, _layers, backprop
 from heron.ops.adam import Adam
+from heron.ops.fused import _forward, _layers, backprop
 from heron.rl.nets import LOG_STD_MAX, LOG_STD_MIN, EnsembleMLP
 
 
@@ -30,7 +30,7 @@ class FlatGrads:
         self.flat = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
         self.views, offset = [], 0
         for p in self.params:
-            self.views.append(self.flat[offset:offset + p.numel()].view_as(p))
+            self.views.append(self.flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self._of = {id(p): v for p, v in zip(self.params, self.views)}
 
@@ -114,8 +114,9 @@ class LeanCritics:
     (None: float32; ``torch.bfloat16`` under bf16-mixed). What ``forward`` keeps for a backward,
     per member, is its (cast) weights and every layer's input."""
 
-    def __init__(self, critic: EnsembleMLP, target: EnsembleMLP, opt: torch.optim.Optimizer,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self, critic: EnsembleMLP, target: EnsembleMLP, opt: torch.optim.Optimizer, dtype: torch.dtype | None = None
+    ):
         self.params, self.t_params, self.E = critic._params(), target._params(), critic.members
         self.dtype = dtype
         self.grads = FlatGrads(opt)
@@ -131,7 +132,7 @@ class LeanCritics:
         views = self.t_views if target else self.views
         xc = x if self.dtype is None else x.to(self.dtype)  # once for all members
         outs, kept = [], []
-        for e in (range(self.E) if members is None else members):
+        for e in range(self.E) if members is None else members:
             layers, ws = views(e)
             y, inputs = _forward(xc, layers, "relu", False)
             outs.append(y)
@@ -157,13 +158,15 @@ class LeanCritics:
         total = None
         for (ws, inputs), g in zip(kept, g_q):
             n = len(inputs)
-            gx = backprop(g.unsqueeze(-1), ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
-                          x_from=first).float()
+            gx = backprop(
+                g.unsqueeze(-1), ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False, x_from=first
+            ).float()
             total = gx if total is None else total + gx
         return total
 
-    def min_input_grad(self, kept: list, which: torch.Tensor, scale: float, first: int,
-                       split: bool | None = None) -> torch.Tensor:
+    def min_input_grad(
+        self, kept: list, which: torch.Tensor, scale: float, first: int, split: bool | None = None
+    ) -> torch.Tensor:
         """d/dx[:, first:] of ``scale * sum_b min_e Q_e(x_b)``, from the layer inputs ``kept`` of
         ``forward(x)`` and ``which`` [B], the member that gave each row's minimum. A row's gradient
         flows through that member alone: on the CPU each member's backward runs on its own rows
@@ -181,8 +184,9 @@ class LeanCritics:
             inputs = [held[0]] + [h.index_select(0, rows) for h in held[1:]]
             n = len(inputs)
             g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype, device=which.device)
-            gx = backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False,
-                          x_from=first).float()
+            gx = backprop(
+                g, ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False, x_from=first
+            ).float()
             if out is None:
                 out = gx.new_zeros(which.shape[0], gx.shape[1])
             out.index_copy_(0, rows, gx)
@@ -207,8 +211,13 @@ def squash_log_std_grad(g: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
     return g * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t * t)
 
 
-def tanh_normal_grad(g_a: torch.Tensor, g_logp: torch.Tensor | float, saved: tuple[torch.Tensor, torch.Tensor],
-                     eps: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def tanh_normal_grad(
+    g_a: torch.Tensor,
+    g_logp: torch.Tensor | float,
+    saved: tuple[torch.Tensor, torch.Tensor],
+    eps: torch.Tensor,
+    scale: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(dJ/dmean, dJ/dlog_std) from dJ/da [..., A] and dJ/dlog pi (per row [...] or one number)
     through ``heron.rl.nets.tanh_normal`` with ``eps`` held fixed; ``saved`` is its third output. With
     u = mean + std eps: dlog pi/du = 2 tanh(u) (the Gaussian term depends on mean and log_std only
@@ -234,10 +243,14 @@ def batch_probe(cfg: Any, obs_dim: int, scale: torch.Tensor, bias: torch.Tensor,
     def normal(*size: int) -> torch.Tensor:
         return torch.randn(*size, generator=g).to(device)
 
-    batch = {"obs": normal(*shape, obs_dim), "next_obs": normal(*shape, obs_dim),
-             "actions": (torch.rand(*shape, A, generator=g).to(device) * 2 - 1) * scale + bias,
-             "rewards": normal(*shape), "terminated": (torch.rand(*shape, generator=g) < 0.25).to(device),
-             "truncated": torch.zeros(shape, dtype=torch.bool, device=device)}
+    batch = {
+        "obs": normal(*shape, obs_dim),
+        "next_obs": normal(*shape, obs_dim),
+        "actions": (torch.rand(*shape, A, generator=g).to(device) * 2 - 1) * scale + bias,
+        "rewards": normal(*shape),
+        "terminated": (torch.rand(*shape, generator=g) < 0.25).to(device),
+        "truncated": torch.zeros(shape, dtype=torch.bool, device=device),
+    }
     if cfg.n_step > 1:
         steps = torch.randint(1, cfg.n_step + 1, shape, generator=g)
         batch["discount"] = (cfg.gamma ** steps.double()).float().to(device)

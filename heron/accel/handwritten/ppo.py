@@ -54,7 +54,7 @@ def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     return None
 
 
-def build(cfg: Any, nets: Any, prec: Precision) -> "LeanUpdate":
+def build(cfg: Any, nets: Any, prec: Precision) -> LeanUpdate:
     return LeanUpdate(cfg, nets.model, nets.opt)
 
 
@@ -70,10 +70,16 @@ def probe(cfg: Any, nets: Any) -> tuple:
         actions = torch.randint(0, head.sizes[0], (B, 1), generator=g)
     else:
         actions = torch.randn(B, 1, head.dim, generator=g)
-    mb = {"obs": torch.randn(B, 1, obs_dim, generator=g), "actions": actions,
-          "logp": torch.randn(B, 1, generator=g) * 0.1 - 1.0, "adv": torch.randn(B, 1, generator=g),
-          "values_n": torch.randn(B, 1, generator=g), "returns_n": torch.randn(B, 1, generator=g),
-          "state0": torch.zeros(B, 0), "starts": torch.zeros(B, 1, dtype=torch.bool)}
+    mb = {
+        "obs": torch.randn(B, 1, obs_dim, generator=g),
+        "actions": actions,
+        "logp": torch.randn(B, 1, generator=g) * 0.1 - 1.0,
+        "adv": torch.randn(B, 1, generator=g),
+        "values_n": torch.randn(B, 1, generator=g),
+        "returns_n": torch.randn(B, 1, generator=g),
+        "state0": torch.zeros(B, 0),
+        "starts": torch.zeros(B, 1, dtype=torch.bool),
+    }
     return ({k: v.to(device) for k, v in mb.items()},)
 
 
@@ -83,8 +89,14 @@ def state(nets: Any) -> dict:
 
 
 # -- derivatives of heron.algos.ppo.losses and of the policy head ----------------------------------
-def policy_loss_and_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
-                         dual_clip: float = 0.0, scale: float = 1.0) -> tuple[torch.Tensor, ...]:
+def policy_loss_and_grad(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    clip_coef: float,
+    dual_clip: float = 0.0,
+    scale: float = 1.0,
+) -> tuple[torch.Tensor, ...]:
     """``policy_loss``'s values and d(scale * loss)/dlogp, from one pass: -A r / n where the
     unclipped term is the minimum (and the dual clip does not bound it), 0 where the clipped term
     or the bound is taken (n: the elements). Where the two terms tie (r within the clip range),
@@ -96,8 +108,14 @@ def policy_loss_and_grad(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.
     return loss, approx_kl, clipfrac, torch.where(through, adv * ratio, 0.0).mul_(-scale / logp.numel())
 
 
-def value_loss_and_grad(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
-                        clip: bool = True, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def value_loss_and_grad(
+    values: torch.Tensor,
+    values_old: torch.Tensor,
+    returns: torch.Tensor,
+    clip_coef: float,
+    clip: bool = True,
+    scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``value_loss`` and d(scale * loss)/dvalues, from one pass: (V - R) / n, or with ``clip``
     where the clipped error is the larger, (V_clipped - R) / n inside the clip range and 0 outside
     it (n: the elements)."""
@@ -129,8 +147,9 @@ def head_grad(pi: HeadTerms, actions: torch.Tensor, g_logp: torch.Tensor, g_ent:
     return torch.cat(box_grads(pi, actions, g_logp, g_ent), 1)
 
 
-def box_grads(pi: HeadTerms, actions: torch.Tensor, g_logp: torch.Tensor,
-          g_ent: float) -> tuple[torch.Tensor, torch.Tensor]:
+def box_grads(
+    pi: HeadTerms, actions: torch.Tensor, g_logp: torch.Tensor, g_ent: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``head_grad`` of a Gaussian head as (d/dmean, d/dlog-std), each [B, A]."""
     if pi.z is None:
         pi.log_prob(actions.reshape(pi.mean.shape))
@@ -155,8 +174,9 @@ def _forward(x: torch.Tensor, layers: list[nn.Linear]) -> tuple[torch.Tensor, li
     return h, inputs
 
 
-def _backward(g: torch.Tensor, layers: list[nn.Linear], inputs: list[torch.Tensor],
-              grads: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+def _backward(
+    g: torch.Tensor, layers: list[nn.Linear], inputs: list[torch.Tensor], grads: list[tuple[torch.Tensor, torch.Tensor]]
+) -> None:
     """From the gradient of the output [B, out]: every layer's weight and bias gradient written into
     ``grads`` [(dW [out, in], db [out])] (no gradient for the observations)."""
     for k in reversed(range(len(layers))):
@@ -180,8 +200,9 @@ class LeanUpdate:
         self.free_std = self.head.kind == "box" and not self.head.state_dependent
         self.log_std_grad = grads.of(self.head.log_std) if self.free_std else None
         covered = [v for pair in self.pi_grads + self.v_grads for v in pair] + [self.log_std_grad] * self.free_std
-        assert sorted(v.data_ptr() for v in covered) == sorted(v.data_ptr() for v in grads.views), \
+        assert sorted(v.data_ptr() for v in covered) == sorted(v.data_ptr() for v in grads.views), (
             "every parameter's gradient is written at every step"
+        )
 
     def __call__(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg, model, head = self.cfg, self.model, self.head
@@ -198,10 +219,17 @@ class LeanUpdate:
 
             # -- the losses (losses.py) and their derivatives, the head's (networks.HeadTerms)
             adv = losses.advantages(mb, cfg.norm_adv).reshape(B)
-            pg_loss, approx_kl, clipfrac, g_logp = policy_loss_and_grad(logp, mb["logp"].reshape(B), adv,
-                                                                               cfg.clip_coef, cfg.dual_clip)
-            v_loss, g_v = value_loss_and_grad(values, mb["values_n"].reshape(B), mb["returns_n"].reshape(B),
-                                                     cfg.clip_coef, cfg.clip_vloss, scale=cfg.vf_coef)
+            pg_loss, approx_kl, clipfrac, g_logp = policy_loss_and_grad(
+                logp, mb["logp"].reshape(B), adv, cfg.clip_coef, cfg.dual_clip
+            )
+            v_loss, g_v = value_loss_and_grad(
+                values,
+                mb["values_n"].reshape(B),
+                mb["returns_n"].reshape(B),
+                cfg.clip_coef,
+                cfg.clip_vloss,
+                scale=cfg.vf_coef,
+            )
             g_v = g_v.unsqueeze(1)
             if self.free_std:
                 g_out, g_log_std = box_grads(pi, actions, g_logp, -cfg.ent_coef / B)
@@ -215,5 +243,10 @@ class LeanUpdate:
             _backward(g_out, self.pi, pi_inputs, self.pi_grads)
             _backward(g_v, self.v, v_inputs, self.v_grads)
             self.grads.step(cfg.max_grad_norm)  # torchrun all-reduce, clipping, the optimizer step
-        return {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss, "losses/entropy": entropy,
-                "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
+        return {
+            "losses/policy_loss": pg_loss,
+            "losses/value_loss": v_loss,
+            "losses/entropy": entropy,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clipfrac,
+        }

@@ -35,8 +35,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from heron.accel.handwritten.common import (FlatGrads, LayerViews, LeanCritics, batch_probe, critic_losses_grad,
-                                            squash_log_std_grad, tanh_normal_grad)
+from heron.accel.handwritten.common import (
+    FlatGrads,
+    LayerViews,
+    LeanCritics,
+    batch_probe,
+    critic_losses_grad,
+    squash_log_std_grad,
+    tanh_normal_grad,
+)
 from heron.accel.precision import Precision
 from heron.algos.sac import losses
 from heron.ops.adam import Adam
@@ -56,7 +63,7 @@ def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     return None
 
 
-def build(cfg: Any, nets: Any, prec: Precision) -> "LeanUpdate":
+def build(cfg: Any, nets: Any, prec: Precision) -> LeanUpdate:
     return LeanUpdate(cfg, nets, prec.dtype)
 
 
@@ -69,13 +76,21 @@ def probe(cfg: Any, nets: Any) -> tuple:
 
 def state(nets: Any) -> dict:
     """What a step changes, by name: networks, optimizers, the entropy coefficient."""
-    return {"critic": nets.critic, "actor": nets.actor, "log_alpha": nets.log_alpha, "critic_target": nets.critic_target,
-            "q_opt": nets.q_opt, "actor_opt": nets.actor_opt, "alpha_opt": nets.alpha_opt}
+    return {
+        "critic": nets.critic,
+        "actor": nets.actor,
+        "log_alpha": nets.log_alpha,
+        "critic_target": nets.critic_target,
+        "q_opt": nets.q_opt,
+        "actor_opt": nets.actor_opt,
+        "alpha_opt": nets.alpha_opt,
+    }
 
 
 # -- derivatives of heron.algos.sac.losses ---------------------------------------------------------
-def actor_loss_grad(log_prob: torch.Tensor, q: torch.Tensor,
-                    alpha: torch.Tensor) -> tuple[torch.Tensor, float, torch.Tensor]:
+def actor_loss_grad(
+    log_prob: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor
+) -> tuple[torch.Tensor, float, torch.Tensor]:
     """The derivatives of ``losses.actor_loss``, in three parts: dJ/dlog pi, the same for every row
     (alpha / B); dJ/dq, which is -1 / B at the member that gives each row's minimum and 0 at the
     others; and that member for each row [B]."""
@@ -103,7 +118,9 @@ class LeanUpdate:
         self.a_linear = [m for m in self.actor.net if isinstance(m, nn.Linear)]
         self.a_params = [t for m in self.a_linear for t in (m.weight, m.bias)]
         self.a_grads = FlatGrads(self.actor_opt)
-        assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, "the actor optimizer holds the actor"
+        assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, (
+            "the actor optimizer holds the actor"
+        )
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
         self.critics = LeanCritics(self.critic.q, self.target.q, self.q_opt, dtype)
@@ -142,13 +159,26 @@ class LeanUpdate:
         # -- critics: y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s'))
         next_q, _ = self.critics.forward(torch.cat([next_obs, actions[:B]], -1), target=True)
         gamma = discount(batch, cfg.gamma)  # with n-step returns, each transition's own
-        target = losses.soft_q_target(batch["rewards"][:, 0], batch["terminated"][:, 0], next_q, log_prob[:B], alpha,
-                                      gamma if isinstance(gamma, float) else gamma[:, 0])
-        q, qf_losses = self.critics.step(torch.cat([obs, batch["actions"][:, 0]], -1),
-                                         lambda q: (losses.critic_losses(q, target), critic_losses_grad(q, target)),
-                                         cfg.max_grad_norm)
-        metrics = {"losses/qf1_values": q[0].mean(), "losses/qf2_values": q[1].mean(),
-                   "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
+        target = losses.soft_q_target(
+            batch["rewards"][:, 0],
+            batch["terminated"][:, 0],
+            next_q,
+            log_prob[:B],
+            alpha,
+            gamma if isinstance(gamma, float) else gamma[:, 0],
+        )
+        q, qf_losses = self.critics.step(
+            torch.cat([obs, batch["actions"][:, 0]], -1),
+            lambda q: (losses.critic_losses(q, target), critic_losses_grad(q, target)),
+            cfg.max_grad_norm,
+        )
+        metrics = {
+            "losses/qf1_values": q[0].mean(),
+            "losses/qf2_values": q[1].mean(),
+            "losses/qf1_loss": qf_losses[0],
+            "losses/qf2_loss": qf_losses[1],
+            "losses/qf_loss": qf_losses.mean(),
+        }
 
         if update_actor:
             for _ in range(cfg.policy_frequency):
@@ -178,8 +208,16 @@ class LeanUpdate:
         g_mean, g_log_std = tanh_normal_grad(g_a, g_logp, saved, eps, self.actor.scale)
         self.a_grads.attach()
         ws, held = inputs
-        backprop(torch.cat([g_mean, squash_log_std_grad(g_log_std, raw)], -1), ws, held, self.a_dws, self.a_dbs,
-                 "relu", False, linear_layout=True)
+        backprop(
+            torch.cat([g_mean, squash_log_std_grad(g_log_std, raw)], -1),
+            ws,
+            held,
+            self.a_dws,
+            self.a_dbs,
+            "relu",
+            False,
+            linear_layout=True,
+        )
         self.a_grads.step(cfg.max_grad_norm)
         metrics = {"losses/actor_loss": actor_loss}
         if cfg.autotune:  # J(alpha) = mean(-log_alpha (log pi + H_target)), log pi held fixed

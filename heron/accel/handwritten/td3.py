@@ -1,7 +1,8 @@
 """TD3's gradient step written out by hand, in float32 or bf16-mixed, on the CPU (``--fused-update``,
-on by default where it applies; ``supported`` says where). The reasons and the pieces are SAC's (``heron/accel/handwritten/sac.py``,
-``heron.accel.handwritten.common``): no autograd graph or engine, gradients in one flat buffer per optimizer,
-the actor loss asking the (updated) first critic for dQ1/da only.
+on by default where it applies; ``supported`` says where). The reasons and the pieces are SAC's
+(``heron/accel/handwritten/sac.py``, ``heron.accel.handwritten.common``): no autograd graph or
+engine, gradients in one flat buffer per optimizer, the actor loss asking the (updated) first critic
+for dQ1/da only.
 
 The step is ``heron/algos/td3/train.py``'s, steps 4-13 of the walkthrough, with the same noise
 draw. Every value it computes comes from ``heron.algos.td3.losses`` and ``heron.rl.nets.squash``, and
@@ -17,8 +18,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from heron.accel.handwritten.common import (FlatGrads, LayerViews, LeanCritics, batch_probe, critic_losses_grad,
-                                            squash_grad)
+from heron.accel.handwritten.common import (
+    FlatGrads,
+    LayerViews,
+    LeanCritics,
+    batch_probe,
+    critic_losses_grad,
+    squash_grad,
+)
 from heron.accel.precision import Precision
 from heron.algos.td3 import losses
 from heron.ops.fused import _forward, backprop
@@ -37,7 +44,7 @@ def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     return None
 
 
-def build(cfg: Any, nets: Any, prec: Precision) -> "LeanUpdate":
+def build(cfg: Any, nets: Any, prec: Precision) -> LeanUpdate:
     return LeanUpdate(cfg, nets, prec.dtype)
 
 
@@ -50,8 +57,14 @@ def probe(cfg: Any, nets: Any) -> tuple:
 
 def state(nets: Any) -> dict:
     """What a step changes, by name: networks and optimizers."""
-    return {"critic": nets.critic, "actor": nets.actor, "critic_target": nets.critic_target,
-            "actor_target": nets.actor_target, "q_opt": nets.q_opt, "actor_opt": nets.actor_opt}
+    return {
+        "critic": nets.critic,
+        "actor": nets.actor,
+        "critic_target": nets.critic_target,
+        "actor_target": nets.actor_target,
+        "q_opt": nets.q_opt,
+        "actor_opt": nets.actor_opt,
+    }
 
 
 def actor_loss_grad(q1: torch.Tensor) -> torch.Tensor:
@@ -76,7 +89,9 @@ class LeanUpdate:
         self.a_linear, self.a_params = _linear_params(nets.actor)
         self.t_params = _linear_params(nets.actor_target)[1]
         self.a_grads = FlatGrads(nets.actor_opt)
-        assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, "the actor optimizer holds the actor"
+        assert {id(p) for p in self.a_grads.params} == {id(p) for p in self.a_params}, (
+            "the actor optimizer holds the actor"
+        )
         self.a_dws = [self.a_grads.of(m.weight) for m in self.a_linear]
         self.a_dbs = [self.a_grads.of(m.bias) for m in self.a_linear]
         self.critics = LeanCritics(nets.critic.q, nets.critic_target.q, nets.q_opt, dtype)
@@ -103,11 +118,18 @@ class LeanUpdate:
         target = losses.td_target(batch["rewards"], batch["terminated"], next_q, discount(batch, cfg.gamma))
 
         # steps 10-12: both critics on their mean squared errors
-        q, qf_losses = critics.step(torch.cat([obs, batch["actions"]], -1),
-                                    lambda q: (losses.critic_losses(q, target), critic_losses_grad(q, target)),
-                                    cfg.max_grad_norm)
-        metrics = {"losses/qf1_values": q[0].mean(), "losses/qf2_values": q[1].mean(),
-                   "losses/qf1_loss": qf_losses[0], "losses/qf2_loss": qf_losses[1], "losses/qf_loss": qf_losses.mean()}
+        q, qf_losses = critics.step(
+            torch.cat([obs, batch["actions"]], -1),
+            lambda q: (losses.critic_losses(q, target), critic_losses_grad(q, target)),
+            cfg.max_grad_norm,
+        )
+        metrics = {
+            "losses/qf1_values": q[0].mean(),
+            "losses/qf2_values": q[1].mean(),
+            "losses/qf1_loss": qf_losses[0],
+            "losses/qf2_loss": qf_losses[1],
+            "losses/qf_loss": qf_losses.mean(),
+        }
 
         if update_actor:  # step 13: J = -mean Q1(s, pi(s)), through the updated first critic
             z, ws, inputs = self._actor(self.a_views, obs)
@@ -116,7 +138,8 @@ class LeanUpdate:
             metrics["losses/actor_loss"] = losses.actor_loss(q1[0])
             g_a = critics.input_grad(kept, (0,), [actor_loss_grad(q1[0])], D)
             self.a_grads.attach()
-            backprop(squash_grad(g_a, t, actor.scale), ws, inputs, self.a_dws, self.a_dbs, "relu", False,
-                     linear_layout=True)
+            backprop(
+                squash_grad(g_a, t, actor.scale), ws, inputs, self.a_dws, self.a_dbs, "relu", False, linear_layout=True
+            )
             self.a_grads.step(cfg.max_grad_norm)
         return metrics

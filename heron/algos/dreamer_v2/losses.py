@@ -40,8 +40,9 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
     return (logp.exp() * (logp - logq)).sum((-2, -1))
 
 
-def kl_balanced(posterior_logits: torch.Tensor, prior_logits: torch.Tensor, alpha: float, free_nats: float,
-                free_avg: bool) -> torch.Tensor:
+def kl_balanced(
+    posterior_logits: torch.Tensor, prior_logits: torch.Tensor, alpha: float, free_nats: float, free_avg: bool
+) -> torch.Tensor:
     """KL balancing (paper eq. 2 and algorithm 2):
 
         alpha * KL(sg(posterior) || prior) + (1 - alpha) * KL(posterior || sg(prior))
@@ -58,11 +59,18 @@ def kl_balanced(posterior_logits: torch.Tensor, prior_logits: torch.Tensor, alph
     return alpha * lhs + (1.0 - alpha) * rhs
 
 
-def reconstruction_loss(obs_nll: torch.Tensor, reward_nll: torch.Tensor, posterior_logits: torch.Tensor,
-                        prior_logits: torch.Tensor, kl_balancing_alpha: float = 0.8, kl_free_nats: float = 0.0,
-                        kl_free_avg: bool = True, kl_regularizer: float = 1.0,
-                        continue_nll: torch.Tensor | None = None,
-                        continue_scale_factor: float = 1.0) -> dict[str, torch.Tensor]:
+def reconstruction_loss(
+    obs_nll: torch.Tensor,
+    reward_nll: torch.Tensor,
+    posterior_logits: torch.Tensor,
+    prior_logits: torch.Tensor,
+    kl_balancing_alpha: float = 0.8,
+    kl_free_nats: float = 0.0,
+    kl_free_avg: bool = True,
+    kl_regularizer: float = 1.0,
+    continue_nll: torch.Tensor | None = None,
+    continue_scale_factor: float = 1.0,
+) -> dict[str, torch.Tensor]:
     """The world-model loss of sheeprl's DreamerV2:
 
         loss = kl_regularizer * KL_balanced + E[-log p(obs)] + E[-log p(r)] + scale * E[-log p(continue)]
@@ -74,12 +82,24 @@ def reconstruction_loss(obs_nll: torch.Tensor, reward_nll: torch.Tensor, posteri
     observation, reward = obs_nll.mean(), reward_nll.mean()
     cont = continue_scale_factor * continue_nll.mean() if continue_nll is not None else torch.zeros_like(kl)
     total = kl_regularizer * kl + observation + reward + cont
-    return {"loss": total, "kl": kl.detach(), "observation": observation.detach(), "reward": reward.detach(),
-            "continue": cont.detach()}
+    return {
+        "loss": total,
+        "kl": kl.detach(),
+        "observation": observation.detach(),
+        "reward": reward.detach(),
+        "continue": cont.detach(),
+    }
 
 
-def actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor, lambda_values: torch.Tensor,
-               baseline: torch.Tensor, weights: torch.Tensor, rho: float, eta: float) -> torch.Tensor:
+def actor_loss(
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
+    lambda_values: torch.Tensor,
+    baseline: torch.Tensor,
+    weights: torch.Tensor,
+    rho: float,
+    eta: float,
+) -> torch.Tensor:
     """Actor loss (paper eq. 6), over the imagined steps that ``actor_steps`` aligns, [H', B]:
 
         -rho * ln pi(a_t | z_t) * sg(V - v(z_t)) - (1 - rho) * V - eta * H[pi(.|z_t)]
@@ -100,9 +120,15 @@ def critic_loss(values: torch.Tensor, lambda_values: torch.Tensor, weights: torc
     return (weights * gaussian_nll(values, lambda_values.detach(), 0)).mean()
 
 
-def imagination_targets(rewards: torch.Tensor, discounts: torch.Tensor | None, values: torch.Tensor,
-                        alive: torch.Tensor, gamma: float, lam: float,
-                        current: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def imagination_targets(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor | None,
+    values: torch.Tensor,
+    alive: torch.Tensor,
+    gamma: float,
+    lam: float,
+    current: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Lambda-return targets and step weights of an imagined trajectory s_0 .. s_H.
 
     Inputs are predictions at every imagined state, [H + 1, M]: ``rewards`` (reward head),
@@ -143,8 +169,14 @@ def imagination_targets(rewards: torch.Tensor, discounts: torch.Tensor | None, v
     return targets, weights
 
 
-def actor_steps(log_probs: torch.Tensor, entropies: torch.Tensor, targets: torch.Tensor, values: torch.Tensor,
-                weights: torch.Tensor, current: bool = True) -> tuple[torch.Tensor, ...]:
+def actor_steps(
+    log_probs: torch.Tensor,
+    entropies: torch.Tensor,
+    targets: torch.Tensor,
+    values: torch.Tensor,
+    weights: torch.Tensor,
+    current: bool = True,
+) -> tuple[torch.Tensor, ...]:
     """Which imagined steps the actor loss scores, and against which target. Time line (H = 3)::
 
         states     s_0 -a_0-> s_1 -a_1-> s_2 -a_2-> s_3

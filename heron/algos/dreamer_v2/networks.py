@@ -97,8 +97,15 @@ class Encoder(nn.Module):
     """CNN over the image keys (stacked on channels; 64x64) and MLP over the vector keys; the two
     embeddings are concatenated."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 depth: int, units: int, layers: int):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        depth: int,
+        units: int,
+        layers: int,
+    ):
         super().__init__()
         self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
         self.out_dim = 0
@@ -106,7 +113,10 @@ class Encoder(nn.Module):
             channels = sum(obs_spec[k][0] for k in cnn_keys)
             convs: list[nn.Module] = []
             for i, mult in enumerate((1, 2, 4, 8)):
-                convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2), nn.ELU(inplace=True)]
+                convs += [
+                    nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2),
+                    nn.ELU(inplace=True),
+                ]
             # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
             # (a convolution's backward reads its input): a lower peak memory at the Atari sizes
             self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)
@@ -144,8 +154,16 @@ class Decoder(nn.Module):
     """Means of the unit-variance Gaussians over the observation: a transposed CNN for the image keys
     (in the encoder's [-0.5, 0.5] scale) and an MLP for the vector keys."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 feat_dim: int, depth: int, units: int, layers: int):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        feat_dim: int,
+        depth: int,
+        units: int,
+        layers: int,
+    ):
         super().__init__()
         self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
         self.depth = depth
@@ -153,10 +171,14 @@ class Decoder(nn.Module):
             self.channels = [obs_spec[k][0] for k in cnn_keys]
             self.cnn_in = nn.Linear(feat_dim, 32 * depth)
             self.cnn = nn.Sequential(  # 1 -> 5 -> 13 -> 30 -> 64
-                PointDeconv(32 * depth, 4 * depth, 5, 2), nn.ELU(inplace=True),  # in place: as the encoder's
-                nn.ConvTranspose2d(4 * depth, 2 * depth, 5, 2), nn.ELU(inplace=True),
-                nn.ConvTranspose2d(2 * depth, depth, 6, 2), nn.ELU(inplace=True),
-                nn.ConvTranspose2d(depth, sum(self.channels), 6, 2)).to(memory_format=torch.channels_last)
+                PointDeconv(32 * depth, 4 * depth, 5, 2),
+                nn.ELU(inplace=True),  # in place: as the encoder's
+                nn.ConvTranspose2d(4 * depth, 2 * depth, 5, 2),
+                nn.ELU(inplace=True),
+                nn.ConvTranspose2d(2 * depth, depth, 6, 2),
+                nn.ELU(inplace=True),
+                nn.ConvTranspose2d(depth, sum(self.channels), 6, 2),
+            ).to(memory_format=torch.channels_last)
         if mlp_keys:
             self.dims = [obs_spec[k][0] for k in mlp_keys]
             self.mlp = mlp(feat_dim, units, layers, sum(self.dims))
@@ -184,8 +206,16 @@ class RSSM(nn.Module):
     ``z_t`` is ``stoch`` one-hot categoricals of ``classes`` classes, sampled with straight-through
     gradients. At an episode start the previous state and action are zero."""
 
-    def __init__(self, action_dim: int, embed_dim: int, deter: int, hidden: int, stoch: int, classes: int,
-                 layer_norm: bool = True):
+    def __init__(
+        self,
+        action_dim: int,
+        embed_dim: int,
+        deter: int,
+        hidden: int,
+        stoch: int,
+        classes: int,
+        layer_norm: bool = True,
+    ):
         super().__init__()
         self.deter, self.stoch, self.classes = deter, stoch, classes
         self.z_dim = stoch * classes
@@ -285,8 +315,12 @@ class TruncatedNormal:
 
     def entropy(self) -> torch.Tensor:
         a_pdf, b_pdf = self._log_pdf(self.alpha).exp(), self._log_pdf(self.beta).exp()
-        ent = (math.log(math.sqrt(2 * math.pi * math.e)) + self.std.log() + self.z.log()
-               + (self.alpha * a_pdf - self.beta * b_pdf) / (2.0 * self.z))
+        ent = (
+            math.log(math.sqrt(2 * math.pi * math.e))
+            + self.std.log()
+            + self.z.log()
+            + (self.alpha * a_pdf - self.beta * b_pdf) / (2.0 * self.z)
+        )
         return ent.sum(-1)
 
     def mode(self) -> torch.Tensor:
@@ -316,8 +350,16 @@ class Actor(nn.Module):
     """pi(a | z, h): one-hot categorical (discrete actions) or truncated normal on [-1, 1]
     (continuous; mean tanh(m), std 2 sigmoid(s / 2) + min_std as in the paper)."""
 
-    def __init__(self, feat_dim: int, action_dim: int, discrete: bool, units: int, layers: int,
-                 min_std: float = 0.1, init_std: float = 0.0):
+    def __init__(
+        self,
+        feat_dim: int,
+        action_dim: int,
+        discrete: bool,
+        units: int,
+        layers: int,
+        min_std: float = 0.1,
+        init_std: float = 0.0,
+    ):
         super().__init__()
         self.discrete, self.min_std, self.init_std = discrete, min_std, init_std
         self.net = mlp(feat_dim, units, layers, action_dim if discrete else 2 * action_dim)
@@ -332,13 +374,21 @@ class Actor(nn.Module):
 
 
 class WorldModel(nn.Module):
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 action_dim: int, cfg):
+    def __init__(
+        self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...], action_dim: int, cfg
+    ):
         super().__init__()
         units, layers, depth = cfg.dense_units, cfg.mlp_layers, cfg.cnn_channels_multiplier
         self.encoder = Encoder(obs_spec, cnn_keys, mlp_keys, depth, units, layers)
-        self.rssm = RSSM(action_dim, self.encoder.out_dim, cfg.recurrent_state_size, cfg.hidden_size,
-                         cfg.stochastic_size, cfg.discrete_size, cfg.layer_norm)
+        self.rssm = RSSM(
+            action_dim,
+            self.encoder.out_dim,
+            cfg.recurrent_state_size,
+            cfg.hidden_size,
+            cfg.stochastic_size,
+            cfg.discrete_size,
+            cfg.layer_norm,
+        )
         feat = self.rssm.feat_dim
         self.decoder = Decoder(obs_spec, cnn_keys, mlp_keys, feat, depth, units, layers)
         self.reward = mlp(feat, units, layers, 1)
@@ -351,8 +401,15 @@ class WorldModel(nn.Module):
 class Agent(nn.Module):
     """Everything a checkpoint holds: world model, actor, critic and the target critic."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 action_dim: int, discrete: bool, cfg):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        action_dim: int,
+        discrete: bool,
+        cfg,
+    ):
         super().__init__()
         self.world = WorldModel(obs_spec, cnn_keys, mlp_keys, action_dim, cfg)
         feat = self.world.rssm.feat_dim
@@ -361,8 +418,14 @@ class Agent(nn.Module):
         self.target_critic = mlp(feat, cfg.dense_units, cfg.mlp_layers, 1)
         for critic in (self.critic, self.target_critic):
             float32_out(critic[-1])  # --precision: values in float32
-        for part in (self.world.encoder, self.world.decoder, self.world.reward, self.world.continue_model,
-                     self.actor, self.critic):
+        for part in (
+            self.world.encoder,
+            self.world.decoder,
+            self.world.reward,
+            self.world.continue_model,
+            self.actor,
+            self.critic,
+        ):
             if part is not None:
                 part.apply(init_weights)  # the RSSM initializes itself (split layers)
         self.target_critic.load_state_dict(self.critic.state_dict())
@@ -390,9 +453,14 @@ class Player(nn.Module):
         return torch.cat([h, z, torch.zeros(batch, self.action_dim, device=h.device)], -1).to(device)
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
-            is_first: torch.Tensor | None = None, uniform: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(
+        self,
+        obs: dict[str, torch.Tensor],
+        state: torch.Tensor,
+        deterministic: bool,
+        is_first: torch.Tensor | None = None,
+        uniform: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``uniform`` [B, stoch]: the draws of the posterior's categoricals (fresh ones if None)."""
         rssm = self.rssm
         if is_first is not None:

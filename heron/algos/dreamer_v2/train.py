@@ -28,22 +28,28 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from heron.accel.acting import Policy
+from heron.accel.step import build_step
+from heron.algos import dreamer
+from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
 from heron.algos.dreamer_v2 import losses
 from heron.algos.dreamer_v2.config import Config
 from heron.algos.dreamer_v2.networks import Agent, Player, image_to_float
-from heron.algos import dreamer
-from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
-from heron.accel.acting import Policy
 from heron.runtime.run import Run
-from heron.accel.step import build_step
 
 if TYPE_CHECKING:
     from heron.accel.precision import Precision
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
-    return Agent(obs_spec(spaces), tuple(spaces["cnn_keys"]), tuple(spaces["mlp_keys"]), spaces["action_dim"],
-                 spaces["discrete"], cfg)
+    return Agent(
+        obs_spec(spaces),
+        tuple(spaces["cnn_keys"]),
+        tuple(spaces["mlp_keys"]),
+        spaces["action_dim"],
+        spaces["discrete"],
+        cfg,
+    )
 
 
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
@@ -58,15 +64,32 @@ def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimize
     cuda = next(agent.parameters()).is_cuda
 
     def adam(module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.Adam(module.parameters(), lr=lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay / lr,
-                                decoupled_weight_decay=True, fused=True if cuda else None,
-                                capturable=cfg.cuda_graphs)
-    return {"world_opt": adam(agent.world, cfg.world_lr), "actor_opt": adam(agent.actor, cfg.actor_lr),
-            "critic_opt": adam(agent.critic, cfg.critic_lr)}
+        return torch.optim.Adam(
+            module.parameters(),
+            lr=lr,
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay / lr,
+            decoupled_weight_decay=True,
+            fused=True if cuda else None,
+            capturable=cfg.cuda_graphs,
+        )
+
+    return {
+        "world_opt": adam(agent.world, cfg.world_lr),
+        "actor_opt": adam(agent.actor, cfg.actor_lr),
+        "critic_opt": adam(agent.critic, cfg.critic_lr),
+    }
 
 
-def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
-                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision):
+def make_update(
+    cfg: Config,
+    agent: Agent,
+    spaces: dict,
+    world_opt: torch.optim.Optimizer,
+    actor_opt: torch.optim.Optimizer,
+    critic_opt: torch.optim.Optimizer,
+    prec: Precision,
+):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
     agent and its optimizers (the benchmark times it alone)."""
     world, actor, critic, target_critic = agent.world, agent.actor, agent.critic, agent.target_critic
@@ -74,7 +97,6 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
     current = cfg.lambda_rewards == "current"
-
 
     def update(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on sequences [T, B, ...] (module doc)."""
@@ -86,16 +108,28 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         h, z, post, prior = rssm.observe(embed, batch["action"], is_first)
         feat = torch.cat([z, h], -1)
         recon = world.decoder(feat)
-        obs_nll = sum(losses.gaussian_nll(recon[k], image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + \
-            sum(losses.gaussian_nll(recon[k], obs[k], 1) for k in spaces["mlp_keys"])
+        obs_nll = sum(losses.gaussian_nll(recon[k], image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + sum(
+            losses.gaussian_nll(recon[k], obs[k], 1) for k in spaces["mlp_keys"]
+        )
         rewards = torch.tanh(batch["reward"]) if cfg.clip_rewards else batch["reward"]
         reward_nll = losses.gaussian_nll(world.reward(feat).squeeze(-1), rewards, 0)
         continue_nll = None
         if world.continue_model is not None:  # the discount: gamma * (1 - terminal), as the references learn it
-            continue_nll = losses.bernoulli_nll(world.continue_model(feat).squeeze(-1),
-                                                cfg.gamma * (1.0 - batch["is_terminal"].float()))
-        wm = losses.reconstruction_loss(obs_nll, reward_nll, post, prior, cfg.kl_balancing_alpha, cfg.kl_free_nats,
-                                        cfg.kl_free_avg, cfg.kl_regularizer, continue_nll, cfg.continue_scale_factor)
+            continue_nll = losses.bernoulli_nll(
+                world.continue_model(feat).squeeze(-1), cfg.gamma * (1.0 - batch["is_terminal"].float())
+            )
+        wm = losses.reconstruction_loss(
+            obs_nll,
+            reward_nll,
+            post,
+            prior,
+            cfg.kl_balancing_alpha,
+            cfg.kl_free_nats,
+            cfg.kl_free_avg,
+            cfg.kl_regularizer,
+            continue_nll,
+            cfg.continue_scale_factor,
+        )
         # each step: backward, the torchrun all-reduce, clipping (the norm is a metric), the update
         world_grad = prec.optimize(world_opt, wm["loss"], world.parameters(), cfg.clip_gradients, norm=True)
 
@@ -103,17 +137,20 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         world.requires_grad_(False)
         # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
         feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
-            actor, rssm, h, z, cfg.horizon, (lambda action: action) if rho < 1 else (lambda action: action.detach()))
+            actor, rssm, h, z, cfg.horizon, (lambda action: action) if rho < 1 else (lambda action: action.detach())
+        )
         rewards_im = world.reward(feat_im).squeeze(-1)  # [H + 1, M]
         discounts_im = None
         if world.continue_model is not None:
             discounts_im = torch.sigmoid(world.continue_model(feat_im).squeeze(-1))
         values = target_critic(feat_im).squeeze(-1)  # [H + 1, M]
         alive = 1.0 - batch["is_terminal"].float().flatten()  # [M]
-        lam, weights = losses.imagination_targets(rewards_im, discounts_im, values, alive, cfg.gamma, cfg.lmbda,
-                                                  current=current)  # [H, M] each
-        steps = losses.actor_steps(log_probs, entropies, lam, values.detach(), weights,
-                                   current)  # [H - 1, M] each (current) or [H, M]
+        lam, weights = losses.imagination_targets(
+            rewards_im, discounts_im, values, alive, cfg.gamma, cfg.lmbda, current=current
+        )  # [H, M] each
+        steps = losses.actor_steps(
+            log_probs, entropies, lam, values.detach(), weights, current
+        )  # [H - 1, M] each (current) or [H, M]
         actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
         actor_grad = prec.optimize(actor_opt, actor_loss, actor.parameters(), cfg.clip_gradients, norm=True)
         world.requires_grad_(True)
@@ -121,12 +158,20 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         critic_loss = losses.critic_loss(critic(feat_im[:-1].detach()).squeeze(-1), lam.detach(), weights)
         critic_grad = prec.optimize(critic_opt, critic_loss, critic.parameters(), cfg.clip_gradients, norm=True)
         prec.update()
-        return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"].detach(),
-                "losses/observation_loss": wm["observation"].detach(), "losses/reward_loss": wm["reward"].detach(),
-                "losses/continue_loss": wm["continue"].detach(), "losses/actor_loss": actor_loss.detach(),
-                "losses/critic_loss": critic_loss.detach(), "losses/policy_entropy": entropies.mean().detach(),
-                "losses/lambda_return": lam.mean().detach(), "grads/world_model": world_grad,
-                "grads/actor": actor_grad, "grads/critic": critic_grad}
+        return {
+            "losses/world_model_loss": wm["loss"].detach(),
+            "losses/kl": wm["kl"].detach(),
+            "losses/observation_loss": wm["observation"].detach(),
+            "losses/reward_loss": wm["reward"].detach(),
+            "losses/continue_loss": wm["continue"].detach(),
+            "losses/actor_loss": actor_loss.detach(),
+            "losses/critic_loss": critic_loss.detach(),
+            "losses/policy_entropy": entropies.mean().detach(),
+            "losses/lambda_return": lam.mean().detach(),
+            "grads/world_model": world_grad,
+            "grads/actor": actor_grad,
+            "grads/critic": critic_grad,
+        }
 
     return update
 
@@ -151,8 +196,9 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
         if n_updates % cfg.critic_target_update_freq == 0:
             agent.target_critic.load_state_dict(agent.critic.state_dict())
 
-    return dreamer.Learner(agent, Player(agent), optimizers, update, due, after_update,
-                           warn_terminations=not cfg.use_continues)
+    return dreamer.Learner(
+        agent, Player(agent), optimizers, update, due, after_update, warn_terminations=not cfg.use_continues
+    )
 
 
 def train(cfg: Config, run: Run) -> dict:

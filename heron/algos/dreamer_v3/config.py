@@ -8,11 +8,11 @@ default's source."""
 from __future__ import annotations
 
 import typing
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
-from heron.config import opt
 from heron.algos.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
+from heron.config import opt
 from heron.errors import HeronError
 
 
@@ -23,8 +23,11 @@ class Config(DreamerConfig):
     learning_starts: int = opt(1024, "agent steps of random actions before training")
     sequence_length: int = opt(64, "steps per training sequence")
     # -- schedule
-    replay_ratio: float = opt(1.0, "gradient steps per agent step (per process), counted from --learning-starts "
-                              "(the official code's train_ratio is this x batch size x sequence length)")
+    replay_ratio: float = opt(
+        1.0,
+        "gradient steps per agent step (per process), counted from --learning-starts "
+        "(the official code's train_ratio is this x batch size x sequence length)",
+    )
     pretrain_steps: int = opt(0, "extra gradient steps done at once when training starts")
     # -- objective
     gamma: float = opt(0.996996996996997, "discount factor (1 - 1/333: the official horizon of 333 steps)")
@@ -36,17 +39,24 @@ class Config(DreamerConfig):
     kl_regularizer: float = opt(1.0, "scale of the two KL terms")
     continue_scale_factor: float = opt(1.0, "scale of the continue loss")
     actor_ent_coef: float = opt(3e-4, "entropy bonus (eta)")
-    objective_mix: float = opt(-1.0, "rho: REINFORCE share of the actor objective (-1 = 1 for discrete, 0 for "
-                               "continuous actions: the dynamics backpropagation)")
+    objective_mix: float = opt(
+        -1.0,
+        "rho: REINFORCE share of the actor objective (-1 = 1 for discrete, 0 for "
+        "continuous actions: the dynamics backpropagation)",
+    )
     moments_decay: float = opt(0.99, "decay of the moving percentiles of the returns")
-    moments_limit: float = opt(1.0, "the return scale is at least this, so returns are never scaled up (the official "
-                                "code's retnorm limit; sheeprl's moments.max is its inverse)")
+    moments_limit: float = opt(
+        1.0,
+        "the return scale is at least this, so returns are never scaled up (the official "
+        "code's retnorm limit; sheeprl's moments.max is its inverse)",
+    )
     moments_low: float = opt(0.05, "low percentile of the return scale")
     moments_high: float = opt(0.95, "high percentile of the return scale")
     critic_tau: float = opt(0.02, "the slow critic moves this fraction towards the critic ...")
     critic_target_update_freq: int = opt(1, "... every N gradient steps")
-    critic_slow_regularizer: float = opt(1.0, "weight of the critic's cross-entropy towards the slow critic's "
-                                         "predictions")
+    critic_slow_regularizer: float = opt(
+        1.0, "weight of the critic's cross-entropy towards the slow critic's predictions"
+    )
     # -- optimizers
     world_lr: float = opt(1e-4, "world model learning rate")
     actor_lr: float = opt(3e-5, "actor learning rate")
@@ -66,9 +76,13 @@ class Config(DreamerConfig):
     mlp_layers: int = opt(2, "hidden layers of those MLPs")
     cnn_channels_multiplier: int = opt(32, "channels of the first conv layer (doubling per layer)")
     bins: int = opt(255, "bins of the two-hot reward and value heads")
-    twohot_space: str = opt("raw", "where the two-hot heads interpolate targets and average their bins: raw (the "
-                            "official code) or symlog (its first release and sheeprl: symlog(x) between equally "
-                            "spaced points, the prediction symexp of their mean)", ("raw", "symlog"))
+    twohot_space: str = opt(
+        "raw",
+        "where the two-hot heads interpolate targets and average their bins: raw (the "
+        "official code) or symlog (its first release and sheeprl: symlog(x) between equally "
+        "spaced points, the prediction symexp of their mean)",
+        ("raw", "symlog"),
+    )
     unimix: float = opt(0.01, "uniform share in the latents' and the discrete actions' categoricals")
     learnable_initial_state: bool = opt(True, "learn the recurrent state episodes start from (else tanh(0) = 0)")
     min_std: float = opt(0.1, "continuous actions: least standard deviation")
@@ -78,13 +92,43 @@ class Config(DreamerConfig):
 
     def validate(self) -> None:
         super().validate()
-        positive(self, "horizon", "critic_target_update_freq", "hidden_size", "recurrent_state_size",
-                 "stochastic_size", "discrete_size", "dense_units", "cnn_channels_multiplier", "world_lr", "actor_lr",
-                 "critic_lr", "world_eps", "actor_eps", "critic_eps", "moments_limit", "min_std", "bins")
-        non_negative(self, "replay_ratio", "pretrain_steps", "kl_dynamic", "kl_representation", "kl_free_nats",
-                     "kl_regularizer", "continue_scale_factor", "actor_ent_coef", "critic_slow_regularizer",
-                     "world_clip_gradients", "actor_clip_gradients", "critic_clip_gradients", "mlp_layers",
-                     "action_clip")
+        positive(
+            self,
+            "horizon",
+            "critic_target_update_freq",
+            "hidden_size",
+            "recurrent_state_size",
+            "stochastic_size",
+            "discrete_size",
+            "dense_units",
+            "cnn_channels_multiplier",
+            "world_lr",
+            "actor_lr",
+            "critic_lr",
+            "world_eps",
+            "actor_eps",
+            "critic_eps",
+            "moments_limit",
+            "min_std",
+            "bins",
+        )
+        non_negative(
+            self,
+            "replay_ratio",
+            "pretrain_steps",
+            "kl_dynamic",
+            "kl_representation",
+            "kl_free_nats",
+            "kl_regularizer",
+            "continue_scale_factor",
+            "actor_ent_coef",
+            "critic_slow_regularizer",
+            "world_clip_gradients",
+            "actor_clip_gradients",
+            "critic_clip_gradients",
+            "mlp_layers",
+            "action_clip",
+        )
         in_unit_interval(self, "gamma", "lmbda", "moments_decay", "moments_low", "moments_high", "critic_tau", "unimix")
         if not (self.objective_mix == -1 or 0 <= self.objective_mix <= 1):
             raise HeronError(f"--objective-mix must be in [0, 1] (or -1 for auto), got {self.objective_mix}")
@@ -103,36 +147,89 @@ SIZES = {
     "S": dict(cnn_channels_multiplier=32, dense_units=512, mlp_layers=2, recurrent_state_size=512, hidden_size=512),
     "M": dict(cnn_channels_multiplier=48, dense_units=640, mlp_layers=3, recurrent_state_size=1024, hidden_size=640),
     "L": dict(cnn_channels_multiplier=64, dense_units=768, mlp_layers=4, recurrent_state_size=2048, hidden_size=768),
-    "XL": dict(cnn_channels_multiplier=96, dense_units=1024, mlp_layers=5, recurrent_state_size=4096,
-               hidden_size=1024),
+    "XL": dict(cnn_channels_multiplier=96, dense_units=1024, mlp_layers=5, recurrent_state_size=4096, hidden_size=1024),
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
     **SIZES,
     # Atari (sheeprl's dreamer_v3 experiment): 5M agent steps (20M frames) at action repeat 4, episodes
     # capped at 27,000 agent steps (108,000 frames, 30 minutes of play), size S
-    "atari": dict(env_id="PongNoFrameskip-v4", action_repeat=4, max_episode_steps=27000, total_steps=5_000_000,
-                  buffer_size=1_000_000, memmap_buffer=True, checkpoint_every=100_000, replay_ratio=1.0,
-                  capture_video=True),
+    "atari": dict(
+        env_id="PongNoFrameskip-v4",
+        action_repeat=4,
+        max_episode_steps=27000,
+        total_steps=5_000_000,
+        buffer_size=1_000_000,
+        memmap_buffer=True,
+        checkpoint_every=100_000,
+        replay_ratio=1.0,
+        capture_video=True,
+    ),
     # DMC from pixels (sheeprl's dreamer_v3_dmc_walker_walk): action repeat 2, 4 envs, 500k agent steps
     # (1M frames), dm_control's own 1000-frame episodes
-    "dmc": dict(env_id="dmc_walker_walk", action_repeat=2, num_envs=4, total_steps=500_000, buffer_size=500_000,
-                memmap_buffer=True, learning_starts=1300, replay_ratio=0.5, checkpoint_every=10_000,
-                capture_video=True),
+    "dmc": dict(
+        env_id="dmc_walker_walk",
+        action_repeat=2,
+        num_envs=4,
+        total_steps=500_000,
+        buffer_size=500_000,
+        memmap_buffer=True,
+        learning_starts=1300,
+        replay_ratio=0.5,
+        checkpoint_every=10_000,
+        capture_video=True,
+    ),
     # DMC from proprioception (the official dmc_proprio block: its 1M-parameter model, about XS)
-    "dmc_proprio": dict(env_id="dmc_walker_walk", action_repeat=2, num_envs=4, total_steps=500_000,
-                        buffer_size=500_000, learning_starts=1300, replay_ratio=0.5, observation="state",
-                        checkpoint_every=10_000, **SIZES["XS"]),
+    "dmc_proprio": dict(
+        env_id="dmc_walker_walk",
+        action_repeat=2,
+        num_envs=4,
+        total_steps=500_000,
+        buffer_size=500_000,
+        learning_starts=1300,
+        replay_ratio=0.5,
+        observation="state",
+        checkpoint_every=10_000,
+        **SIZES["XS"],
+    ),
     # small vector tasks (CartPole, Pendulum, Acrobot) on a CPU: the small model heron's DreamerV2 is
     # compared with sheeprl's at (hidden 128), and replay ratio 0.5
-    "vector": dict(dense_units=64, mlp_layers=2, stochastic_size=16, discrete_size=16, recurrent_state_size=128,
-                   hidden_size=128, replay_ratio=0.5, learning_starts=1024, sequence_length=64,
-                   per_rank_batch_size=16, buffer_size=100_000),
+    "vector": dict(
+        dense_units=64,
+        mlp_layers=2,
+        stochastic_size=16,
+        discrete_size=16,
+        recurrent_state_size=128,
+        hidden_size=128,
+        replay_ratio=0.5,
+        learning_starts=1024,
+        sequence_length=64,
+        per_rank_batch_size=16,
+        buffer_size=100_000,
+    ),
     # a tiny model for seconds-long smoke runs
-    "debug": dict(total_steps=300, learning_starts=100, replay_ratio=0.1, per_rank_batch_size=4, sequence_length=8,
-                  buffer_size=2000, horizon=5, hidden_size=16, recurrent_state_size=16, stochastic_size=4,
-                  discrete_size=4, dense_units=16, mlp_layers=1, cnn_channels_multiplier=2, bins=15, eval_every=150,
-                  eval_episodes=1, checkpoint_every=150, log_every=50, max_episode_steps=200),
+    "debug": dict(
+        total_steps=300,
+        learning_starts=100,
+        replay_ratio=0.1,
+        per_rank_batch_size=4,
+        sequence_length=8,
+        buffer_size=2000,
+        horizon=5,
+        hidden_size=16,
+        recurrent_state_size=16,
+        stochastic_size=4,
+        discrete_size=4,
+        dense_units=16,
+        mlp_layers=1,
+        cnn_channels_multiplier=2,
+        bins=15,
+        eval_every=150,
+        eval_episodes=1,
+        checkpoint_every=150,
+        log_every=50,
+        max_episode_steps=200,
+    ),
 }
 
 # heron tune's search space (docs/guide/tuning-export.md, "What is searched"): the learning rates, the

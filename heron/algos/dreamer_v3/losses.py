@@ -84,8 +84,10 @@ def twohot_nll(logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor, s
 
 def _twohot_ce(log_probs: torch.Tensor, target: torch.Tensor, bins: torch.Tensor, space: str) -> torch.Tensor:
     below, above, w_below, w_above = _neighbours(target, bins, space)
-    return -(w_below * log_probs.gather(-1, below.unsqueeze(-1)).squeeze(-1)
-             + w_above * log_probs.gather(-1, above.unsqueeze(-1)).squeeze(-1))
+    return -(
+        w_below * log_probs.gather(-1, below.unsqueeze(-1)).squeeze(-1)
+        + w_above * log_probs.gather(-1, above.unsqueeze(-1)).squeeze(-1)
+    )
 
 
 def twohot_mean(logits: torch.Tensor, bins: torch.Tensor, space: str = "raw") -> torch.Tensor:
@@ -98,7 +100,7 @@ def twohot_mean(logits: torch.Tensor, bins: torch.Tensor, space: str = "raw") ->
     K = points.shape[0]
     m = K // 2
     if K % 2:
-        pairs = probs[..., :m].flip(-1) * points[:m].flip(0) + probs[..., m + 1:] * points[m + 1:]
+        pairs = probs[..., :m].flip(-1) * points[:m].flip(0) + probs[..., m + 1 :] * points[m + 1 :]
         mean = probs[..., m] * points[m] + pairs.sum(-1)
     else:
         mean = (probs[..., :m].flip(-1) * points[:m].flip(0) + probs[..., m:] * points[m:]).sum(-1)
@@ -127,10 +129,18 @@ def mse(pred: torch.Tensor, target: torch.Tensor, event_dims: int) -> torch.Tens
     return (pred - target).square().flatten(-event_dims).sum(-1)
 
 
-def world_model_loss(obs_loss: torch.Tensor, reward_loss: torch.Tensor, continue_loss: torch.Tensor,
-                     posterior_logits: torch.Tensor, prior_logits: torch.Tensor, kl_dynamic: float = 0.5,
-                     kl_representation: float = 0.1, kl_free_nats: float = 1.0, kl_regularizer: float = 1.0,
-                     continue_scale_factor: float = 1.0) -> dict[str, torch.Tensor]:
+def world_model_loss(
+    obs_loss: torch.Tensor,
+    reward_loss: torch.Tensor,
+    continue_loss: torch.Tensor,
+    posterior_logits: torch.Tensor,
+    prior_logits: torch.Tensor,
+    kl_dynamic: float = 0.5,
+    kl_representation: float = 0.1,
+    kl_free_nats: float = 1.0,
+    kl_regularizer: float = 1.0,
+    continue_scale_factor: float = 1.0,
+) -> dict[str, torch.Tensor]:
     """The world model's loss (paper eq. 5), each term per step [T, B] before the mean:
 
         pred + kl_regularizer * (dyn * max(free, KL(sg(post) || prior)) + rep * max(free, KL(post || sg(prior))))
@@ -144,15 +154,25 @@ def world_model_loss(obs_loss: torch.Tensor, reward_loss: torch.Tensor, continue
     kl_loss = kl_dynamic * dyn.clamp(min=kl_free_nats) + kl_representation * rep.clamp(min=kl_free_nats)
     cont = continue_scale_factor * continue_loss
     total = (kl_regularizer * kl_loss + obs_loss + reward_loss + cont).mean()
-    return {"loss": total, "kl": dyn.mean().detach(), "kl_loss": kl_loss.mean().detach(),
-            "observation": obs_loss.mean().detach(), "reward": reward_loss.mean().detach(),
-            "continue": cont.mean().detach()}
+    return {
+        "loss": total,
+        "kl": dyn.mean().detach(),
+        "kl_loss": kl_loss.mean().detach(),
+        "observation": obs_loss.mean().detach(),
+        "reward": reward_loss.mean().detach(),
+        "continue": cont.mean().detach(),
+    }
 
 
 # -- behaviour ----------------------------------------------------------------------------------------
-def percentile_scale(returns: torch.Tensor, low: torch.Tensor, high: torch.Tensor, decay: float = 0.99,
-                     limit: float = 1.0, percentiles: tuple[float, float] = (0.05, 0.95)
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def percentile_scale(
+    returns: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    decay: float = 0.99,
+    limit: float = 1.0,
+    percentiles: tuple[float, float] = (0.05, 0.95),
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Return normalisation (paper eq. 12): exponential moving averages of the 5th and 95th
     percentiles of the returns, and the scale S = max(limit, high - low) that the advantages are
     divided by, so that large returns are scaled down and small ones are not scaled up. The averages
@@ -167,8 +187,16 @@ def percentile_scale(returns: torch.Tensor, low: torch.Tensor, high: torch.Tenso
     return low, high, torch.clamp(high - low, min=limit)
 
 
-def actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor, returns: torch.Tensor, baseline: torch.Tensor,
-               weights: torch.Tensor, scale: torch.Tensor, rho: float, eta: float) -> torch.Tensor:
+def actor_loss(
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
+    returns: torch.Tensor,
+    baseline: torch.Tensor,
+    weights: torch.Tensor,
+    scale: torch.Tensor,
+    rho: float,
+    eta: float,
+) -> torch.Tensor:
     """The actor's loss (paper eq. 11) over the imagined steps t = 0 .. H-1 [H, M]:
 
         -w_t * (rho * ln pi(a_t | s_t) sg(A_t) + (1 - rho) * A_t + eta * H[pi(.|s_t)]),
@@ -184,14 +212,22 @@ def actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor, returns: torch.Te
     return -(weights.detach() * objective).mean()
 
 
-def critic_loss(logits: torch.Tensor, returns: torch.Tensor, target_values: torch.Tensor, weights: torch.Tensor,
-                bins: torch.Tensor, slow_regularizer: float = 1.0, space: str = "raw") -> torch.Tensor:
+def critic_loss(
+    logits: torch.Tensor,
+    returns: torch.Tensor,
+    target_values: torch.Tensor,
+    weights: torch.Tensor,
+    bins: torch.Tensor,
+    slow_regularizer: float = 1.0,
+    space: str = "raw",
+) -> torch.Tensor:
     """The critic's loss (paper eq. 10 and the official code's ``slowreg``): the two-hot
     cross-entropy towards the lambda-returns, plus ``slow_regularizer`` times the cross-entropy
     towards the slow (EMA) critic's own predictions, weighted by the chance of reaching each
     imagined state. ``logits`` [H, M, K]; the rest [H, M]; ``space`` as ``twohot``'s."""
     assert logits.shape[:-1] == returns.shape == target_values.shape == weights.shape
     log_probs = F.log_softmax(logits.float(), -1)  # one log-softmax for both terms
-    loss = _twohot_ce(log_probs, returns, bins, space) + slow_regularizer * _twohot_ce(log_probs, target_values, bins,
-                                                                                        space)
+    loss = _twohot_ce(log_probs, returns, bins, space) + slow_regularizer * _twohot_ce(
+        log_probs, target_values, bins, space
+    )
     return (weights.detach() * loss).mean()

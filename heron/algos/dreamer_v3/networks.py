@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from heron.algos.dreamer_v2.networks import RSSM as V2RSSM
-from heron.algos.dreamer_v2.networks import Player as V2Player
 from heron.algos.dreamer_v2.networks import LayerNormGRUCell, OneHotST, image_to_float
+from heron.algos.dreamer_v2.networks import Player as V2Player
 from heron.algos.dreamer_v3.losses import symlog, unimix_logits
 from heron.rl.nets import float32_out
 
@@ -83,8 +83,15 @@ class Encoder(nn.Module):
     """CNN over the image keys (4 stride-2 convolutions 64 -> 4, LayerNorm and SiLU after each) and
     an MLP over the symlog of the vector keys; the embeddings are concatenated."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 depth: int, units: int, layers: int):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        depth: int,
+        units: int,
+        layers: int,
+    ):
         super().__init__()
         self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
         self.out_dim = 0
@@ -92,8 +99,11 @@ class Encoder(nn.Module):
             channels = sum(obs_spec[k][0] for k in cnn_keys)
             convs: list[nn.Module] = []
             for i, mult in enumerate((1, 2, 4, 8)):
-                convs += [nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2, 1, bias=False),
-                          ChannelNorm(depth * mult, eps=EPS), nn.SiLU()]
+                convs += [
+                    nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2, 1, bias=False),
+                    ChannelNorm(depth * mult, eps=EPS),
+                    nn.SiLU(),
+                ]
             self.cnn = nn.Sequential(*convs)
             self.out_dim += 8 * depth * 4 * 4
         if mlp_keys:
@@ -117,8 +127,16 @@ class Decoder(nn.Module):
     and 4 stride-2 transposed convolutions; the vector keys' symlog from an MLP with one linear head
     per key."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 feat_dim: int, depth: int, units: int, layers: int):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        feat_dim: int,
+        depth: int,
+        units: int,
+        layers: int,
+    ):
         super().__init__()
         self.cnn_keys, self.mlp_keys, self.depth = cnn_keys, mlp_keys, depth
         if cnn_keys:
@@ -126,8 +144,11 @@ class Decoder(nn.Module):
             self.cnn_in = nn.Linear(feat_dim, 8 * depth * 4 * 4)
             mods: list[nn.Module] = []
             for mult in (4, 2, 1):  # 4 -> 8 -> 16 -> 32
-                mods += [nn.ConvTranspose2d(2 * mult * depth, mult * depth, 4, 2, 1, bias=False),
-                         ChannelNorm(mult * depth, eps=EPS), nn.SiLU()]
+                mods += [
+                    nn.ConvTranspose2d(2 * mult * depth, mult * depth, 4, 2, 1, bias=False),
+                    ChannelNorm(mult * depth, eps=EPS),
+                    nn.SiLU(),
+                ]
             mods.append(nn.ConvTranspose2d(depth, sum(self.channels), 4, 2, 1))  # 32 -> 64
             self.cnn = nn.Sequential(*mods)
         if mlp_keys:
@@ -162,8 +183,18 @@ class RSSM(V2RSSM):
     prior's mode at h_0, and the previous action is zero (``observe`` and ``imagine_step`` are
     DreamerV2's)."""
 
-    def __init__(self, action_dim: int, embed_dim: int, deter: int, hidden: int, dense: int, stoch: int,
-                 classes: int, unimix: float, learnable_initial: bool = True):
+    def __init__(
+        self,
+        action_dim: int,
+        embed_dim: int,
+        deter: int,
+        hidden: int,
+        dense: int,
+        stoch: int,
+        classes: int,
+        unimix: float,
+        learnable_initial: bool = True,
+    ):
         nn.Module.__init__(self)
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.z_dim = stoch * classes
@@ -172,8 +203,12 @@ class RSSM(V2RSSM):
         self.in_a = nn.Linear(action_dim, dense, bias=False)
         self.in_norm = nn.LayerNorm(dense, eps=EPS)
         self.gru = LayerNormGRUCell(dense, deter, bias=False)
-        self.prior = nn.Sequential(nn.Linear(deter, hidden, bias=False), nn.LayerNorm(hidden, eps=EPS), nn.SiLU(),
-                                   nn.Linear(hidden, self.z_dim))
+        self.prior = nn.Sequential(
+            nn.Linear(deter, hidden, bias=False),
+            nn.LayerNorm(hidden, eps=EPS),
+            nn.SiLU(),
+            nn.Linear(hidden, self.z_dim),
+        )
         self.post_h = nn.Linear(deter, hidden, bias=False)
         self.post_e = nn.Linear(embed_dim, hidden, bias=False)
         self.post_norm = nn.LayerNorm(hidden, eps=EPS)
@@ -185,8 +220,12 @@ class RSSM(V2RSSM):
             float32_out(head)  # --precision: the latents' logits in float32
         # in_z/in_a and post_h/post_e are the two halves of one layer each (Linear(cat(z, a)) and
         # Linear(cat(h, e))): initialised with the whole layer's fans
-        for part, fan_in in ((self.in_z, self.z_dim + action_dim), (self.in_a, self.z_dim + action_dim),
-                             (self.post_h, deter + embed_dim), (self.post_e, deter + embed_dim)):
+        for part, fan_in in (
+            (self.in_z, self.z_dim + action_dim),
+            (self.in_a, self.z_dim + action_dim),
+            (self.post_h, deter + embed_dim),
+            (self.post_e, deter + embed_dim),
+        ):
             trunc_normal_fan_avg_(part.weight, (fan_in + part.out_features) / 2.0)
 
     def _logits(self, flat: torch.Tensor) -> torch.Tensor:
@@ -241,8 +280,19 @@ class Actor(nn.Module):
     """pi(a | z, h): a one-hot categorical with 1% uniform (discrete actions), or Normal(tanh(m),
     (max_std - min_std) sigmoid(s + init_std) + min_std) (continuous)."""
 
-    def __init__(self, feat_dim: int, action_dim: int, discrete: bool, units: int, layers: int, unimix: float,
-                 min_std: float, max_std: float, init_std: float, action_clip: float):
+    def __init__(
+        self,
+        feat_dim: int,
+        action_dim: int,
+        discrete: bool,
+        units: int,
+        layers: int,
+        unimix: float,
+        min_std: float,
+        max_std: float,
+        init_std: float,
+        action_clip: float,
+    ):
         super().__init__()
         self.discrete, self.unimix = discrete, unimix
         self.min_std, self.max_std, self.init_std, self.action_clip = min_std, max_std, init_std, action_clip
@@ -269,15 +319,24 @@ class Moments(nn.Module):
 
 
 class WorldModel(nn.Module):
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 action_dim: int, cfg):
+    def __init__(
+        self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...], action_dim: int, cfg
+    ):
         super().__init__()
         units, layers, depth = cfg.dense_units, cfg.mlp_layers, cfg.cnn_channels_multiplier
         self.encoder = Encoder(obs_spec, cnn_keys, mlp_keys, depth, units, layers)
         self.encoder.apply(init_weights)
-        self.rssm = RSSM(action_dim, self.encoder.out_dim, cfg.recurrent_state_size, cfg.hidden_size,
-                         cfg.dense_units, cfg.stochastic_size, cfg.discrete_size, cfg.unimix,
-                         cfg.learnable_initial_state)
+        self.rssm = RSSM(
+            action_dim,
+            self.encoder.out_dim,
+            cfg.recurrent_state_size,
+            cfg.hidden_size,
+            cfg.dense_units,
+            cfg.stochastic_size,
+            cfg.discrete_size,
+            cfg.unimix,
+            cfg.learnable_initial_state,
+        )
         feat = self.rssm.feat_dim
         self.decoder = Decoder(obs_spec, cnn_keys, mlp_keys, feat, depth, units, layers)
         self.reward = ln_mlp(feat, units, layers, cfg.bins)
@@ -300,13 +359,30 @@ class Agent(nn.Module):
     """Everything a checkpoint holds: world model, actor, critic, the slow critic and the return
     normalisation's state."""
 
-    def __init__(self, obs_spec: dict[str, tuple], cnn_keys: tuple[str, ...], mlp_keys: tuple[str, ...],
-                 action_dim: int, discrete: bool, cfg):
+    def __init__(
+        self,
+        obs_spec: dict[str, tuple],
+        cnn_keys: tuple[str, ...],
+        mlp_keys: tuple[str, ...],
+        action_dim: int,
+        discrete: bool,
+        cfg,
+    ):
         super().__init__()
         self.world = WorldModel(obs_spec, cnn_keys, mlp_keys, action_dim, cfg)
         feat = self.world.rssm.feat_dim
-        self.actor = Actor(feat, action_dim, discrete, cfg.dense_units, cfg.mlp_layers, cfg.unimix, cfg.min_std,
-                           cfg.max_std, cfg.init_std, cfg.action_clip)
+        self.actor = Actor(
+            feat,
+            action_dim,
+            discrete,
+            cfg.dense_units,
+            cfg.mlp_layers,
+            cfg.unimix,
+            cfg.min_std,
+            cfg.max_std,
+            cfg.init_std,
+            cfg.action_clip,
+        )
         self.critic = ln_mlp(feat, cfg.dense_units, cfg.mlp_layers, cfg.bins)
         self.target_critic = ln_mlp(feat, cfg.dense_units, cfg.mlp_layers, cfg.bins)
         for part in (self.actor, self.critic):
@@ -327,11 +403,16 @@ class Player(V2Player):
     as the env and the recurrent model get them."""
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], state: torch.Tensor, deterministic: bool,
-            is_first: torch.Tensor | None = None, uniform: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(
+        self,
+        obs: dict[str, torch.Tensor],
+        state: torch.Tensor,
+        deterministic: bool,
+        is_first: torch.Tensor | None = None,
+        uniform: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         action, state = super().act(obs, state, deterministic, is_first, uniform)
         if not self.actor.discrete:
             action = clip_actions(action, self.actor.action_clip)
-            state = torch.cat([state[:, :-self.action_dim], action], -1)
+            state = torch.cat([state[:, : -self.action_dim], action], -1)
         return action, state

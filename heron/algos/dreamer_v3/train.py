@@ -28,25 +28,31 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from heron.accel.acting import Policy
+from heron.accel.step import build_step
+from heron.algos import dreamer
+from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
 from heron.algos.dreamer_v2.losses import actor_steps, imagination_targets
 from heron.algos.dreamer_v2.networks import image_to_float
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
 from heron.ops import dist
-from heron.algos import dreamer
-from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
-from heron.accel.acting import Policy
 from heron.runtime.run import Run
-from heron.accel.step import build_step
 
 if TYPE_CHECKING:
     from heron.accel.precision import Precision
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
-    return Agent(obs_spec(spaces), tuple(spaces["cnn_keys"]), tuple(spaces["mlp_keys"]), spaces["action_dim"],
-                 spaces["discrete"], cfg)
+    return Agent(
+        obs_spec(spaces),
+        tuple(spaces["cnn_keys"]),
+        tuple(spaces["mlp_keys"]),
+        spaces["action_dim"],
+        spaces["discrete"],
+        cfg,
+    )
 
 
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
@@ -60,19 +66,35 @@ def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimize
     cuda = next(agent.parameters()).is_cuda
 
     def adam(module: torch.nn.Module, lr: float, eps: float) -> torch.optim.Optimizer:
-        return torch.optim.Adam(module.parameters(), lr=lr, eps=eps, fused=True if cuda else None,
-                                capturable=cfg.cuda_graphs)
-    return {"world_opt": adam(agent.world, cfg.world_lr, cfg.world_eps),
-            "actor_opt": adam(agent.actor, cfg.actor_lr, cfg.actor_eps),
-            "critic_opt": adam(agent.critic, cfg.critic_lr, cfg.critic_eps)}
+        return torch.optim.Adam(
+            module.parameters(), lr=lr, eps=eps, fused=True if cuda else None, capturable=cfg.cuda_graphs
+        )
+
+    return {
+        "world_opt": adam(agent.world, cfg.world_lr, cfg.world_eps),
+        "actor_opt": adam(agent.actor, cfg.actor_lr, cfg.actor_eps),
+        "critic_opt": adam(agent.critic, cfg.critic_lr, cfg.critic_eps),
+    }
 
 
-def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.Optimizer,
-                actor_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer, prec: Precision):
+def make_update(
+    cfg: Config,
+    agent: Agent,
+    spaces: dict,
+    world_opt: torch.optim.Optimizer,
+    actor_opt: torch.optim.Optimizer,
+    critic_opt: torch.optim.Optimizer,
+    prec: Precision,
+):
     """The gradient step ``update(batch [T, B, ...]) -> metrics`` (module doc), a closure over the
     agent and its optimizers (the benchmark times it alone)."""
-    world, actor, critic, target_critic, moments = agent.world, agent.actor, agent.critic, agent.target_critic, \
-        agent.moments
+    world, actor, critic, target_critic, moments = (
+        agent.world,
+        agent.actor,
+        agent.critic,
+        agent.target_critic,
+        agent.moments,
+    )
     rssm = world.rssm
     keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
     rho = cfg.objective_mix if cfg.objective_mix >= 0 else (1.0 if spaces["discrete"] else 0.0)
@@ -90,15 +112,26 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         h, z, post, prior = rssm.observe(embed, batch["action"], is_first)
         feat = torch.cat([z, h], -1)
         recon = world.decoder(feat)
-        obs_loss = sum(losses.mse(recon[k].float(), image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + \
-            sum(losses.symlog_mse(recon[k], obs[k].float(), 1) for k in spaces["mlp_keys"])
+        obs_loss = sum(losses.mse(recon[k].float(), image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + sum(
+            losses.symlog_mse(recon[k], obs[k].float(), 1) for k in spaces["mlp_keys"]
+        )
         reward_loss = losses.twohot_nll(world.reward(feat), batch["reward"], bins, space)
         terminal = batch["is_terminal"].float()
         continue_loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            world.continue_model(feat).squeeze(-1), 1.0 - terminal, reduction="none")
-        wm = losses.world_model_loss(obs_loss, reward_loss, continue_loss, post, prior, cfg.kl_dynamic,
-                                     cfg.kl_representation, cfg.kl_free_nats, cfg.kl_regularizer,
-                                     cfg.continue_scale_factor)
+            world.continue_model(feat).squeeze(-1), 1.0 - terminal, reduction="none"
+        )
+        wm = losses.world_model_loss(
+            obs_loss,
+            reward_loss,
+            continue_loss,
+            post,
+            prior,
+            cfg.kl_dynamic,
+            cfg.kl_representation,
+            cfg.kl_free_nats,
+            cfg.kl_regularizer,
+            cfg.continue_scale_factor,
+        )
         # each step: backward, the torchrun all-reduce, clipping (the norm is a metric), the update
         world_grad = prec.optimize(world_opt, wm["loss"], world.parameters(), cfg.world_clip_gradients, norm=True)
 
@@ -111,17 +144,24 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         world.requires_grad_(False)
         critic.requires_grad_(reuse)
         feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F] s_0 .. s_H; [H, M]: a_t at s_t
-            actor, rssm, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse)
+            actor, rssm, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse
+        )
         rewards_im = losses.twohot_mean(world.reward(feat_im), bins, space)  # [H + 1, M]
         continues = (world.continue_model(feat_im).squeeze(-1) > 0).float()  # the Bernoulli's mode
         critic_logits = critic(feat_im.detach() if reuse else feat_im)  # [H + 1, M, bins]
         values = losses.twohot_mean(critic_logits.detach() if reuse else critic_logits, bins, space)  # [H + 1, M]
         alive = 1.0 - terminal.flatten()  # [M]
-        returns, weights = imagination_targets(rewards_im, cfg.gamma * continues, values, alive, cfg.gamma,
-                                               cfg.lmbda, current=False)  # [H, M] each
-        low, high, scale = losses.percentile_scale(dist.all_gather_cat(returns.detach().flatten()), moments.low,
-                                                   moments.high, cfg.moments_decay, cfg.moments_limit,
-                                                   (cfg.moments_low, cfg.moments_high))
+        returns, weights = imagination_targets(
+            rewards_im, cfg.gamma * continues, values, alive, cfg.gamma, cfg.lmbda, current=False
+        )  # [H, M] each
+        low, high, scale = losses.percentile_scale(
+            dist.all_gather_cat(returns.detach().flatten()),
+            moments.low,
+            moments.high,
+            cfg.moments_decay,
+            cfg.moments_limit,
+            (cfg.moments_low, cfg.moments_high),
+        )
         moments.low.copy_(low)
         moments.high.copy_(high)
         lp, ent, ret, base, w = actor_steps(log_probs, entropies, returns, values, weights, current=False)  # [H, M]
@@ -133,16 +173,33 @@ def make_update(cfg: Config, agent: Agent, spaces: dict, world_opt: torch.optim.
         states = feat_im[:-1].detach()
         with torch.no_grad():
             slow = losses.twohot_mean(target_critic(states), bins, space)
-        critic_loss = losses.critic_loss(critic_logits[:-1] if reuse else critic(states), returns, slow, weights, bins,
-                                         cfg.critic_slow_regularizer, space)
+        critic_loss = losses.critic_loss(
+            critic_logits[:-1] if reuse else critic(states),
+            returns,
+            slow,
+            weights,
+            bins,
+            cfg.critic_slow_regularizer,
+            space,
+        )
         critic_grad = prec.optimize(critic_opt, critic_loss, critic.parameters(), cfg.critic_clip_gradients, norm=True)
         prec.update()
-        return {"losses/world_model_loss": wm["loss"].detach(), "losses/kl": wm["kl"], "losses/kl_loss": wm["kl_loss"],
-                "losses/observation_loss": wm["observation"], "losses/reward_loss": wm["reward"],
-                "losses/continue_loss": wm["continue"], "losses/actor_loss": actor_loss.detach(),
-                "losses/critic_loss": critic_loss.detach(), "losses/policy_entropy": entropies.mean().detach(),
-                "losses/lambda_return": returns.mean().detach(), "losses/return_scale": scale.detach(),
-                "grads/world_model": world_grad, "grads/actor": actor_grad, "grads/critic": critic_grad}
+        return {
+            "losses/world_model_loss": wm["loss"].detach(),
+            "losses/kl": wm["kl"],
+            "losses/kl_loss": wm["kl_loss"],
+            "losses/observation_loss": wm["observation"],
+            "losses/reward_loss": wm["reward"],
+            "losses/continue_loss": wm["continue"],
+            "losses/actor_loss": actor_loss.detach(),
+            "losses/critic_loss": critic_loss.detach(),
+            "losses/policy_entropy": entropies.mean().detach(),
+            "losses/lambda_return": returns.mean().detach(),
+            "losses/return_scale": scale.detach(),
+            "grads/world_model": world_grad,
+            "grads/actor": actor_grad,
+            "grads/critic": critic_grad,
+        }
 
     return update
 
@@ -159,8 +216,9 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
     update = build_step(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision), log=run.logger.print)
 
     def due(global_step: int, prev_step: int, n_updates: int) -> int:
-        owed = cfg.pretrain_steps + int(cfg.replay_ratio * (global_step - cfg.learning_starts + cfg.num_envs)
-                                        / run.world.size)
+        owed = cfg.pretrain_steps + int(
+            cfg.replay_ratio * (global_step - cfg.learning_starts + cfg.num_envs) / run.world.size
+        )
         return max(0, owed - n_updates)
 
     def after_update(n_updates: int) -> None:

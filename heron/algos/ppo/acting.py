@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from heron.algos.ppo.networks import ActorCritic, RecordedActing
 from heron.accel.acting import CpuTwin
+from heron.algos.ppo.networks import ActorCritic, RecordedActing
 
 
 class RolloutActing:
@@ -46,8 +46,11 @@ class RolloutActing:
     def rollout(self, noise: torch.Tensor) -> None:
         """Before a rollout: its noise, and the numpy acting step on the weights as they now are."""
         self.noise = noise
-        self.fast = None if self.recorded is not None else \
-            (self.twin.refresh() if self.twin is not None else self.model).numpy_acting(self.num_envs)
+        self.fast = (
+            None
+            if self.recorded is not None
+            else (self.twin.refresh() if self.twin is not None else self.model).numpy_acting(self.num_envs)
+        )
         self.noise_np = noise.cpu().numpy() if self.fast is not None else None
 
     def act(self, t: int, obs: Any, state: torch.Tensor) -> tuple[Any, Any, Any, Any, Any, torch.Tensor]:

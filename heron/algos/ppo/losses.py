@@ -22,8 +22,9 @@ def advantages(mb: dict[str, torch.Tensor], normalize: bool) -> torch.Tensor:
     return adv
 
 
-def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
-                dual_clip: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def policy_loss(
+    logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float, dual_clip: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped surrogate (Schulman et al. 2017, eq. 7), as a loss to minimize:
 
         r = pi(a|s) / pi_old(a|s)
@@ -40,8 +41,9 @@ def policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, c
     return policy_terms(logp, logp_old, adv, clip_coef, dual_clip)[:3]
 
 
-def policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float,
-                  dual_clip: float) -> tuple[torch.Tensor, ...]:
+def policy_terms(
+    logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_coef: float, dual_clip: float
+) -> tuple[torch.Tensor, ...]:
     """``policy_loss``'s three values, then what its derivative reuses: r, r A, clip(r) A."""
     assert logp.shape == logp_old.shape == adv.shape, (logp.shape, logp_old.shape, adv.shape)
     log_ratio = logp - logp_old
@@ -56,8 +58,9 @@ def policy_terms(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, 
     return clipped.mean(), approx_kl, clipfrac, ratio, surr1, surr2
 
 
-def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
-               clip: bool = True) -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float, clip: bool = True
+) -> torch.Tensor:
     """0.5 * mean squared error to the returns; with ``clip``, the pessimistic maximum of the plain
     and the clipped error, where the clipped value stays within +-clip_coef of the rollout's value
     (the PPO2 baselines trick, DI-engine's ``use_value_clip``):
@@ -67,8 +70,9 @@ def value_loss(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Te
     return value_terms(values, values_old, returns, clip_coef, clip)[0]
 
 
-def value_terms(values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float,
-                 clip: bool) -> tuple[torch.Tensor, ...]:
+def value_terms(
+    values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float, clip: bool
+) -> tuple[torch.Tensor, ...]:
     """``value_loss``, then what its derivative reuses: V - R, (V - R)^2, and with ``clip`` the
     clipped value's error V_clipped - R, its square and V - V_old (else None)."""
     assert values.shape == values_old.shape == returns.shape

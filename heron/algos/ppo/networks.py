@@ -9,7 +9,7 @@ step by step (``step``) is the same computation with L = 1, which the tests chec
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -36,8 +36,14 @@ class Body(nn.Module):
     ``(size, image shape or None)``. Images go through their own CNN, vectors pass through, and
     the results are concatenated."""
 
-    def __init__(self, parts: list[tuple[int, tuple | None]], flat: bool, recurrent: str, rnn_hidden: int,
-                 hidden: tuple[int, ...]):
+    def __init__(
+        self,
+        parts: list[tuple[int, tuple | None]],
+        flat: bool,
+        recurrent: str,
+        rnn_hidden: int,
+        hidden: tuple[int, ...],
+    ):
         super().__init__()
         self.flat = flat
         self.parts = [(size, None if shape is None else image_layout(shape)) for size, shape in parts]
@@ -107,7 +113,7 @@ class ActionHead(nn.Module):
         if self.kind == "box":
             if self.state_dependent:
                 with torch.no_grad():
-                    self.linear.bias[self.dim:] = init_log_std
+                    self.linear.bias[self.dim :] = init_log_std
             else:
                 self.log_std = nn.Parameter(torch.full((self.dim,), float(init_log_std)))
 
@@ -147,8 +153,9 @@ class ActionHead(nn.Module):
             return mean + log_std.exp() * eps, (-0.5 * eps.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
         logps = self._logits(params)
         uniforms = [torch.rand_like(lp) for lp in logps] if noise is None else noise.split(self.sizes, -1)
-        picks = [(lp - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1, keepdim=True)
-                 for lp, u in zip(logps, uniforms)]
+        picks = [
+            (lp - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1, keepdim=True) for lp, u in zip(logps, uniforms)
+        ]
         logp = sum(lp.gather(-1, a).squeeze(-1) for lp, a in zip(logps, picks))
         actions = picks[0].squeeze(-1) if self.kind == "discrete" else torch.cat(picks, -1)
         return actions, logp
@@ -159,7 +166,7 @@ class ActionHead(nn.Module):
         picks = [lp.argmax(-1) for lp in self._logits(params)]
         return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
 
-    def terms(self, params: torch.Tensor) -> "HeadTerms":
+    def terms(self, params: torch.Tensor) -> HeadTerms:
         """The distribution of ``params`` [B, P], its pieces computed once (``HeadTerms``)."""
         return HeadTerms(self, params)
 
@@ -190,8 +197,9 @@ class HeadTerms:
         """``log_std``: a free log-std [A] (then ``params`` are the means [B, A], not joined to it)."""
         self.head = head
         if head.kind == "box":
-            self.mean, self.raw_log_std = (params, log_std.expand_as(params)) if log_std is not None \
-                else params.split(head.dim, -1)
+            self.mean, self.raw_log_std = (
+                (params, log_std.expand_as(params)) if log_std is not None else params.split(head.dim, -1)
+            )
             self.log_std = self.raw_log_std.clamp(*LOG_STD_BOUNDS)
             self.std = self.z = None
         else:
@@ -208,7 +216,7 @@ class HeadTerms:
         if self.head.kind == "discrete":
             return self.logps[0].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         acts = actions.long()
-        return _total(lp.gather(-1, acts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(self.logps))
+        return _total(lp.gather(-1, acts[..., i : i + 1]).squeeze(-1) for i, lp in enumerate(self.logps))
 
     def entropy(self) -> torch.Tensor:
         """[B]: the entropy, summed over the action's entries or categoricals."""
@@ -238,7 +246,7 @@ class NumpyActing:
     in the same order, in float32. Make one per rollout: a free log-std is read (clamped) when it is
     made, and the optimizer moves it between rollouts."""
 
-    def __init__(self, model: "ActorCritic"):
+    def __init__(self, model: ActorCritic):
         self.pi, self.v = (acting.NumpyMLP(layers, np.tanh) for layers in model._direct)
         self.norm = model.norm
         head = self.head = model.pi_head
@@ -254,7 +262,7 @@ class NumpyActing:
         out = self.pi(acting.normalize(obs, self.norm))
         head = self.head
         if head.kind == "box":
-            return np.minimum(np.maximum(out[:, :head.dim], self.low), self.high)
+            return np.minimum(np.maximum(out[:, : head.dim], self.low), self.high)
         picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
         return picks[0] if head.kind == "discrete" else np.stack(picks, -1)
 
@@ -264,7 +272,7 @@ class NumpyActing:
         head = self.head
         if head.kind == "box":
             if self.log_std is None:
-                out, log_std = out[:, :head.dim], np.clip(out[:, head.dim:], *LOG_STD_BOUNDS)
+                out, log_std = out[:, : head.dim], np.clip(out[:, head.dim :], *LOG_STD_BOUNDS)
             else:
                 log_std = self.log_std
             actions = out + np.exp(log_std) * noise
@@ -291,7 +299,7 @@ class RecordedActing:
     [N, A + 2] output (``GraphedActor``), so an env step makes one copy back; integer actions
     travel as float32, exact below 2^24."""
 
-    def __init__(self, model: "ActorCritic", device: torch.device | str):
+    def __init__(self, model: ActorCritic, device: torch.device | str):
         from heron.accel.acting import GraphedActor
 
         head = self.head = model.pi_head
@@ -300,8 +308,9 @@ class RecordedActing:
         def packed(obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
             params, values, _ = model.step(obs, torch.zeros(len(obs), 0, device=obs.device))
             actions, logp = head.sample_logp(params, noise)
-            return torch.cat([actions.reshape(len(obs), -1).float(), logp[:, None].float(),
-                              values[:, None].float()], -1)  # [N, A + 2]
+            return torch.cat(
+                [actions.reshape(len(obs), -1).float(), logp[:, None].float(), values[:, None].float()], -1
+            )  # [N, A + 2]
 
         self.graph = GraphedActor(packed, device)
         if head.kind == "box":
@@ -324,15 +333,27 @@ class ActorCritic(nn.Module):
     is one tensor [B, S] = [actor state | critic state]. ``norm`` holds the observation statistics
     and ``value_norm`` the return statistics: both are buffers, saved with every checkpoint."""
 
-    def __init__(self, spaces: dict, hidden: tuple[int, ...], shared: bool, recurrent: str, rnn_hidden: int,
-                 obs_norm: bool, value_norm: bool, state_dependent_std: bool, init_log_std: float):
+    def __init__(
+        self,
+        spaces: dict,
+        hidden: tuple[int, ...],
+        shared: bool,
+        recurrent: str,
+        rnn_hidden: int,
+        obs_norm: bool,
+        value_norm: bool,
+        state_dependent_std: bool,
+        init_log_std: float,
+    ):
         super().__init__()
         obs_shape = tuple(spaces["obs_shape"])
         layout = spaces.get("obs_parts")  # Dict observations with images, flattened: [[key, shape, image]]
         if layout:
             parts = [(math.prod(shape), tuple(shape) if image else None) for _, shape, image in layout]
             offsets = torch.cumsum(torch.tensor([0] + [size for size, _ in parts]), 0).tolist()
-            vec = [i for (size, shape), start in zip(parts, offsets) if shape is None for i in range(start, start + size)]
+            vec = [
+                i for (size, shape), start in zip(parts, offsets) if shape is None for i in range(start, start + size)
+            ]
         elif len(obs_shape) == 3:
             parts, vec = [(0, obs_shape)], []
         else:
@@ -351,8 +372,10 @@ class ActorCritic(nn.Module):
         # ``Precision.apply`` sets the bodies' amp_dtype: then the layers' hooks and casts must run)
         self._direct = None
         if self.state_size == 0 and self.v_body is not None and not self.flat and not self.pi_body.cnns:
-            self._direct = ([m for m in self.pi_body.mlp if isinstance(m, nn.Linear)] + [self.pi_head.linear],
-                            [m for m in self.v_body.mlp if isinstance(m, nn.Linear)] + [self.v_head])
+            self._direct = (
+                [m for m in self.pi_body.mlp if isinstance(m, nn.Linear)] + [self.pi_head.linear],
+                [m for m in self.v_body.mlp if isinstance(m, nn.Linear)] + [self.v_head],
+            )
 
     def direct_ok(self) -> bool:
         """Whether this call may take the direct layers: an eligible model, float32, no gradients."""
@@ -369,8 +392,9 @@ class ActorCritic(nn.Module):
         log-std), or None where acting stays in torch: recurrent, CNN or shared bodies, mixed
         precision, a GPU (training then acts on a CPU twin: ``heron.accel.acting.CpuTwin``), or
         products large enough for numpy's BLAS to take more threads than the run's."""
-        if self._direct is None or not acting.eligible(num_envs, self._direct[0] + self._direct[1],
-                                                        self.pi_body.mlp.amp_dtype):
+        if self._direct is None or not acting.eligible(
+            num_envs, self._direct[0] + self._direct[1], self.pi_body.mlp.amp_dtype
+        ):
             return None
         return NumpyActing(self)
 
@@ -401,20 +425,22 @@ class ActorCritic(nn.Module):
         if self.norm.enabled:
             self.norm.update(self.norm_input(obs))
 
-    def forward(self, obs: torch.Tensor, state0: torch.Tensor,
-                starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """obs [B, L, ...], state0 [B, S], starts [B, L] -> policy params [B, L, P], normalized
         values [B, L], states after each step [B, L, S]."""
         x = self._in(obs)
-        pi_feats, pi_states = self.pi_body(x, state0[:, :self.pi_state], starts)
+        pi_feats, pi_states = self.pi_body(x, state0[:, : self.pi_state], starts)
         if self.v_body is None:
             v_feats, v_states = pi_feats, pi_states[..., :0]
         else:
-            v_feats, v_states = self.v_body(x, state0[:, self.pi_state:], starts)
+            v_feats, v_states = self.v_body(x, state0[:, self.pi_state :], starts)
         return self.pi_head(pi_feats), self.v_head(v_feats).squeeze(-1), torch.cat([pi_states, v_states], -1)
 
-    def values(self, obs: torch.Tensor, state0: torch.Tensor,
-               starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def values(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic alone: normalized values [B, L] and the states after each step [B, L, S] of
         ``forward``; feed-forward MLPs without gradients run only the critic's layers (re-valuing a
         rollout before every epoch, ``--recompute-adv``), with the same numbers."""
@@ -451,7 +477,7 @@ class ActorCritic(nn.Module):
             actions = self.pi_head.mode(params) if deterministic else self.pi_head.sample(params)
             return self.pi_head.to_env(actions), state
         no_starts = torch.zeros(obs.shape[0], 1, dtype=torch.bool, device=obs.device)
-        feats, states = self.pi_body(self._in(obs[:, None]), state[:, :self.pi_state], no_starts)
+        feats, states = self.pi_body(self._in(obs[:, None]), state[:, : self.pi_state], no_starts)
         params = self.pi_head(feats[:, 0])
         actions = self.pi_head.mode(params) if deterministic else self.pi_head.sample(params)
-        return self.pi_head.to_env(actions), torch.cat([states[:, 0], state[:, self.pi_state:]], -1)
+        return self.pi_head.to_env(actions), torch.cat([states[:, 0], state[:, self.pi_state :]], -1)

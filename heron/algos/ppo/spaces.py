@@ -12,8 +12,8 @@ from heron.algos.ppo.config import Config
 from heron.envs import atari
 from heron.envs.make import VecEnv, probe_spaces
 from heron.envs.native import NativeVecEnv, require_vector_entry_point
-from heron.runtime.run import Run
 from heron.errors import HeronError
+from heron.runtime.run import Run
 
 
 def action_info(space: gym.Space, env_id: str) -> dict:
@@ -25,8 +25,11 @@ def action_info(space: gym.Space, env_id: str) -> dict:
     if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
         return {"kind": "multidiscrete", "nvec": [2] * int(space.shape[0])}
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        return {"kind": "box", "low": torch.as_tensor(space.low, dtype=torch.float32),
-                "high": torch.as_tensor(space.high, dtype=torch.float32)}
+        return {
+            "kind": "box",
+            "low": torch.as_tensor(space.low, dtype=torch.float32),
+            "high": torch.as_tensor(space.high, dtype=torch.float32),
+        }
     raise HeronError(f"ppo supports Discrete, MultiDiscrete, MultiBinary and 1-D Box actions; {env_id} has {space}")
 
 
@@ -47,8 +50,12 @@ def obs_parts(env_id: str) -> list | None:
 
 def spaces_of(cfg: Config, obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its network without making an env."""
-    return {"obs_shape": list(obs_space.shape), "obs_dtype": str(np.dtype(obs_space.dtype)),
-            "action": action_info(act_space, cfg.env_id), "obs_parts": obs_parts(cfg.env_id)}
+    return {
+        "obs_shape": list(obs_space.shape),
+        "obs_dtype": str(np.dtype(obs_space.dtype)),
+        "action": action_info(act_space, cfg.env_id),
+        "obs_parts": obs_parts(cfg.env_id),
+    }
 
 
 def check(cfg: Config) -> dict:
@@ -59,7 +66,9 @@ def check(cfg: Config) -> dict:
     image = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == np.uint8
     vector = isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
     if not (image or vector):
-        raise HeronError(f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}")
+        raise HeronError(
+            f"ppo needs vector observations, uint8 images or a Dict of those; {cfg.env_id} has {obs_space}"
+        )
     if cfg.vector_mode == "native":
         require_vector_entry_point(cfg.env_id)
     else:
@@ -72,8 +81,9 @@ def make_envs(cfg: Config, run: Run):
     n = run.local(cfg.num_envs)
     if cfg.vector_mode == "native":
         return NativeVecEnv(cfg.env_id, n, run.env_seed(n), keep_tensors=True, train_device=run.device)
-    backend = atari.choose_backend(cfg.env_id, cfg.env_backend,
-                                   run.resume_state["envs"] if run.resume_state is not None else None)
+    backend = atari.choose_backend(
+        cfg.env_id, cfg.env_backend, run.resume_state["envs"] if run.resume_state is not None else None
+    )
     if backend == "envpool":
         return atari.EnvPoolVecEnv(cfg.env_id, n, run.env_seed(n))
     if backend == "ale":

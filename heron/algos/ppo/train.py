@@ -24,22 +24,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from heron.accel.acting import Policy
+from heron.accel.step import build_step
+from heron.algos import offpolicy
 from heron.algos.ppo import losses
-from heron.algos.ppo.config import Config
 from heron.algos.ppo.acting import RolloutActing
+from heron.algos.ppo.config import Config
 from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.spaces import make_envs, spaces_of
+from heron.errors import HeronError
 from heron.ops import dist
-from heron.algos import offpolicy
+from heron.ops.adam import adam
 from heron.ops.rng import set_rng_state
 from heron.rl.buffers import RolloutBuffer
-from heron.ops.adam import adam
-from heron.accel.acting import Policy
 from heron.rl.returns import RewardScaler, gae, nstep_returns
-from heron.runtime.run import Run
 from heron.rl.schedules import set_lr
-from heron.accel.step import build_step
-from heron.errors import HeronError
+from heron.runtime.run import Run
 
 if TYPE_CHECKING:
     from heron.accel.precision import Precision
@@ -48,13 +48,23 @@ if TYPE_CHECKING:
 @dataclass
 class Nets:
     """What a gradient step works on."""
+
     model: ActorCritic
     opt: torch.optim.Optimizer
 
 
 def _build(cfg: Config, spaces: dict) -> ActorCritic:
-    return ActorCritic(spaces, tuple(cfg.hidden_sizes), cfg.shared_network, cfg.recurrent, cfg.rnn_hidden_size,
-                       cfg.obs_norm, cfg.value_norm, cfg.state_dependent_std, cfg.init_log_std)
+    return ActorCritic(
+        spaces,
+        tuple(cfg.hidden_sizes),
+        cfg.shared_network,
+        cfg.recurrent,
+        cfg.rnn_hidden_size,
+        cfg.obs_norm,
+        cfg.value_norm,
+        cfg.state_dependent_std,
+        cfg.init_log_std,
+    )
 
 
 def _obs_dtype(spaces: dict) -> torch.dtype:
@@ -70,8 +80,9 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 # -- re-valuing stored data and computing targets ----------------------------------------------------
 def as_sequences(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rollouts [k, T, N, ...] -> per-env sequences [k*N, T, ...]; state0 [k, N, S] -> [k*N, S]."""
-    return {name: (t.flatten(0, 1) if name == "state0" else t.transpose(1, 2).flatten(0, 1))
-            for name, t in data.items()}
+    return {
+        name: (t.flatten(0, 1) if name == "state0" else t.transpose(1, 2).flatten(0, 1)) for name, t in data.items()
+    }
 
 
 @torch.no_grad()
@@ -95,22 +106,28 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
     chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
     values, states = [], []
     for i in range(0, seq["obs"].shape[0], chunk):
-        v, st = model.values(seq["obs"][i:i + chunk], seq["state0"][i:i + chunk], seq["starts"][i:i + chunk])
+        v, st = model.values(seq["obs"][i : i + chunk], seq["state0"][i : i + chunk], seq["starts"][i : i + chunk])
         values.append(v)
         states.append(st)
     values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
     next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
     rows, cols = need.nonzero(as_tuple=True)
     for i in range(0, len(rows), 1024):
-        part = (rows[i:i + 1024], cols[i:i + 1024])
+        part = (rows[i : i + 1024], cols[i : i + 1024])
         no_starts = torch.zeros(len(part[0]), 1, dtype=torch.bool, device=values.device)
         v, _ = model.values(seq["next_obs"][part][:, None], states[part], no_starts)
         next_values[part] = v[:, 0]
     return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
 
 
-def targets(seq: dict[str, torch.Tensor], values: torch.Tensor, next_values: torch.Tensor, gamma: float,
-            gae_lambda: float, nstep: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def targets(
+    seq: dict[str, torch.Tensor],
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    nstep: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, value targets) [k*N, T]: GAE(lambda), or with ``nstep`` > 0 n-step returns and
     A = G - V (off-policy mode). The estimators take time-major [T, k*N]."""
     r, term, trunc = seq["rewards"].T, seq["terminated"].T, seq["truncated"].T
@@ -138,8 +155,13 @@ def make_update(cfg: Config, model: ActorCritic, opt: torch.optim.Optimizer, pre
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         prec.optimize(opt, loss, weights, cfg.max_grad_norm)  # (torchrun: the global gradient)
         prec.update()
-        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
-                "losses/entropy": entropy.detach(), "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac}
+        return {
+            "losses/policy_loss": pg_loss.detach(),
+            "losses/value_loss": v_loss.detach(),
+            "losses/entropy": entropy.detach(),
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clipfrac,
+        }
 
     return update
 
@@ -159,32 +181,58 @@ def train(cfg: Config, run: Run) -> dict:
     # reset: that row holds no transition (``Step.valid``) and no minibatch draws it
     masked = cfg.vector_mode == "native"
     iterations = -(-cfg.total_steps // (T * cfg.num_envs))
-    act_shape = {"discrete": (), "multidiscrete": (len(spaces["action"].get("nvec", ())),),
-                 "box": (len(spaces["action"].get("low", ())),)}[head.kind]
+    act_shape = {
+        "discrete": (),
+        "multidiscrete": (len(spaces["action"].get("nvec", ())),),
+        "box": (len(spaces["action"].get("low", ())),),
+    }[head.kind]
     f32, obs_dt = torch.float32, _obs_dtype(spaces)
     obs_shape = tuple(spaces["obs_shape"])
-    buf = RolloutBuffer(cfg.replay_rollouts if off_policy else 1, T, N, {
-        "obs": (obs_shape, obs_dt), "next_obs": (obs_shape, obs_dt),
-        "actions": (act_shape, f32 if head.kind == "box" else torch.int64),
-        "logp": ((), f32), "values": ((), f32), "rewards": ((), f32),
-        "terminated": ((), torch.bool), "truncated": ((), torch.bool), "starts": ((), torch.bool),
-        **({"valid": ((), torch.bool)} if masked else {}),
-    }, {"state0": ((S,), f32)}, device)
-    scaler = RewardScaler(N, cfg.gamma, moments=dist.global_moments if run.world.distributed else None) \
-        if cfg.reward_scale else None
+    buf = RolloutBuffer(
+        cfg.replay_rollouts if off_policy else 1,
+        T,
+        N,
+        {
+            "obs": (obs_shape, obs_dt),
+            "next_obs": (obs_shape, obs_dt),
+            "actions": (act_shape, f32 if head.kind == "box" else torch.int64),
+            "logp": ((), f32),
+            "values": ((), f32),
+            "rewards": ((), f32),
+            "terminated": ((), torch.bool),
+            "truncated": ((), torch.bool),
+            "starts": ((), torch.bool),
+            **({"valid": ((), torch.bool)} if masked else {}),
+        },
+        {"state0": ((S,), f32)},
+        device,
+    )
+    scaler = (
+        RewardScaler(N, cfg.gamma, moments=dist.global_moments if run.world.distributed else None)
+        if cfg.reward_scale
+        else None
+    )
     # sequences (recurrent) or steps per minibatch: this process's share of each global minibatch
     mb_units = (N if recurrent else T * N) // cfg.num_minibatches
 
-    update = build_step(cfg, make_update(cfg, model, opt, run.precision), "ppo", Nets(model, opt), run.precision,
-                        log=run.logger.print,
-                        optimizers=(opt,))
+    update = build_step(
+        cfg,
+        make_update(cfg, model, opt, run.precision),
+        "ppo",
+        Nets(model, opt),
+        run.precision,
+        log=run.logger.print,
+        optimizers=(opt,),
+    )
 
     def as_units(seq: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Minibatch units: whole sequences (recurrent) or single steps [k*N*T, 1, ...]."""
         if recurrent:
             return seq
-        return {name: (t[:, None].expand(-1, T, 0).flatten(0, 1) if name == "state0"
-                       else t.flatten(0, 1).unsqueeze(1)) for name, t in seq.items()}
+        return {
+            name: (t[:, None].expand(-1, T, 0).flatten(0, 1) if name == "state0" else t.flatten(0, 1).unsqueeze(1))
+            for name, t in seq.items()
+        }
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def policy_state() -> dict:
@@ -249,13 +297,22 @@ def train(cfg: Config, run: Run) -> dict:
             valid = (torch.ones_like(done) if envs.tensors else np.ones(N, bool)) if step.valid is None else step.valid
             for name, value in zip(seen, (obs_t, actions, logp, v)):
                 seen[name].append(value)
-            for name, value in zip(got, (scaler(step.rewards, done) if scaler else step.rewards, starts,
-                                         step.terminated, step.truncated, valid)):
+            for name, value in zip(
+                got,
+                (
+                    scaler(step.rewards, done) if scaler else step.rewards,
+                    starts,
+                    step.terminated,
+                    step.truncated,
+                    valid,
+                ),
+            ):
                 got[name].append(value)
             if done.any():  # (a tensor env's: tensors on its device)
                 ended = done.nonzero().flatten() if envs.tensors else np.flatnonzero(done)
-                finals.append((torch.full((len(ended),), t), torch.as_tensor(ended).cpu(),
-                               torch.as_tensor(step.next_obs[ended])))
+                finals.append(
+                    (torch.full((len(ended),), t), torch.as_tensor(ended).cpu(), torch.as_tensor(step.next_obs[ended]))
+                )
             obs, starts = step.obs, done if step.started is None else step.started
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
@@ -282,27 +339,40 @@ def train(cfg: Config, run: Run) -> dict:
         for epoch in range(cfg.update_epochs):
             if epoch == 0 or cfg.recompute_adv:
                 values, next_values = value_pass(model, seq)
-                adv, returns = targets(seq, values, next_values, cfg.gamma, cfg.gae_lambda,
-                                       cfg.nstep if off_policy else 0)
+                adv, returns = targets(
+                    seq, values, next_values, cfg.gamma, cfg.gae_lambda, cfg.nstep if off_policy else 0
+                )
                 if epoch == 0:
-                    seen_returns, seen_values = (returns, seq["values"]) if real is None else \
-                        (returns[real], seq["values"][real])
+                    seen_returns, seen_values = (
+                        (returns, seq["values"]) if real is None else (returns[real], seq["values"][real])
+                    )
                     dist.update_norm(model.value_norm, seen_returns)  # (identity when --value-norm is off)
                     explained = losses.explained_variance(seen_values, seen_returns)
-                units = as_units({**seq, "adv": adv, "returns_n": model.value_norm(returns),
-                                  "values_n": model.value_norm(seq["values"])})
+                units = as_units(
+                    {
+                        **seq,
+                        "adv": adv,
+                        "returns_n": model.value_norm(returns),
+                        "values_n": model.value_norm(seq["values"]),
+                    }
+                )
             if real is None:
-                order = torch.randperm(units["adv"].shape[0], device=device)[:mb_units * cfg.num_minibatches]
+                order = torch.randperm(units["adv"].shape[0], device=device)[: mb_units * cfg.num_minibatches]
             else:  # the transitions only, in minibatches of an equal share of them
                 rows = units["valid"].flatten().nonzero().squeeze(1)
                 mb_units = len(rows) // cfg.num_minibatches
-                order = rows[torch.randperm(len(rows), device=device)[:mb_units * cfg.num_minibatches]]
+                order = rows[torch.randperm(len(rows), device=device)[: mb_units * cfg.num_minibatches]]
             # one gather per field and epoch; minibatch j is then the slice [j * mb_units, (j + 1) * mb_units)
-            shuffled = {k: units[k][order] for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n",
-                                                      "values_n")}
+            shuffled = {
+                k: units[k][order]
+                for k in ("obs", "state0", "starts", "actions", "logp", "adv", "returns_n", "values_n")
+            }
             batches = [slice(j * mb_units, (j + 1) * mb_units) for j in range(cfg.num_minibatches)]
-            adv_stats = dist.mean_std([shuffled["adv"][part] for part in batches]) \
-                if cfg.norm_adv and run.world.distributed else None  # one all-reduce for the epoch's minibatches
+            adv_stats = (
+                dist.mean_std([shuffled["adv"][part] for part in batches])
+                if cfg.norm_adv and run.world.distributed
+                else None
+            )  # one all-reduce for the epoch's minibatches
             for j, part in enumerate(batches):
                 mb = {k: v[part] for k, v in shuffled.items()}
                 if adv_stats:
@@ -319,7 +389,8 @@ def train(cfg: Config, run: Run) -> dict:
         iteration += 1
         boundary = at_boundary()
 
-        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,
-                       checkpoint_state)
+        run.after_step(
+            global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state, checkpoint_state
+        )
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)

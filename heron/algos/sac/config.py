@@ -20,13 +20,17 @@ class Config(OffPolicyConfig):
     alpha: float = opt(0.2, "entropy coefficient (initial value when --autotune)")
     target_entropy_scale: float = opt(1.0, "target entropy = -scale * action dimensions")
     lr_schedule: str = opt("constant", "learning-rate schedule over training (skrl)", ("constant", "linear", "cosine"))
-    recurrent: str = opt("none", "recurrent actor and critics for partial observability (skrl SAC_RNN)",
-                         ("none", "lstm", "gru"))
+    recurrent: str = opt(
+        "none", "recurrent actor and critics for partial observability (skrl SAC_RNN)", ("none", "lstm", "gru")
+    )
     rnn_hidden_size: int = opt(128, "recurrent state size (with --recurrent)")
     sequence_length: int = opt(16, "length of sampled training sequences (with --recurrent)")
     burn_in: int = opt(0, "leading steps of each sequence that only warm up the recurrent state")
-    fused_update: bool = opt(True, "the hand-written gradient step (heron/accel/handwritten/sac.py) where it applies: "
-                             "feed-forward networks, float32 or bf16-mixed, no --compile; off: autograd")
+    fused_update: bool = opt(
+        True,
+        "the hand-written gradient step (heron/accel/handwritten/sac.py) where it applies: "
+        "feed-forward networks, float32 or bf16-mixed, no --compile; off: autograd",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -44,17 +48,41 @@ class Config(OffPolicyConfig):
         if not 0 <= self.burn_in < self.sequence_length:
             raise HeronError("--burn-in must be >= 0 and smaller than --sequence-length")
         if self.learning_starts < self.sequence_length * self.num_envs:
-            raise HeronError(f"--learning-starts must be at least --sequence-length x --num-envs "
-                             f"({self.sequence_length * self.num_envs}) with --recurrent")
+            raise HeronError(
+                f"--learning-starts must be at least --sequence-length x --num-envs "
+                f"({self.sequence_length * self.num_envs}) with --recurrent"
+            )
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
-                  eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100, sequence_length=8),
-    "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, policy_lr=1e-3,
-                     eval_every=5000, eval_episodes=30),
-    "mujoco": dict(total_steps=1_000_000, learning_starts=5000, buffer_size=1_000_000, eval_every=10_000,
-                   eval_episodes=10, checkpoint_every=100_000),
+    "debug": dict(
+        total_steps=1500,
+        learning_starts=300,
+        batch_size=64,
+        buffer_size=5000,
+        hidden_sizes=(64, 64),
+        eval_every=750,
+        eval_episodes=2,
+        checkpoint_every=750,
+        log_every=100,
+        sequence_length=8,
+    ),
+    "pendulum": dict(
+        env_id="Pendulum-v1",
+        total_steps=15_000,
+        learning_starts=1000,
+        policy_lr=1e-3,
+        eval_every=5000,
+        eval_episodes=30,
+    ),
+    "mujoco": dict(
+        total_steps=1_000_000,
+        learning_starts=5000,
+        buffer_size=1_000_000,
+        eval_every=10_000,
+        eval_episodes=10,
+        checkpoint_every=100_000,
+    ),
 }
 
 # heron tune's search space (docs/guide/tuning-export.md, "What is searched"): log = log-uniform, range = uniform, int,

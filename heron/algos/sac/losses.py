@@ -11,8 +11,14 @@ from __future__ import annotations
 import torch
 
 
-def soft_q_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor,
-                  next_log_prob: torch.Tensor, alpha: torch.Tensor, gamma: float) -> torch.Tensor:
+def soft_q_target(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    alpha: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
     """y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))  (eq. 2-3).
 
     rewards, terminated, next_log_prob: [B]; next_q: [2, B] (the target critics). Truncated

@@ -10,7 +10,17 @@ import torch
 from torch import nn
 
 from heron.accel import acting
-from heron.rl.nets import (LOG_STD_MAX, LOG_STD_MIN, Encoder, EnsembleMLP, RunningNorm, mlp, squash, squash_log_std, tanh_normal_sample)
+from heron.rl.nets import (
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    Encoder,
+    EnsembleMLP,
+    RunningNorm,
+    mlp,
+    squash,
+    squash_log_std,
+    tanh_normal_sample,
+)
 
 
 class Actor(nn.Module):
@@ -78,7 +88,7 @@ class NumpyActor:
         self.scale, self.bias, self.dim = actor.scale.numpy(), actor.bias.numpy(), actor.action_dim
 
     @staticmethod
-    def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
+    def of(actor: Actor, num_envs: int, mixed: bool = False) -> NumpyActor | None:
         """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None.
         ``mixed``: under mixed precision too, in float32 (training's acting; ``heron.accel.acting``)."""
         amp = None if mixed else actor.net.amp_dtype
@@ -91,13 +101,13 @@ class NumpyActor:
     def gaussian(self, obs: np.ndarray) -> np.ndarray:
         """``Actor.gaussian`` in numpy: [N, 2A], the means then the standard deviations."""
         out = self.mlp(acting.normalize(obs, self.norm))
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, self.dim:]) + 1)  # squash_log_std
-        out[:, self.dim:] = np.exp(log_std)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, self.dim :]) + 1)  # squash_log_std
+        out[:, self.dim :] = np.exp(log_std)
         return out
 
     def mode(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic actions (``Actor.deterministic``): the squashed mean, rescaled."""
-        return np.tanh(self.mlp(acting.normalize(obs, self.norm))[:, :self.dim]) * self.scale + self.bias
+        return np.tanh(self.mlp(acting.normalize(obs, self.norm))[:, : self.dim]) * self.scale + self.bias
 
 
 class Critic(nn.Module):
@@ -113,7 +123,9 @@ class Critic(nn.Module):
     def state_size(self) -> int:
         return self.encoders[0].state_size
 
-    def encode(self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [B, L, D], state0 [B, E, S] -> features [E, B, L, F], states [B, L, E, S]."""
         out = [enc(obs, state0[:, i], starts) for i, enc in enumerate(self.encoders)]
         return torch.stack([f for f, _ in out]), torch.stack([s for _, s in out], 2)
@@ -129,8 +141,15 @@ class Critic(nn.Module):
         return self.q(x).squeeze(-1)
 
 
-def build(obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: tuple[int, ...], obs_norm: bool,
-          recurrent: str, rnn_hidden: int) -> tuple[Actor, Critic]:
+def build(
+    obs_dim: int,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    hidden: tuple[int, ...],
+    obs_norm: bool,
+    recurrent: str,
+    rnn_hidden: int,
+) -> tuple[Actor, Critic]:
     norm = RunningNorm((obs_dim,), enabled=obs_norm)
     actor = Actor(Encoder(obs_dim, norm, recurrent, rnn_hidden), hidden, low, high)
     critic = Critic([Encoder(obs_dim, norm, recurrent, rnn_hidden) for _ in range(2)], hidden, low.numel())

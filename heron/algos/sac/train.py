@@ -11,29 +11,29 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from heron.accel.acting import Acting, Policy, as_like
+from heron.accel.step import Learn, build_step
+from heron.algos import offpolicy
 from heron.algos.sac import losses
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, NumpyActor, build, draw
-from heron.ops import dist
-from heron.algos import offpolicy
-from heron.accel.acting import Acting, as_like
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point, vector_env
-from heron.rl.nets import Polyak, requires_grad
-from heron.ops.adam import adam
-from heron.accel.acting import Policy
-from heron.runtime.run import Run
-from heron.rl.schedules import lr_lambda, set_lr
-from heron.rl.buffers import discount
-from heron.accel.step import Learn, build_step
 from heron.errors import HeronError
+from heron.ops import dist
+from heron.ops.adam import adam
+from heron.rl.buffers import discount
+from heron.rl.nets import Polyak, requires_grad
+from heron.rl.schedules import lr_lambda, set_lr
+from heron.runtime.run import Run
 
 if TYPE_CHECKING:
     from heron.accel.precision import Precision
@@ -51,13 +51,21 @@ def check(cfg: Config) -> dict:
 
 
 def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
-    return build(spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes),
-                 cfg.obs_norm, cfg.recurrent, cfg.rnn_hidden_size)
+    return build(
+        spaces["obs_shape"][0],
+        spaces["action_low"],
+        spaces["action_high"],
+        tuple(cfg.hidden_sizes),
+        cfg.obs_norm,
+        cfg.recurrent,
+        cfg.rnn_hidden_size,
+    )
 
 
 @dataclass
 class Nets:
     """What a gradient step works on."""
+
     actor: Actor
     critic: torch.nn.Module
     critic_target: torch.nn.Module
@@ -79,7 +87,9 @@ def _flat(x: torch.Tensor | float) -> torch.Tensor | float:
     return x.flatten() if isinstance(x, torch.Tensor) else x
 
 
-def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
+def make_update(
+    cfg: Config, nets: Nets, prec: Precision
+) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
     """The readable gradient step, through autograd: ``update(batch, update_actor) -> metrics``
     (``heron.accel.handwritten.sac`` is the same step written out, for feed-forward networks; the
     step builder checks the two agree before a run takes it)."""
@@ -93,7 +103,9 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
         obs, next_obs = batch["obs"], batch["next_obs"]  # [B, L, D]
         B, L = obs.shape[:2]
         done = batch["terminated"] | batch["truncated"]  # [B, L]
-        starts = torch.cat([torch.zeros_like(done[:, :1]), done[:, :-1]], 1)  # obs[t] opens an episode after a done at t-1
+        starts = torch.cat(
+            [torch.zeros_like(done[:, :1]), done[:, :-1]], 1
+        )  # obs[t] opens an episode after a done at t-1
         zeros = obs.new_zeros(B, 0)
         a_state0 = batch["actor_state"][:, 0] if S else zeros  # [B, S]
         c_state0 = batch["critic_state"][:, 0] if S else zeros.new_zeros(B, E, 0)  # [B, E, S]
@@ -107,17 +119,26 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             _, tq_states = critic_target.encode(obs, c_state0, starts)  # [B, L, E, S]
             tq_feats, _ = critic_target.encode_step(next_obs.flatten(0, 1), tq_states.flatten(0, 1))
             next_q = critic_target.values(tq_feats, next_actions)  # [E, B*L]
-            target = losses.soft_q_target(batch["rewards"].flatten(), batch["terminated"].flatten(),
-                                          next_q, next_log_prob, current_alpha(),
-                                          _flat(discount(batch, cfg.gamma))).view(B, L)
+            target = losses.soft_q_target(
+                batch["rewards"].flatten(),
+                batch["terminated"].flatten(),
+                next_q,
+                next_log_prob,
+                current_alpha(),
+                _flat(discount(batch, cfg.gamma)),
+            ).view(B, L)
 
         q_feats, _ = critic.encode(obs, c_state0, starts)  # [E, B, L, F]
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
         qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)
-        metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
-                   "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
-                   "losses/qf_loss": qf_losses.detach().mean()}
+        metrics = {
+            "losses/qf1_values": q[0].mean().detach(),
+            "losses/qf2_values": q[1].mean().detach(),
+            "losses/qf1_loss": qf_losses[0].detach(),
+            "losses/qf2_loss": qf_losses[1].detach(),
+            "losses/qf_loss": qf_losses.detach().mean(),
+        }
 
         if update_actor:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
@@ -138,6 +159,7 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
             metrics["losses/alpha"] = current_alpha()
         prec.update()
         return metrics
+
     return update
 
 
@@ -146,8 +168,10 @@ def train(cfg: Config, run: Run) -> dict:
     N = run.local(cfg.num_envs)  # this process's envs (all of them without torchrun)
     envs = run.own(vector_env(cfg, N, run.env_seed(N), device))
     if cfg.recurrent != "none" and getattr(envs, "mode", None) == AutoresetMode.NEXT_STEP:
-        raise HeronError(f"{cfg.env_id}'s vector env resets in next-step mode, whose reset rows would sit inside "
-                         "the recurrent variant's sequences: use --vector-mode sync")
+        raise HeronError(
+            f"{cfg.env_id}'s vector env resets in next-step mode, whose reset rows would sit inside "
+            "the recurrent variant's sequences: use --vector-mode sync"
+        )
     act_space = envs.single_action_space
     spaces = offpolicy.spaces_of(envs.single_observation_space, envs.single_action_space)
     A = act_space.shape[0]
@@ -194,8 +218,14 @@ def train(cfg: Config, run: Run) -> dict:
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
 
-    saved = {"critic": critic, "critic_target": critic_target, "log_alpha": log_alpha,
-             "actor_opt": actor_opt, "q_opt": q_opt, "alpha_opt": alpha_opt}
+    saved = {
+        "critic": critic,
+        "critic_target": critic_target,
+        "log_alpha": log_alpha,
+        "actor_opt": actor_opt,
+        "q_opt": q_opt,
+        "alpha_opt": alpha_opt,
+    }
 
     def full_state() -> dict:
         return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
@@ -239,8 +269,14 @@ def train(cfg: Config, run: Run) -> dict:
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
-        row = dict(obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
-                   terminated=step.terminated, truncated=step.truncated)
+        row = dict(
+            obs=obs,
+            next_obs=step.next_obs,
+            actions=actions,
+            rewards=step.rewards,
+            terminated=step.terminated,
+            truncated=step.truncated,
+        )
         if S:
             row.update(actor_state=a_state, critic_state=c_state)
             fresh = torch.as_tensor(step.terminated | step.truncated, device=device)
@@ -260,11 +296,13 @@ def train(cfg: Config, run: Run) -> dict:
                     set_lr(q_opt, cfg.q_lr * lr_factor(n_updates))
                 n_updates += 1
                 trains_actor = n_updates % cfg.policy_frequency == 0
-                metrics.update(run.watch(learn(trains_actor, n_updates % cfg.target_network_frequency == 0),
-                                         global_step))
+                metrics.update(
+                    run.watch(learn(trains_actor, n_updates % cfg.target_network_frequency == 0), global_step)
+                )
 
         lr = cfg.policy_lr * lr_factor(max(n_updates - 1, 0))  # the latest update's
-        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state,
-                       checkpoint_state)
+        run.after_step(
+            global_step, prev_step, metrics, {"charts/learning_rate": lr}, policy, policy_state, checkpoint_state
+        )
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)

@@ -23,8 +23,11 @@ class Config(OffPolicyConfig):
     exploration_noise: float = opt(0.1, "std of Gaussian exploration noise, as a fraction of the action half-range")
     policy_noise: float = opt(0.2, "std of target policy smoothing noise (fraction of the action half-range)")
     noise_clip: float = opt(0.5, "clip of the target smoothing noise (fraction of the action half-range)")
-    fused_update: bool = opt(True, "the hand-written gradient step (heron/accel/handwritten/td3.py) where it applies: "
-                             "on the CPU, float32 or bf16-mixed, no --compile; off: autograd")
+    fused_update: bool = opt(
+        True,
+        "the hand-written gradient step (heron/accel/handwritten/td3.py) where it applies: "
+        "on the CPU, float32 or bf16-mixed, no --compile; off: autograd",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -34,12 +37,27 @@ class Config(OffPolicyConfig):
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "debug": dict(total_steps=1500, learning_starts=300, batch_size=64, buffer_size=5000, hidden_sizes=(64, 64),
-                  eval_every=750, eval_episodes=2, checkpoint_every=750, log_every=100),
+    "debug": dict(
+        total_steps=1500,
+        learning_starts=300,
+        batch_size=64,
+        buffer_size=5000,
+        hidden_sizes=(64, 64),
+        eval_every=750,
+        eval_episodes=2,
+        checkpoint_every=750,
+        log_every=100,
+    ),
     "pendulum": dict(env_id="Pendulum-v1", total_steps=15_000, learning_starts=1000, eval_every=5000, eval_episodes=30),
     # the authors' updated code's budget and warm-up (its learning rate, 3e-4, learned more slowly)
-    "mujoco": dict(total_steps=1_000_000, learning_starts=25_000, buffer_size=1_000_000, eval_every=10_000,
-                   eval_episodes=10, checkpoint_every=100_000),
+    "mujoco": dict(
+        total_steps=1_000_000,
+        learning_starts=25_000,
+        buffer_size=1_000_000,
+        eval_every=10_000,
+        eval_episodes=10,
+        checkpoint_every=100_000,
+    ),
     # The walkthrough's and the original paper's network and optimizer settings.
     "original": dict(hidden_sizes=(400, 300), batch_size=100, policy_lr=1e-3, q_lr=1e-3, learning_starts=10_000),
 }

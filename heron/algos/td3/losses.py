@@ -10,8 +10,14 @@ from __future__ import annotations
 import torch
 
 
-def smoothed_target_actions(next_actions: torch.Tensor, noise: torch.Tensor, noise_clip: float,
-                            scale: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+def smoothed_target_actions(
+    next_actions: torch.Tensor,
+    noise: torch.Tensor,
+    noise_clip: float,
+    scale: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+) -> torch.Tensor:
     """Target policy smoothing (eq. 14-15, steps 5-6 of the walkthrough):
     a' = clip(pi'(s') + clip(eps, -c, c), low, high); ``noise`` is eps already drawn (in units of
     the action half-range ``scale``)."""

@@ -25,7 +25,9 @@ class Actor(nn.Module):
         return squash(self.net(self.norm(obs)), self.scale, self.bias)[0]
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy interface (heron.accel.acting): the greedy action; exploration noise is added by
         the training loop."""
         return self(obs), state
@@ -45,7 +47,7 @@ class NumpyActor:
         self.scale, self.bias = actor.scale.numpy(), actor.bias.numpy()
 
     @staticmethod
-    def of(actor: Actor, num_envs: int, mixed: bool = False) -> "NumpyActor | None":
+    def of(actor: Actor, num_envs: int, mixed: bool = False) -> NumpyActor | None:
         """The numpy actor where it applies (``acting.eligible``), else None. ``mixed``: under mixed
         precision too, in float32 (training's acting; ``heron.accel.acting``)."""
         amp = None if mixed else actor.net.amp_dtype
@@ -70,6 +72,8 @@ class Critic(nn.Module):
         return self.q.member(0, torch.cat([self.norm(obs), actions], -1)).squeeze(-1)
 
 
-def build(obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: tuple[int, ...], obs_norm: bool) -> tuple[Actor, Critic]:
+def build(
+    obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: tuple[int, ...], obs_norm: bool
+) -> tuple[Actor, Critic]:
     norm = RunningNorm((obs_dim,), enabled=obs_norm)
     return Actor(norm, obs_dim, hidden, low, high), Critic(norm, obs_dim, hidden, low.numel())

@@ -10,26 +10,26 @@ The update is a pure tensor function ``batch -> metrics`` (no ``.item()``), so `
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from heron.accel.acting import Acting, Policy, as_like
+from heron.accel.step import Learn, build_step
+from heron.algos import offpolicy
 from heron.algos.td3 import losses
 from heron.algos.td3.config import Config
 from heron.algos.td3.networks import NumpyActor, build
-from heron.ops import dist
-from heron.algos import offpolicy
-from heron.accel.acting import Acting, as_like
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point, vector_env
-from heron.rl.nets import Polyak, requires_grad
+from heron.ops import dist
 from heron.ops.adam import adam
-from heron.accel.acting import Policy
 from heron.rl.buffers import STEP_FIELDS, discount
+from heron.rl.nets import Polyak, requires_grad
 from heron.runtime.run import Run
-from heron.accel.step import Learn, build_step
 
 if TYPE_CHECKING:
     from heron.accel.precision import Precision
@@ -47,8 +47,9 @@ def check(cfg: Config) -> dict:
 
 
 def _build(cfg: Config, spaces: dict):
-    return build(spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes),
-                 cfg.obs_norm)
+    return build(
+        spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes), cfg.obs_norm
+    )
 
 
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
@@ -60,6 +61,7 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 @dataclass
 class Nets:
     """What a gradient step works on."""
+
     actor: torch.nn.Module
     critic: torch.nn.Module
     actor_target: torch.nn.Module
@@ -68,7 +70,9 @@ class Nets:
     q_opt: torch.optim.Optimizer
 
 
-def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
+def make_update(
+    cfg: Config, nets: Nets, prec: Precision
+) -> Callable[[dict[str, torch.Tensor], bool], dict[str, torch.Tensor]]:
     """The readable gradient step, through autograd: ``update(batch, update_actor) -> metrics``
     (``heron.accel.handwritten.td3`` is the same step written out; the step builder checks the two
     agree before a run takes it)."""
@@ -81,17 +85,23 @@ def make_update(cfg: Config, nets: Nets, prec: Precision) -> Callable[[dict[str,
         obs, next_obs = batch["obs"], batch["next_obs"]  # step 4: [B, D]
         with torch.no_grad():
             noise = torch.randn_like(batch["actions"]) * cfg.policy_noise  # step 6
-            next_actions = losses.smoothed_target_actions(actor_target(next_obs), noise, cfg.noise_clip,
-                                                          scale, low, high)  # steps 5-6
+            next_actions = losses.smoothed_target_actions(
+                actor_target(next_obs), noise, cfg.noise_clip, scale, low, high
+            )  # steps 5-6
             next_q = critic_target(next_obs, next_actions)  # step 7: [2, B]
-            target = losses.td_target(batch["rewards"], batch["terminated"], next_q,
-                                      discount(batch, cfg.gamma))  # steps 8-9
+            target = losses.td_target(
+                batch["rewards"], batch["terminated"], next_q, discount(batch, cfg.gamma)
+            )  # steps 8-9
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)  # step 12
-        metrics = {"losses/qf1_values": q[0].mean().detach(), "losses/qf2_values": q[1].mean().detach(),
-                   "losses/qf1_loss": qf_losses[0].detach(), "losses/qf2_loss": qf_losses[1].detach(),
-                   "losses/qf_loss": qf_losses.detach().mean()}
+        metrics = {
+            "losses/qf1_values": q[0].mean().detach(),
+            "losses/qf2_values": q[1].mean().detach(),
+            "losses/qf1_loss": qf_losses[0].detach(),
+            "losses/qf2_loss": qf_losses[1].detach(),
+            "losses/qf_loss": qf_losses.detach().mean(),
+        }
         if update_actor:  # step 13: delayed policy update through Q1
             requires_grad(critic_params, False)  # the actor loss needs dQ1/da only, not critic weight grads
             actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
@@ -137,8 +147,13 @@ def train(cfg: Config, run: Run) -> dict:
     def policy_state() -> dict:
         return {"actor": actor.state_dict(), "spaces": spaces}
 
-    saved = {"critic": critic, "actor_target": actor_target, "critic_target": critic_target,
-             "actor_opt": actor_opt, "q_opt": q_opt}
+    saved = {
+        "critic": critic,
+        "actor_target": actor_target,
+        "critic_target": critic_target,
+        "actor_opt": actor_opt,
+        "q_opt": q_opt,
+    }
 
     def full_state() -> dict:
         return {**policy_state(), **offpolicy.snapshot(saved, n_updates, np_rng, envs)}
@@ -169,8 +184,15 @@ def train(cfg: Config, run: Run) -> dict:
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
         dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
-        rb.add(step.valid, obs=obs, next_obs=step.next_obs, actions=actions, rewards=step.rewards,
-               terminated=step.terminated, truncated=step.truncated)
+        rb.add(
+            step.valid,
+            obs=obs,
+            next_obs=step.next_obs,
+            actions=actions,
+            rewards=step.rewards,
+            terminated=step.terminated,
+            truncated=step.truncated,
+        )
         obs = step.obs
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
@@ -182,7 +204,14 @@ def train(cfg: Config, run: Run) -> dict:
                 n_updates += 1
                 metrics.update(run.watch(learn(delayed, delayed), global_step))
 
-        run.after_step(global_step, prev_step, metrics, {"charts/learning_rate": cfg.policy_lr},
-                       policy, policy_state, checkpoint_state)
+        run.after_step(
+            global_step,
+            prev_step,
+            metrics,
+            {"charts/learning_rate": cfg.policy_lr},
+            policy,
+            policy_state,
+            checkpoint_state,
+        )
 
     return run.finish(global_step, policy, policy_state, checkpoint_state)
