@@ -307,6 +307,7 @@ def evaluate(
         env_fn=evalworker.eval_env_fn(module, cfg),
         at_once=envs or cfg.eval_envs,
     )
+    assert returns is not None, "nothing asks it to stop"
     out = {
         "mean_return": float(returns.mean()),
         "std_return": float(returns.std()),

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,12 @@ class Job:
     started: float = 0.0  # monotonic, this attempt
     start_step: int = 0  # the step this attempt began at
     log: Any = None
+
+    @property
+    def process(self) -> subprocess.Popen:
+        """The running attempt's process."""
+        assert self.proc is not None, "started"
+        return self.proc
 
     @property
     def label(self) -> str:
@@ -435,7 +441,7 @@ def run_suite(
                 running.append(job)
             time.sleep(0.2)
             for job in list(running):
-                code = job.proc.poll()
+                code = job.process.poll()
                 if code is None:
                     continue
                 running.remove(job)
@@ -453,7 +459,7 @@ def run_suite(
             signal.signal(sig, handler)
         for job in running:  # only on an exception of our own: leave no child behind
             _signal(job, signal.SIGTERM)
-            job.proc.wait()
+            job.process.wait()
     write_report(out, [suite])
     done = sum(job.finished() for job in jobs)
     echo(f"heron bench {suite}: {done}/{len(jobs)} runs finished; {out / 'results.csv'}, {out / (suite + '.md')}")
@@ -475,7 +481,7 @@ def _die_with_parent() -> None:
 
 def _signal(job: Job, sig: int) -> None:
     try:
-        job.proc.send_signal(sig)
+        job.process.send_signal(sig)
     except (OSError, ProcessLookupError):
         pass
 
@@ -497,7 +503,7 @@ def _start(job: Job, threads: int, device: str, echo: Any) -> None:
         total_steps=job.total_steps,
         command=cmd,
     )
-    job.start_step = job.checkpoint_step() if resumed else 0
+    job.start_step = (job.checkpoint_step() or 0) if resumed else 0
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     job.log = open(job.run_dir.parent / "logs" / f"{job.run_dir.name}.log", "a")
     job.log.write(f"\n$ {' '.join(cmd)}\n")
@@ -603,7 +609,7 @@ def _read_rows(path: Path) -> list[list[str]]:
 def read_results(path: str | Path) -> list[dict]:
     out = []
     for r in _read_rows(Path(path)):
-        row = dict(zip(RESULTS_HEADER, r))
+        row: dict[str, Any] = dict(zip(RESULTS_HEADER, r))
         try:
             for key in ("seed", "steps"):
                 row[key] = int(row[key])
@@ -666,7 +672,7 @@ def unfinished_runs(out: Path, suite: str, rows: list[dict]) -> list[dict]:
     return found
 
 
-def table(rows: list[dict], suite: str, unfinished: list[dict] = ()) -> str:
+def table(rows: list[dict], suite: str, unfinished: Sequence[dict] = ()) -> str:
     """The markdown table of one suite: per (env, algo), mean ± standard deviation over seeds of the
     final and the best deterministic evaluation, beside the published figures; then, one per line,
     the ``unfinished`` runs (``unfinished_runs``) as far as they got, kept out of the means."""

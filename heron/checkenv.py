@@ -200,7 +200,8 @@ def _rollout(env: gym.Env, steps: int, seed: int, report: Report) -> list[Findin
     dtype, inside, rewards, flags, crash = _First(), _First(), _First(), _First(), _First()
     space = env.observation_space
     env.action_space.seed(seed)
-    episodes, lengths, length, t = 0, [], 0, 0
+    lengths: list[int] = []
+    episodes, length, t = 0, 0, 0
     try:
         obs, _ = env.reset(seed=seed)
         _check_obs(obs, space, "reset()", dtype, inside)

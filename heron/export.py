@@ -46,6 +46,8 @@ class ExportedPolicy(nn.Module):
     """A loaded policy's actor as ``forward(obs) -> action`` (``forward(obs, state) -> (action,
     state)`` when recurrent), deterministic."""
 
+    actor: Any  # a trained actor: act(obs, state, deterministic) -> (actions, state)
+
     def __init__(self, actor: nn.Module, state_size: int):
         super().__init__()
         self.actor, self.state_size = actor, state_size
@@ -59,6 +61,10 @@ class ExportedPolicy(nn.Module):
 
 class ExportedDreamer(nn.Module):
     """A Dreamer's player as ``forward(*obs in key order, state, uniform) -> (env action, state)``."""
+
+    player: Any  # the Dreamer's Player
+    low: torch.Tensor  # buffers (Box actions)
+    high: torch.Tensor
 
     def __init__(self, player: nn.Module, spaces: dict):
         super().__init__()
@@ -252,7 +258,7 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
     return worst
 
 
-def check_dreamer(path: Path, fmt: str, module: nn.Module, policy: Any, n: int) -> float:
+def check_dreamer(path: Path, fmt: str, module: Any, policy: Any, n: int) -> float:
     """As ``check``, for the Dreamers: the file against the player with the same uniform draws
     (``predict`` draws its own), over two steps with the state fed back."""
     from heron.algos.dreamer import to_env_actions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,37 +82,34 @@ def _figure():
     return plt
 
 
-def band(run_dirs: list[str]) -> tuple[list[float], list[float], list[float], int]:
-    """The evaluation curves of several runs (seeds) on the union of their evaluation steps: steps,
-    mean and standard deviation over the runs that reach each step (each run's curve interpolated
-    between its own evaluations, never extrapolated), and the number of runs with data."""
-    return band_of([read_eval(d)[:2] for d in run_dirs])
-
-
-def band_of(curves: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float], list[float], int]:
-    """``band`` for curves given as (steps, returns) pairs rather than run directories (a peer
-    library's runs, or heron's cut at a step)."""
+def band_of(
+    curves: Sequence[tuple[Sequence[float], Sequence[float]]],
+) -> tuple[list[float], list[float], list[float], int]:
+    """The evaluation curves of several runs (seeds), given as (steps, returns) pairs, on the union
+    of their evaluation steps: steps, mean and standard deviation over the runs that reach each
+    step (each run's curve interpolated between its own evaluations, never extrapolated), and the
+    number of runs with data."""
     import numpy as np
 
-    curves = [(np.asarray(s, float), np.asarray(m, float)) for s, m in curves if len(s)]
-    if not curves:
+    arrays = [(np.asarray(s, float), np.asarray(m, float)) for s, m in curves if len(s)]
+    if not arrays:
         return [], [], [], 0
-    grid = np.unique(np.concatenate([s for s, _ in curves]))
-    stack = np.full((len(curves), len(grid)), np.nan)
-    for i, (s, m) in enumerate(curves):
+    grid = np.unique(np.concatenate([s for s, _ in arrays]))
+    stack = np.full((len(arrays), len(grid)), np.nan)
+    for i, (s, m) in enumerate(arrays):
         inside = (grid >= s[0]) & (grid <= s[-1])
         stack[i, inside] = np.interp(grid[inside], s, m)
     counts = (~np.isnan(stack)).sum(0)
     mean = np.nansum(stack, 0) / counts
     std = np.sqrt(np.nansum((stack - mean) ** 2, 0) / counts)
-    return grid.tolist(), mean.tolist(), std.tolist(), len(curves)
+    return grid.tolist(), mean.tolist(), std.tolist(), len(arrays)
 
 
 def plot_bands(
     groups: dict[str, list[str]],
     out: str,
     title: str = "deterministic evaluation",
-    references: list[tuple[str, float]] = (),
+    references: Sequence[tuple[str, float]] = (),
 ) -> str:
     """One line per group of runs (``label -> run directories``, e.g. the seeds of one algorithm):
     the mean evaluation return with a band of one standard deviation over the runs; each of
@@ -123,10 +121,10 @@ def plot_bands(
 
 
 def plot_curve_bands(
-    groups: dict[str, list[tuple[list[float], list[float]]]],
+    groups: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
     out: str,
     title: str = "deterministic evaluation",
-    references: list[tuple[str, float]] = (),
+    references: Sequence[tuple[str, float]] = (),
 ) -> str:
     """``plot_bands`` for curves given as (steps, returns) pairs, ``label -> one pair per seed``."""
     plt = _figure()

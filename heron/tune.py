@@ -395,7 +395,7 @@ def _plots(study: Any, out: Path, echo: Any) -> None:
             except (ValueError, RuntimeError) as exc:  # importances need two finished trials that differ
                 echo(f"no {name.replace('_', ' ')} plot: {exc}")
                 continue
-            fig = ax.figure if hasattr(ax, "figure") else ax[0].figure
+            fig: Any = ax.figure if hasattr(ax, "figure") else ax[0].figure  # type: ignore[index]  # optuna: Axes or an array of them
             fig.tight_layout()
             fig.savefig(out / f"{name}.png", dpi=100)
             plt.close(fig)

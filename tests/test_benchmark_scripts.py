@@ -168,7 +168,7 @@ def test_plot_with_nothing_to_draw_is_a_one_line_refusal(curves, tmp_path, capsy
 # without a GPU: the flags are parsed and checked as for a real run (CUDA reported present), the
 # resolved config recorded, and a metrics.csv written in its place: 1,000 env steps/s
 _HERON_STUB = """
-import csv, json, os, sys
+import csv, json, os, sys, types
 from pathlib import Path
 import torch
 torch.cuda.is_available = lambda: True
@@ -177,6 +177,7 @@ from heron.cli import main
 
 class Run:
     def __init__(self, algo, cfg):
+        self.evaluations = types.SimpleNamespace(on_eval=None)  # api.train hands it the callback
         with open(os.environ["CALLS"], "a") as f:
             f.write(json.dumps(dict(algo=algo.__name__.rsplit(".", 1)[-1], **{k: getattr(cfg, k, None) for k in (
                 "run_dir", "cuda_graphs", "compile", "act_ahead", "fused_update", "eval_async", "eval_every",
@@ -823,3 +824,16 @@ def test_dreamer_learning_keeps_runs_and_takes_them_instead_of_running_again(tmp
     )
     assert learning.run_key(args, "heron", 1) not in learning.load_runs(runs)
     assert learning.run_key(args, "sheeprl", 1) in learning.load_runs(runs)
+
+
+def test_step_paths_refuses_what_it_cannot_time_and_reads_its_window(capsys):
+    """benchmarks/step_paths.py: a learning phase shorter than two losses rows, or no rounds, is
+    refused before any training; the window starts one row after --learning-starts."""
+    step_paths = _script("step_paths")
+    for argv in (["--total-steps", "2500", "--learning-starts", "2000", "--log-every", "500"], ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            step_paths.parse_args(argv)
+        assert exc.value.code == 2
+    args = step_paths.parse_args(["--total-steps", "10000", "--learning-starts", "2000", "--log-every", "500"])
+    assert step_paths.window(args) == (2500, 10000)
+    capsys.readouterr()

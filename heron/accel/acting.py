@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 import torch
 from torch import nn
 
 from heron.accel.graphs import GraphedStep
+from heron.rl.nets import RunningNorm
 
 # OpenBLAS (numpy's BLAS) splits a product over threads from M * N * K = 2^18 on; below it runs on
 # the calling thread, so numpy acting stays within the run's --torch-threads
@@ -87,20 +88,30 @@ class NumpyMLP:
         return x @ w + b
 
 
-class CpuTwin:
+M = TypeVar("M", bound=nn.Module)
+
+
+class CpuTwin(Generic[M]):
     """A CPU copy of a module that lives on an accelerator, for acting in numpy there too: where the
     weights move only between rollouts (PPO), copying them to the host once per rollout spares every
     env step its kernel launches and its two host syncs. ``refresh()`` brings the copy's parameters
     and buffers (normalizer statistics included) up to the module's."""
 
-    def __init__(self, module: nn.Module):
-        self.module, self.twin = module, copy.deepcopy(module).cpu()
+    def __init__(self, module: M):
+        self.module: M = module
+        self.twin: M = copy.deepcopy(module).cpu()
 
-    def refresh(self) -> nn.Module:
+    def refresh(self) -> M:
         self.twin.load_state_dict(self.module.state_dict())
         return self.twin
 
 
+@overload
+def as_like(x: np.ndarray | torch.Tensor, like: torch.Tensor) -> torch.Tensor: ...
+@overload
+def as_like(x: np.ndarray | torch.Tensor, like: np.ndarray) -> np.ndarray: ...
+@overload
+def as_like(x: np.ndarray | torch.Tensor, like: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor: ...
 def as_like(x: np.ndarray | torch.Tensor, like: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """``x`` in ``like``'s kind: a tensor on ``like``'s device, or a numpy array."""
     if isinstance(like, torch.Tensor):
@@ -139,7 +150,7 @@ class Acting:
 
         self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, cfg.act_ahead and used
         self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and used and numpy_fn is None else None
-        self._next: np.ndarray | None = None  # the next act's output, taken ahead
+        self._next: np.ndarray | torch.Tensor | None = None  # the next act's output, taken ahead
 
     def _output(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         if isinstance(obs, torch.Tensor):  # a tensor env's: a tensor on the training device
@@ -152,18 +163,18 @@ class Acting:
         with torch.no_grad():
             return self.torch_fn(torch.as_tensor(obs, device=self.device)).cpu().numpy()
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         out, self._next = self._next, None
         return self._output(obs) if out is None else out
 
-    def before_updates(self, obs: np.ndarray, actor_moves: bool, last: bool = False) -> None:
+    def before_updates(self, obs: np.ndarray | torch.Tensor, actor_moves: bool, last: bool = False) -> None:
         """Before an env step's gradient steps: take the next act's output now where acting ahead
         applies (``actor_moves``: some of those steps train the actor; ``last``: no env step follows)."""
         if self.ahead and not actor_moves and not last:
             self._next = self._output(obs)
 
 
-def normalize(obs: np.ndarray, norm: nn.Module) -> np.ndarray:
+def normalize(obs: np.ndarray, norm: RunningNorm) -> np.ndarray:
     """``RunningNorm.forward`` in numpy: float32 observations, standardized with the module's
     float32 statistics and clipped (the module's current statistics, read at every call)."""
     x = np.asarray(obs).astype(np.float32)
@@ -200,6 +211,10 @@ class Policy:
     The wrapped actor implements ``act(obs [B, ...], state [B, S], deterministic) -> (actions, state)``."""
 
     batched = True  # evaluations may play several episodes at once through one predict (episodes.evaluate)
+    # what ``heron.load`` tells of the checkpoint it read
+    step: int = 0
+    env_id: str = ""
+    algo: str = ""
 
     def __init__(
         self,
@@ -209,7 +224,7 @@ class Policy:
         device: str | torch.device = "cpu",
         obs_dtype: torch.dtype = torch.float32,
     ):
-        self.actor = actor.to(device).eval()
+        self.actor: Any = actor.to(device).eval()  # act(obs, state, deterministic) -> (actions, state)
         self.obs_shape, self.state_size = tuple(obs_shape), state_size
         self.device, self.obs_dtype = torch.device(device), obs_dtype
         self.state: torch.Tensor | None = None
@@ -253,7 +268,7 @@ class Policy:
                 and self.state_size == 0
                 and self.obs_dtype == torch.float32
             )  # torch's path casts other types first
-            self._numpy[batch] = make(batch) if usable else None
+            self._numpy[batch] = make(batch) if make is not None and usable else None
         return self._numpy[batch]
 
     def reset(self, batch: int = 1) -> None:

@@ -125,9 +125,11 @@ class GraphedSteps:
     def __call__(self, batch: Batch, variant: Hashable) -> dict[str, torch.Tensor]:
         step = self.steps.get(variant)
         if step is None:
-            step = self.steps[variant] = GraphedStep(
-                lambda b, v=variant: self.fn(b, v), self.warmup, self.device, self.optimizers
-            )
+
+            def bound(batch: Batch, variant: Hashable = variant) -> dict[str, torch.Tensor]:
+                return self.fn(batch, variant)
+
+            step = self.steps[variant] = GraphedStep(bound, self.warmup, self.device, self.optimizers)
         return step(batch)
 
 

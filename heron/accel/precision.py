@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
@@ -148,7 +148,7 @@ class Precision:
         self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(mode)
         # what the hooks need, in a plain dict: a deepcopy of a module (target networks) copies its
         # hooks, and must not copy this object (with its GradScaler) along
-        self._hook_state = {"device_type": device.type, "dtype": self.dtype, "stack": []}
+        self._hook_state: dict[str, Any] = {"device_type": device.type, "dtype": self.dtype, "stack": []}
         self.scaler = torch.amp.GradScaler("cuda") if mode == "16-mixed" else None
         self._stepped: set[int] = set()  # the optimizers the scaler stepped since its last update
         if device.type == "cuda":
@@ -192,6 +192,25 @@ class Precision:
                     layer._heron_autocast = True
             _mark_chains(module)
 
+    @overload
+    def optimize(
+        self,
+        opt: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        params: Iterable[torch.Tensor],
+        max_norm: float = ...,
+        *,
+        norm: Literal[True],
+    ) -> torch.Tensor: ...
+    @overload
+    def optimize(
+        self,
+        opt: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        params: Iterable[torch.Tensor],
+        max_norm: float = ...,
+        norm: bool = ...,
+    ) -> torch.Tensor | None: ...
     def optimize(
         self,
         opt: torch.optim.Optimizer,
@@ -211,8 +230,8 @@ class Precision:
             self.update()
         # the lean step keeps lists on the optimizer between steps: eager only (a compiled step gets
         # torch's, which Dynamo traces; its attribute writes broke tracing before torch 2.13)
-        lean = isinstance(opt, Adam) and self.scaler is None and not torch.compiler.is_compiling()
-        opt.lean_zero_grad() if lean else opt.zero_grad(set_to_none=True)
+        lean = opt if isinstance(opt, Adam) and self.scaler is None and not torch.compiler.is_compiling() else None
+        lean.lean_zero_grad() if lean is not None else opt.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         dist.all_reduce_grads(params)  # torchrun: the global batch's gradient (identical scale on every rank)
         if self.scaler is not None:
@@ -224,7 +243,7 @@ class Precision:
             self.scaler.step(opt)  # skipped when the unscaled gradients hold inf/NaN
             self._stepped.add(id(opt))
         else:
-            opt.lean_step() if lean else opt.step()
+            lean.lean_step() if lean is not None else opt.step()
         return grad_norm
 
     def update(self) -> None:

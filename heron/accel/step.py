@@ -98,6 +98,7 @@ def _handwritten(cfg: Any, autograd: Callable, name: str, nets: Any, precision: 
         return autograd, why_not
     from heron.accel.handwritten.check import disagreement, tolerance
 
+    problem: str | None
     try:
         fast = module.build(cfg, nets, precision)
     except Exception as exc:  # networks it cannot follow (an edited network)
@@ -153,6 +154,7 @@ class Learn:
         graphs = cfg.cuda_graphs
         self.n_step, self.gamma = cfg.n_step, cfg.gamma
         self.rows_in = graphs and rb.out_device == rb.device  # the gather is recorded too
+        self.step: Callable[[Any, tuple[bool, bool]], dict[str, torch.Tensor]]
         if self.rows_in:
             self.step = GraphedSteps(
                 lambda rows, variant: step(self.read(rows), variant), device=rb.device, optimizers=optimizers

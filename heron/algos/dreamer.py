@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +40,8 @@ class DreamerConfig(RunConfig):
     """The options of the env stack (``heron.envs.dreamer``) and of the episode replay, the same
     for both Dreamers. Steps count agent (policy) steps, summed over envs, as in sheeprl: with
     ``--action-repeat k`` an agent step is k env frames (4k on ``ALE/...-v5``)."""
+
+    ALGO: ClassVar[str] = "dreamer"  # each Dreamer's own name, in its messages
 
     env_id: str = opt("CartPole-v1", "Gymnasium id, ALE id (ALE/Pong-v5, PongNoFrameskip-v4) or dmc_<domain>_<task>")
     total_steps: int = opt(
@@ -131,7 +133,7 @@ def eval_env(cfg: DreamerConfig):
 
 def spaces_of(cfg: DreamerConfig, obs_space: gym.spaces.Dict, act_space: gym.Space) -> dict:
     """What a saved agent needs to rebuild itself: observation spec, encoder keys, actions."""
-    spec = {k: [list(s.shape), str(s.dtype)] for k, s in obs_space.spaces.items()}
+    spec = {k: [list(s.shape or ()), str(s.dtype)] for k, s in obs_space.spaces.items()}
     images = [k for k, (shape, _) in spec.items() if len(shape) == 3]
     vectors = [k for k, (shape, _) in spec.items() if len(shape) == 1]
     if cfg.cnn_keys or cfg.mlp_keys:
@@ -149,6 +151,7 @@ def spaces_of(cfg: DreamerConfig, obs_space: gym.spaces.Dict, act_space: gym.Spa
             raise HeronError(f"--mlp-keys {k}: needs a vector, {cfg.env_id} gives {spec[k][0]}")
     if not cnn + mlp:
         raise HeronError(f"{cfg.ALGO} has nothing to encode for {cfg.env_id}: choose --cnn-keys or --mlp-keys")
+    out: dict[str, Any]
     if isinstance(act_space, gym.spaces.Discrete):
         out = {"discrete": True, "action_dim": int(act_space.n)}
     elif (
@@ -175,6 +178,7 @@ def check(cfg: DreamerConfig) -> dict:
         require_vector_entry_point(cfg.env_id)
     env = env_fn(cfg)
     try:
+        assert isinstance(env.observation_space, gym.spaces.Dict), "the Dreamers' env stack makes Dict observations"
         return spaces_of(cfg, env.observation_space, env.action_space)
     finally:
         env.close()
@@ -195,7 +199,7 @@ def to_env_actions(actions: torch.Tensor, spaces: dict) -> np.ndarray:
 # -- imagination --------------------------------------------------------------------------------------
 def imagine(
     actor: torch.nn.Module,
-    rssm: torch.nn.Module,
+    rssm: Any,  # the algorithm's RSSM: imagine_step(h, z, action) -> (h, z)
     h: torch.Tensor,
     z: torch.Tensor,
     horizon: int,
@@ -228,7 +232,7 @@ class DreamerPolicy(Policy):
     The player: ``act(obs, state, deterministic, is_first)`` and ``initial_state(batch, device)``
     (zeros for DreamerV2, the learned initial state for DreamerV3)."""
 
-    def __init__(self, player: torch.nn.Module, spaces: dict, device: str | torch.device = "cpu"):
+    def __init__(self, player: Any, spaces: dict, device: str | torch.device = "cpu"):
         super().__init__(player, (), player.state_size, device)
         self.spaces = spaces
         self.keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
@@ -242,7 +246,7 @@ class DreamerPolicy(Policy):
     def reset(self, batch: int = 1) -> None:
         self.state = self.actor.initial_state(batch, self.device)
 
-    def predict(self, obs: dict[str, np.ndarray], deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: dict[str, np.ndarray], deterministic: bool = True) -> np.ndarray:  # type: ignore[override]  # Dict observations
         if not isinstance(obs, dict):
             raise ValueError(f"expected a dict of observations with keys {self.keys}")
         first = np.asarray(obs[self.keys[0]])
@@ -258,7 +262,7 @@ class DreamerPolicy(Policy):
         return out[0] if single else out
 
 
-def load_player(player: torch.nn.Module, state: dict, device: str | torch.device = "cpu") -> Policy:
+def load_player(player: Any, state: dict, device: str | torch.device = "cpu") -> Policy:
     """The policy of a checkpoint's ``actor`` entry (the player's weights)."""
     player.load_state_dict(state["actor"])
     return DreamerPolicy(player, state["spaces"], device)
@@ -298,7 +302,7 @@ class Learner:
     """An algorithm's part of the loop (module doc)."""
 
     agent: torch.nn.Module
-    player: torch.nn.Module
+    player: Any  # the algorithm's Player (act, initial_state, state_size)
     optimizers: dict[str, torch.optim.Optimizer]
     update: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
     due: Callable[[int, int, int], int]  # (global step, previous step, gradient steps so far) -> steps due now

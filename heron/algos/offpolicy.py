@@ -19,6 +19,7 @@ from heron.runtime.run import Run
 
 def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its networks without making an env."""
+    assert obs_space.shape is not None and isinstance(act_space, gym.spaces.Box), "checked (check)"
     return {
         "obs_shape": list(obs_space.shape),
         "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
@@ -28,12 +29,14 @@ def spaces_of(obs_space: gym.Space, act_space: gym.Space) -> dict:
 
 def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra: dict | None = None) -> ReplayBuffer:
     """This process's replay buffer: its share of --buffer-size, for its envs, sampled with its own stream."""
+    obs_shape, act_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    assert obs_shape is not None and act_shape is not None, "Box spaces (check)"
     return ReplayBuffer(
         run.local(cfg.buffer_size),
         envs.num_envs,
-        envs.single_observation_space.shape,
+        obs_shape,
         envs.obs_dtype,
-        envs.single_action_space.shape,
+        act_shape,
         device=device if cfg.buffer_device == "auto" else cfg.buffer_device,
         extra=extra,
         seed=run.rank_seed(),
@@ -41,7 +44,7 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
     )
 
 
-def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator, envs: VecEnv) -> dict:
+def snapshot(modules: dict[str, Any], n_updates: int, np_rng: np.random.Generator | None, envs: VecEnv) -> dict:
     """state_dicts of networks/optimizers/tensors plus counters and every RNG state."""
     out = {k: (m.detach().clone() if isinstance(m, torch.Tensor) else m.state_dict()) for k, m in modules.items()}
     return {**out, "n_updates": n_updates, "rng": rng_state(np_rng), "envs": envs.state_dict()}
@@ -53,6 +56,7 @@ def restore(
     """Load the run's latest checkpoint into ``modules``, the buffer, RNGs and envs; returns
     (obs to act on, env step, update count)."""
     s = run.resume_state
+    assert s is not None, "a resumed run"
     for k, m in modules.items():
         if isinstance(m, torch.Tensor):
             with torch.no_grad():
@@ -64,7 +68,7 @@ def restore(
     rb.load_state_dict(run.resume_buffer)
     # Episodes in flight at the checkpoint are cut here: their last stored step becomes a
     # truncation, so sequence sampling never joins them to the episodes that start on resume.
-    rb.mark_truncated(~np.asarray(s["envs"]["fresh"], bool))
+    rb.mark_truncated(~np.asarray(s["envs"]["fresh"], dtype=np.bool_))
     set_rng_state(s["rng"], np_rng)
     obs = envs.load_state_dict(s["envs"])
     return obs, int(s["step"]), int(s["n_updates"])

@@ -116,7 +116,7 @@ def wrap(env: gym.Env, training: bool, frame_stack: int = 4) -> gym.Env:
     )
     if training:
         env = EpisodicLife(GameStats(env))
-    if "FIRE" in env.unwrapped.get_action_meanings()[1:2]:
+    if "FIRE" in env.unwrapped.get_action_meanings()[1:2]:  # type: ignore[attr-defined]  # an ALE env
         env = FireReset(env)
     if training:
         env = ClipReward(env)
@@ -422,4 +422,4 @@ class AleVecEnv:
         """ALE's worker threads end when its vector env is freed (its ``close`` leaves them)."""
         if self.envs is not None:
             self.envs.close()
-            self.envs = None
+            self.envs = None  # type: ignore[assignment]  # closed: nothing else is called

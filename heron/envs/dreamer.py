@@ -80,7 +80,7 @@ class DictObservation(gym.ObservationWrapper):
             if _is_image(sub):
                 if pixels and key == "rgb":
                     continue
-                spaces[key] = _image_space(sub)
+                spaces[key] = _image_space(sub)  # type: ignore[arg-type]  # an image is a Box (_is_image)
                 self.keys[key] = (key, True)
             elif isinstance(sub, gym.spaces.Box):
                 dim = int(np.prod(sub.shape))
@@ -152,7 +152,7 @@ def make(
         base = (
             atari.make_base(env_id, render_mode) if not _V5.match(env_id) else gym.make(env_id, render_mode=render_mode)
         )
-        env = gym.wrappers.AtariPreprocessing(
+        env: gym.Env = gym.wrappers.AtariPreprocessing(
             base,
             noop_max=30,
             frame_skip=action_repeat,
@@ -167,7 +167,9 @@ def make(
     if env_id.startswith("dmc_"):
         # DMC repeats the action inside the env, so pixels are rendered once per agent step. The task's
         # own limit (in frames) becomes agent steps; --max-episode-steps can only shorten it.
-        own = -(-gym.spec(env_id).max_episode_steps // action_repeat)
+        frames = gym.spec(env_id).max_episode_steps
+        assert frames is not None, "DMC tasks have a limit"
+        own = -(-frames // action_repeat)
         env = make_env(
             env_id,
             render_mode=render_mode,
@@ -179,13 +181,13 @@ def make(
             max_episode_steps=min(own, max_episode_steps) if max_episode_steps else own,
         )
         env = DictObservation(env)
-        if observation == "state" and "state" not in env.observation_space.spaces:
+        if observation == "state" and "state" not in env.observation_space.spaces:  # type: ignore[attr-defined]
             raise HeronError(f"{env_id} has no vector observation for --observation state")
         return env
     mode = "rgb_array" if (pixels or render_mode) else None
     env = make_env(env_id, render_mode=mode, flatten_dict=False)
     env = DictObservation(env, pixels=pixels)
-    if observation == "state" and "state" not in env.observation_space.spaces:
+    if observation == "state" and "state" not in env.observation_space.spaces:  # type: ignore[attr-defined]
         raise HeronError(f"{env_id} has no vector observation for --observation state")
     return _cap(ActionRepeat(env, action_repeat) if action_repeat > 1 else env, max_episode_steps)
 
@@ -207,7 +209,7 @@ class NativeStates:
 
         self.envs = NativeVecEnv(env_id, num_envs, seed, restore_state=False)
         space = self.envs.single_observation_space
-        if len(space.shape) != 1:
+        if space.shape is None or len(space.shape) != 1:
             self.envs.close()
             raise HeronError(
                 f"{env_id}: the Dreamers read a native vector env's vector observations only "
@@ -232,6 +234,6 @@ class NativeStates:
         return self._dict(self.envs.load_state_dict(state))
 
     def step(self, actions: np.ndarray) -> Any:
-        step = self.envs.step(actions)
+        step: Any = self.envs.step(actions)
         step.obs, step.next_obs = self._dict(step.obs), self._dict(step.next_obs)
         return step

@@ -49,8 +49,9 @@ class EnvPoolVector(VectorEnv):
         self.task_id, self.num_envs, self.kwargs = task_id, num_envs, kwargs
         self._pool: Any = None
         self._make(seed)
-        self.single_observation_space = self._pool.single_observation_space
-        self.single_action_space = self._pool.single_action_space
+        pool: Any = self._pool
+        self.single_observation_space = pool.single_observation_space
+        self.single_action_space = pool.single_action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
 
@@ -95,5 +96,5 @@ def register(env_id: str) -> None:
         entry_point=spec.entry_point,
         kwargs=dict(spec.kwargs),
         max_episode_steps=spec.max_episode_steps,
-        vector_entry_point=lambda num_envs, **kwargs: EnvPoolVector(task, num_envs),
+        vector_entry_point=lambda num_envs, **kwargs: EnvPoolVector(task, num_envs),  # type: ignore[arg-type]
     )

@@ -55,6 +55,7 @@ class KeepObservation(gym.ObservationWrapper):
         super().__init__(env)
         self.keep = np.asarray(keep)
         box = env.observation_space
+        assert isinstance(box, gym.spaces.Box), "a vector observation"
         self.observation_space = gym.spaces.Box(box.low[self.keep], box.high[self.keep], dtype=box.dtype)
 
     def observation(self, obs):
@@ -97,7 +98,7 @@ if "heron/TorchPendulum-v1" not in gym.registry:
 # entry point (``--vector-mode native``) and plays single envs on one-env vector envs of it
 # (``heron.envs.user_vector.OneOfVector``). A vector env instance (heron.train(env=envs)) is lent to the
 # run: its vector entry point returns it, its single envs come from ``eval_env`` or its own id.
-_CALLABLES: dict[str, Callable[..., Any]] = {}  # env id -> the callable given for it in this process
+_CALLABLES: dict[str, Any] = {}  # env id -> the callable given for it in this process
 
 
 def is_callable_id(env_id: str) -> bool:
@@ -196,6 +197,7 @@ def _register(
         return env
 
     def make_vec(num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
+        assert vector is not None, "registered only with a vector factory"
         envs = vector(**_accepted(vector, {**kwargs, "num_envs": num_envs}))
         if not isinstance(envs, gym.vector.VectorEnv):
             raise HeronError(
@@ -203,7 +205,7 @@ def _register(
             )
         return envs
 
-    gym.register(gym_id, entry_point=make, vector_entry_point=make_vec if vector is not None else None)
+    gym.register(gym_id, entry_point=make, vector_entry_point=make_vec if vector is not None else None)  # type: ignore[arg-type]  # gymnasium's VectorEnvCreator
 
 
 def _import_user_module(module: str, env_id: str) -> Any:

@@ -109,7 +109,7 @@ def make_env(
     clipping, whole-game statistics)."""
     check_env_id(env_id)
     if env_id in PYBULLET_IDS:
-        env = PyBulletAdapter(PYBULLET_IDS[env_id], render_mode=render_mode)
+        env: gym.Env = PyBulletAdapter(PYBULLET_IDS[env_id], render_mode=render_mode)
         env = gym.wrappers.TimeLimit(env, max_episode_steps or 1000)
     elif atari.is_atari(env_id):
         if max_episode_steps is not None:
@@ -185,7 +185,7 @@ class SerialEnvs:
     def _batch(self, items: list) -> Any:
         if self._box:
             return np.stack(items)
-        out = gym.vector.utils.create_empty_array(self.single_observation_space, self.num_envs)
+        out: Any = gym.vector.utils.create_empty_array(self.single_observation_space, self.num_envs)
         return gym.vector.utils.concatenate(self.single_observation_space, items, out)
 
     def reset(self, seed: int | list[int | None] | None = None, options: dict | None = None) -> tuple[Any, dict]:
@@ -264,6 +264,7 @@ class VecEnv:
         # heron's Atari stack ends episodes at lives and GameStats reports whole games; an
         # algorithm's own stack (env_fn, e.g. DreamerV2's) plays whole games as episodes
         self.whole_games = atari.is_atari(env_id) and env_fn is None
+        self.envs: AsyncVectorEnv | SyncVectorEnv | SerialEnvs
         if mode == "async":
             self.envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
         elif self.whole_games:  # the game statistics arrive in infos

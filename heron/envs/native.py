@@ -113,7 +113,7 @@ class NativeVecEnv:
             )
         if envs.num_envs != num_envs:
             raise HeronError(f"the vector env has {envs.num_envs} envs, the run asks for {num_envs}")
-        self.envs = envs
+        self.envs: Any = envs  # a user's vector env may save its state (state_dict, load_state_dict)
         self.mode = autoreset_mode(envs)
         space = envs.single_observation_space
         if not isinstance(space, gym.spaces.Box):

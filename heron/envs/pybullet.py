@@ -44,12 +44,13 @@ def _import_pybullet_envs() -> list[Any]:
     except Exception:
         import gymnasium.utils.seeding
 
-        shim = types.ModuleType("gym")
-        registration = types.ModuleType("gym.envs.registration")
+        # stand-in modules, given their attributes here (typed Any: a module has none declared)
+        shim: Any = types.ModuleType("gym")
+        registration: Any = types.ModuleType("gym.envs.registration")
         registration.registry = types.SimpleNamespace(env_specs={}, all=lambda: [])
         registration.register = lambda *args, **kwargs: None
         registration.make = registration.spec = None
-        envs = types.ModuleType("gym.envs")
+        envs: Any = types.ModuleType("gym.envs")
         envs.registration, envs.registry = registration, registration.registry
         shim.Env, shim.spaces, shim.utils, shim.envs = gym.Env, gym.spaces, gymnasium.utils, envs
         shim.__version__ = "0.26.2"  # what pybullet_envs compares against: the new-API branch
@@ -66,7 +67,7 @@ def _import_pybullet_envs() -> list[Any]:
     try:
         importlib.import_module("pkg_resources")
     except Exception:  # setuptools >= 81 dropped it; pybullet_envs only needs parse_version
-        pkg = types.ModuleType("pkg_resources")
+        pkg: Any = types.ModuleType("pkg_resources")
         pkg.parse_version = lambda v: tuple(int(p) for p in str(v).split(".") if p.isdigit())
         stand_ins["pkg_resources"] = pkg
     sys.modules.update(stand_ins)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from heron.ops import torch_private as private
@@ -22,7 +24,7 @@ class Adam(torch.optim.Adam):
     its first lean step with Adam's own initializer, so a run that does not compile never imports
     it."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._lean: list | None = None
         super().__init__(*args, **kwargs)
 

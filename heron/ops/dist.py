@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -148,7 +148,7 @@ def _active() -> bool:
 
 
 # -- gradients --------------------------------------------------------------------------------------
-def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
+def all_reduce_grads(params: Iterable[torch.Tensor]) -> None:
     """Average the gradients of ``params`` over all ranks with one flattened all-reduce. Call it after
     ``backward`` and before clipping and ``optimizer.step``. A parameter without a gradient on this
     rank sends zeros and receives the mean (set as its gradient when the mean is not all zeros
@@ -221,6 +221,10 @@ def update_norm(norm: Any, x: torch.Tensor) -> None:
 
 
 # -- decisions, parameters --------------------------------------------------------------------------
+@overload
+def any_rank(flag: bool, /) -> bool: ...
+@overload
+def any_rank(first: bool, second: bool, /, *more: bool) -> tuple[bool, ...]: ...
 def any_rank(*flags: bool) -> bool | tuple[bool, ...]:
     """True on every rank when the flag is true on any: one rank's stop or abort is everyone's.
     Several flags travel in one all-reduce and come back as a tuple."""

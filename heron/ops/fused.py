@@ -26,6 +26,8 @@ layer is a few percent of the MLP's products (one output per row for a critic).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -33,7 +35,7 @@ from heron.ops import torch_private as private
 
 
 def _layers(
-    params: tuple[torch.Tensor, ...], member: int | None, dtype: torch.dtype | None, float32_out: bool = False
+    params: Sequence[torch.Tensor], member: int | None, dtype: torch.dtype | None, float32_out: bool = False
 ) -> list:
     """[(W [in, out], b [out])] of one member, cast to ``dtype`` when given, but for the last layer
     with ``float32_out`` (module doc). ``member`` None: the nn.Linear layout (W [out, in]); else the

@@ -5,6 +5,7 @@ checkpoints load with ``weights_only``: Python's, numpy's (the legacy global one
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +15,8 @@ def rng_state(np_rng: np.random.Generator | None = None) -> dict:
     """Python, numpy (legacy global and an optional Generator) and torch RNG states, as tensors and
     plain containers so that ``weights_only`` loading accepts them."""
     py = random.getstate()
-    legacy = np.random.get_state()
-    state = {
+    legacy: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]  # the tuple form
+    state: dict[str, Any] = {
         "python": [py[0], list(py[1]), py[2]],
         "numpy_legacy": [legacy[0], torch.from_numpy(legacy[1].astype(np.int64)), legacy[2], legacy[3], legacy[4]],
         "torch": torch.get_rng_state(),

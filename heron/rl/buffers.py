@@ -150,7 +150,7 @@ class ReplayBuffer:
         be part of a recorded CUDA graph (``heron.accel.step.Learn``)."""
         names = self.data if fields is None else fields
         shape = tuple(rows.shape) if shape is None else tuple(shape)
-        if self._np is not None and rows.device.type == "cpu":  # numpy's take: faster than index_select on a CPU
+        if self._np_rows is not None and rows.device.type == "cpu":  # numpy's take: faster than index_select on a CPU
             picked = rows.numpy()
             batch = {name: torch.from_numpy(self._np_rows[name].take(picked, axis=0)) for name in names}
         else:
@@ -362,7 +362,7 @@ class EpisodeBuffer:
                 for k, (shape, dt) in self.fields.items()
             }
         else:
-            self.data = {k: np.zeros((capacity, *shape), dt) for k, (shape, dt) in self.fields.items()}
+            self.data = {k: np.zeros((capacity, *shape), dt) for k, (shape, dt) in self.fields.items()}  # type: ignore[misc]  # the memmap's interface
         self.episodes: list[tuple[int, int]] = []  # (start, length) of stored episodes, oldest first
         self.pos = 0
         self.short_episodes = 0
@@ -473,7 +473,7 @@ class EpisodeBuffer:
             for i in range(0, t.shape[0], chunk):
                 piece = t[i : i + chunk].numpy()
                 self.data[k][i : i + len(piece)] = piece
-        self.episodes = [tuple(int(x) for x in row) for row in state["episodes"].tolist()]
+        self.episodes = [(int(start), int(length)) for start, length in state["episodes"].tolist()]
         self._segments_cache = None
         self.pos, self.short_episodes = int(state["pos"]), int(state["short_episodes"])
         self.rng.bit_generator.state = state["rng"]

@@ -4,6 +4,8 @@ observation normalization and the tanh-squashed Gaussian."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -13,10 +15,13 @@ from heron.ops import torch_private as private
 from heron.ops.capture import recording
 from heron.ops.fused import ReluMLP, TanhMLP
 
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)  # a layer with a weight and a bias
+M = TypeVar("M", bound=nn.Module)
+
 FLOAT32_OUT = "_heron_float32"  # heron.accel.precision leaves layers marked so in float32
 
 
-def float32_out(layer: nn.Module) -> nn.Module:
+def float32_out(layer: M) -> M:
     """Mark an output layer whose outputs are values or a distribution's parameters (a PPO value
     head; DreamerV2's reward, continue, critic and actor heads, its latents' logits and its vector
     decoder): under ``--precision bf16-mixed``/``16-mixed`` it runs in float32, as the fused MLPs
@@ -60,8 +65,12 @@ class EnsembleMLP(nn.Module):
         dims = (in_dim, *hidden, out_dim)
         self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
 
+    def linears(self) -> list[EnsembleLinear]:
+        """The layers, in order."""
+        return list(self.layers)  # type: ignore[arg-type]  # a ModuleList of EnsembleLinear
+
     def _params(self) -> list[torch.Tensor]:
-        return [t for layer in self.layers for t in (layer.weight, layer.bias)]
+        return [t for layer in self.linears() for t in (layer.weight, layer.bias)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, in] (shared by all members) or [E, B, in] -> [E, B, out]."""
@@ -72,10 +81,11 @@ class EnsembleMLP(nn.Module):
         return fused.run(x, self._params(), (i,), self.amp_dtype)[0]
 
 
-def orthogonal_(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+def orthogonal_(layer: Layer, gain: float = math.sqrt(2), bias: float = 0.0) -> Layer:
     """Orthogonal weights with ``gain`` and constant biases (Saxe et al. 2014; the PPO baselines
     initialization: sqrt(2) for hidden layers, 0.01 for the policy head, 1 for the value head)."""
     nn.init.orthogonal_(layer.weight, gain)
+    assert layer.bias is not None, "a layer with a bias"
     nn.init.constant_(layer.bias, bias)
     return layer
 
@@ -113,7 +123,7 @@ class NatureCNN(nn.Module):
         return self.fc(self.convs(f.div_(255.0) if f is not x else f / 255.0))
 
 
-def requires_grad(params: list[torch.Tensor], flag: bool) -> None:
+def requires_grad(params: Iterable[torch.Tensor], flag: bool) -> None:
     """``Module.requires_grad_`` on a list of parameters kept by the caller (no module walk)."""
     for p in params:
         p.requires_grad_(flag)
@@ -125,7 +135,9 @@ class Polyak:
     call (the module walks were a large part of the call's time for TD3's actor and critics)."""
 
     def __init__(self, *pairs: tuple[nn.Module, nn.Module]):
-        self.pairs = [(list(target.parameters()), list(source.parameters())) for target, source in pairs]
+        self.pairs: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = [
+            (list(target.parameters()), list(source.parameters())) for target, source in pairs
+        ]
 
     @torch.no_grad()
     def __call__(self, tau: float) -> None:
@@ -140,6 +152,10 @@ class RunningNorm(nn.Module):
 
     ``enabled=False`` makes it the identity (and it never updates), so networks can always hold one.
     """
+
+    mean: torch.Tensor  # a buffer
+    var: torch.Tensor  # a buffer
+    count: torch.Tensor  # a buffer
 
     def __init__(self, shape: tuple[int, ...], enabled: bool = True, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()

@@ -199,7 +199,7 @@ class RewardScaler:
         moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, int]] | None = None,
     ):
         self.gamma, self.clip, self.eps = gamma, clip, eps
-        self.ret = np.zeros(num_envs, np.float64)
+        self.ret: Any = np.zeros(num_envs, np.float64)  # a tensor's rewards make it a tensor (``_tensors``)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
         self.moments = moments  # data-parallel runs: the moments of every rank's returns (dist.global_moments)
 

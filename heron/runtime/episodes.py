@@ -127,7 +127,7 @@ def _stack(obs: list[Any]) -> Any:
 
 def _render(env: gym.Env, env_id: str) -> np.ndarray:
     try:
-        return env.render()
+        return env.render()  # type: ignore[return-value]  # made with render_mode="rgb_array"
     except Exception as exc:  # no OpenGL backend, no pygame, ...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise HeronError(

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +27,7 @@ from heron.errors import EnvCrashed, WriteFailed
 from heron.ops import dist
 from heron.runtime import checkpoint as ckpt
 from heron.runtime import evalworker
+from heron.runtime.algorithm import Algorithm
 from heron.runtime.episodes import EVAL_SEED_OFFSET
 from heron.runtime.episodes import evaluate as run_episodes
 from heron.runtime.faults import inject
@@ -58,7 +58,7 @@ class Evaluations:
     device: torch.device
     world: dist.World
     logger: Any  # heron.runtime.logger.Logger (NullLogger on a rank other than 0)
-    module: ModuleType | None  # the algorithm (heron.algos.<name>), rebuilt in a worker from its name
+    module: Algorithm | None  # the algorithm (heron.algos.<name>), rebuilt in a worker from its name
     stopping: Callable[[], bool]  # the run's stop request
     check_finite: Callable[[], None]  # the run's divergence check, before anything is evaluated
     env_fn: Callable[[str | None], Any] | None = None  # the algorithm's own env stack, if any
@@ -139,6 +139,7 @@ class Evaluations:
                 )
             self.worker = None
             return
+        assert self.worker is not None, "a run with --eval-async has a worker to start"
         try:
             self.worker.start()
         except (OSError, evalworker.WorkerLost) as exc:
@@ -199,7 +200,8 @@ class Evaluations:
 
     def _lose_worker(self, reason: str) -> None:
         self.logger.warn(f"{reason}; evaluations run in the training process from now on")
-        self.worker.close()
+        if self.worker is not None:
+            self.worker.close()
         self.worker, self.sent = None, False
 
     def _conclude_here(self, step: int, blob: bytes) -> dict | None:

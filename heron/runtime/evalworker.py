@@ -46,12 +46,12 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
-from types import ModuleType
 from typing import Any
 
 import torch
 
 from heron.errors import EnvCrashed, first_line
+from heron.runtime.algorithm import Algorithm
 from heron.runtime.faults import inject
 
 START_SECONDS = 120.0  # a worker that has not said it is ready by then is given up (imports on a slow disk)
@@ -76,7 +76,7 @@ class EvalWorker:
     crashed in the worker, and raises ``WorkerLost`` with the reason when the worker failed: it
     could not set up (the reason it gave), died, or did not start within START_SECONDS."""
 
-    def __init__(self, module: ModuleType, cfg: Any, env_spec: Any = None):
+    def __init__(self, module: Algorithm, cfg: Any, env_spec: Any = None):
         self.module, self.cfg, self.env_spec = module, cfg, env_spec
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
@@ -153,6 +153,7 @@ class EvalWorker:
         connection that broke, or a worker not up after START_SECONDS, as ("lost", reason)."""
         if self._held is not None:
             return self._held
+        assert self.conn is not None, "started"
         try:
             while self.conn.poll(timeout):
                 msg = pickle.loads(self.conn.recv_bytes())
@@ -169,12 +170,14 @@ class EvalWorker:
         return self._held
 
     def _send(self, msg: tuple) -> None:
+        assert self.conn is not None, "started"
         try:
             self.conn.send_bytes(pickle.dumps(msg))
         except OSError as exc:
             raise WorkerLost(f"the evaluation worker ended ({self._exit_reason()})") from exc
 
     def _exit_reason(self) -> str:
+        assert self.proc is not None, "started"
         try:
             code = self.proc.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
@@ -296,12 +299,12 @@ def play(module: Any, cfg: Any, state: dict, device: Any, env_fn: Any, should_st
     )
 
 
-def algo_name(module: ModuleType) -> str:
+def algo_name(module: Algorithm) -> str:
     """The algorithm's name (``sac``) from its module (``heron.algos.sac``)."""
     return module.__name__.rsplit(".", 1)[-1]
 
 
-def eval_env_fn(module: ModuleType, cfg: Any) -> Any:
+def eval_env_fn(module: Algorithm, cfg: Any) -> Any:
     """The algorithm's own evaluation env factory ``f(render_mode) -> env`` (its wrapper stack), or
     None for heron's standard ``make_env``."""
     maker = getattr(module, "eval_env", None)
@@ -313,7 +316,7 @@ def periodic(cfg: Any) -> bool:
     return 0 < cfg.eval_every < cfg.total_steps
 
 
-def unsupported(module: ModuleType, cfg: Any, distributed: bool) -> str | None:
+def unsupported(module: Algorithm, cfg: Any, distributed: bool) -> str | None:
     """Why this run's evaluations cannot move to a worker; None when they can."""
     from heron.envs.ids import is_callable_id
 
@@ -330,7 +333,7 @@ def unsupported(module: ModuleType, cfg: Any, distributed: bool) -> str | None:
     return None
 
 
-def wanted(module: ModuleType, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -> bool:
+def wanted(module: Algorithm, cfg: Any, distributed: bool, threads: int, on_gpu: bool) -> bool:
     """``--eval-async``: ``on`` where it applies (``check`` refused the rest before the run began).
     ``auto``: for a run that trains on a GPU (its steps leave the CPU idle but for the envs, and an
     evaluation is then a large share of the wall time) with a core that neither torch's threads, the
@@ -348,7 +351,7 @@ def wanted(module: ModuleType, cfg: Any, distributed: bool, threads: int, on_gpu
     return len(cores.usable_cpus()) > taken
 
 
-def check(module: ModuleType, cfg: Any, distributed: bool) -> None:
+def check(module: Algorithm, cfg: Any, distributed: bool) -> None:
     """``--eval-async on`` where it cannot apply: a one-line error before anything is written."""
     from heron.errors import HeronError
 

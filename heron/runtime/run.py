@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from heron.errors import Diverged, Fault, HeronError, Interrupted, first_line, i
 from heron.ops import dist
 from heron.runtime import checkpoint as ckpt
 from heron.runtime import cores, evalworker
+from heron.runtime.algorithm import Algorithm
 from heron.runtime.evaluation import Evaluations, registered_spec
 from heron.runtime.faults import DivergenceGuard, close_bounded, nonfinite_tensor, release
 from heron.runtime.logger import METRICS_HEADER, Logger, NullLogger, truncate_csv
@@ -56,29 +56,45 @@ class Run:
     cfg: Any
     run_dir: Path
     device: torch.device
-    logger: Logger
+    logger: Logger | NullLogger
+    module: Algorithm  # the algorithm (heron.algos.<name>)
+    precision: Precision  # --precision: autocast layers, optimizer steps, the loss scale
+    guard: DivergenceGuard  # non-finite metrics, watched on the device
+    world: dist.World = field(default_factory=dist.World)  # this process's rank in a torchrun job
+    lock: RunLock | None = None
+    governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
+    evaluations: Evaluations = field(init=False)  # the run's evaluations, made with it (__post_init__)
     resume_state: dict | None = None  # the latest checkpoint's state when resuming
     resume_buffer: dict | None = None
     last_checkpoint_step: int = -1
     wall_start: float = field(default_factory=time.time)
     stop_requested: bool = False
-    module: ModuleType | None = None  # the algorithm (heron.algos.<name>)
-    evaluations: Evaluations | None = None  # made with the run (``_setup``)
-    lock: RunLock | None = None
-    guard: DivergenceGuard | None = None
     step: int = 0  # the last env step whose work is complete (after_step)
     state_fn: Callable[[], tuple[dict, dict | None]] | None = None  # (state, buffer state) at that step
     owned: list = field(default_factory=list)  # envs closed (bounded) when the run closes
     last_checkpoint_time: float = field(default_factory=time.monotonic)
     checkpoint_cost: float = 0.0  # seconds the latest checkpoint took
     checkpoints_written: int = 0
-    world: dist.World = field(default_factory=dist.World)  # this process's rank in a torchrun job
     synced: dict = field(default_factory=dict)  # modules that must be identical on every rank
     finished: bool = False
-    precision: Precision | None = None  # --precision: autocast layers, optimizer steps, the loss scale
-    governor: cores.ThreadGovernor | None = None  # --torch-threads 0: the thread count follows the load
     _old_handlers: dict = field(default_factory=dict)
     process_settings: ProcessSettings | None = None  # the caller's, restored by close()
+
+    def __post_init__(self) -> None:
+        # what the evaluations need of the run, given once: its options and place, the stop request
+        # and the divergence check (read when they are needed)
+        self.evaluations = Evaluations(
+            self.algo,
+            self.cfg,
+            self.run_dir,
+            self.device,
+            self.world,
+            self.logger,
+            self.module,
+            stopping=lambda: self.stop_requested,
+            check_finite=self.check_finite,
+            env_fn=evalworker.eval_env_fn(self.module, self.cfg),
+        )
 
     @property
     def ckpt_dir(self) -> Path:
@@ -86,7 +102,7 @@ class Run:
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
-    def start(cls, module: ModuleType, cfg: Any) -> Run:
+    def start(cls, module: Algorithm, cfg: Any) -> Run:
         """A new run directory for the algorithm ``module`` (``heron.algos.<name>``). Under torchrun
         rank 0 makes and locks it, and every rank learns its name (or rank 0's reason for refusing)
         before any of them trains."""
@@ -133,7 +149,7 @@ class Run:
             raise
 
     @classmethod
-    def resume(cls, module: ModuleType, cfg: Any, spaces: dict | None = None) -> Run:
+    def resume(cls, module: Algorithm, cfg: Any, spaces: dict | None = None) -> Run:
         """Reopen a run at its latest checkpoint. Everything is checked (the lock, the checkpoint's
         algorithm, step, world size and, given the env's ``spaces``, that they match the saved ones)
         before anything in the run directory changes. Under torchrun every rank checks the commit
@@ -142,7 +158,8 @@ class Run:
         algo = evalworker.algo_name(module)
         run_dir = Path(cfg.run_dir)
         world = dist.from_env()
-        lock, problem = (RunLock(run_dir), None) if world.is_main else (None, None)
+        lock = RunLock(run_dir) if world.is_main else None
+        problem: HeronError | Fault | None = None
         if lock is not None:
             try:
                 lock.acquire()
@@ -192,7 +209,7 @@ class Run:
     @classmethod
     def _open(
         cls,
-        module: ModuleType,
+        module: Algorithm,
         cfg: Any,
         run_dir: Path,
         start_step: int,
@@ -212,7 +229,7 @@ class Run:
     @classmethod
     def _setup(
         cls,
-        module: ModuleType,
+        module: Algorithm,
         cfg: Any,
         run_dir: Path,
         start_step: int,
@@ -240,7 +257,6 @@ class Run:
                 governor=governor,
                 module=module,
             )
-            run._evaluations_open()
             run._catch_signals()
             return run
         wandb_run = None
@@ -280,11 +296,9 @@ class Run:
             governor=governor,
             module=module,
         )
-        evaluations = run._evaluations_open()
         if evalworker.wanted(module, cfg, world.distributed, torch.get_num_threads(), device.type == "cuda"):
-            evaluations.worker = evalworker.EvalWorker(
-                module, cfg, registered_spec(cfg.env_id)
-            )  # started at the first step
+            # started at the first step
+            run.evaluations.worker = evalworker.EvalWorker(module, cfg, registered_spec(cfg.env_id))
         for note in (thread_note, cuda_graphs_note(cfg, device, world)):
             if note is not None:
                 logger.print(f"heron: note: {note}")  # no action asked for: quiet under --progress none
@@ -292,22 +306,6 @@ class Run:
             logger.warn(slow)
         run._catch_signals()
         return run
-
-    def _evaluations_open(self) -> Evaluations:
-        """The run's evaluations, told what they need of the run."""
-        self.evaluations = Evaluations(
-            self.algo,
-            self.cfg,
-            self.run_dir,
-            self.device,
-            self.world,
-            self.logger,
-            self.module,
-            stopping=lambda: self.stop_requested,
-            check_finite=self.check_finite,
-            env_fn=evalworker.eval_env_fn(self.module, self.cfg),
-        )
-        return self.evaluations
 
     # -- this rank's share (torchrun) ---------------------------------------------------------------
     def local(self, n: int) -> int:
@@ -384,7 +382,7 @@ class Run:
             return
         mine, self.logger.pending = self.logger.pending, []
         everyone = sorted((e for part in dist.gather(mine) for e in part), key=lambda e: e[0])
-        if self.world.is_main:
+        if isinstance(self.logger, Logger):  # rank 0's
             for step, ret, length in everyone:
                 self.logger.log_episode(step, ret, length)
 
@@ -579,7 +577,7 @@ class Run:
         self.logger.close()
         if self.lock is not None:
             self.lock.release()
-        if self.evaluations is not None and self.evaluations.worker is not None:
+        if self.evaluations.worker is not None:
             self.evaluations.worker.close()
             self.evaluations.worker, self.evaluations.sent = None, False
         for envs in reversed(self.owned):

@@ -118,7 +118,7 @@ def disagreement(
         for ref, got in zip(refs, got_grads[name]):
             if (ref is None) != (got is None):
                 return f"disagrees with it: {name} gradient {'missing' if got is None else 'where it has none'}"
-            if ref is not None and (off := _off(ref, got)) > worst:
+            if ref is not None and got is not None and (off := _off(ref, got)) > worst:
                 worst, what = off, f"{name} gradient"
     for key, ref in ref_metrics.items():
         if key not in got_metrics:

@@ -9,7 +9,7 @@ gradient back in float32."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -121,8 +121,8 @@ class LeanCritics:
         self.dtype = dtype
         self.grads = FlatGrads(opt)
         assert {id(p) for p in self.grads.params} == {id(p) for p in self.params}, "the q optimizer holds the critics"
-        self.dws = [self.grads.of(layer.weight) for layer in critic.layers]
-        self.dbs = [self.grads.of(layer.bias) for layer in critic.layers]
+        self.dws = [self.grads.of(layer.weight) for layer in critic.linears()]
+        self.dbs = [self.grads.of(layer.bias) for layer in critic.linears()]
         self.member_grads = [([dw[e] for dw in self.dws], [db[e] for db in self.dbs]) for e in range(self.E)]
         self.views, self.t_views = LayerViews(self.params, dtype), LayerViews(self.t_params, dtype)
 
@@ -155,14 +155,15 @@ class LeanCritics:
     def input_grad(self, kept: list, members, g_q: list[torch.Tensor], first: int) -> torch.Tensor:
         """d/dx[:, first:] (the action columns) of sum_j g_q[j] . Q_members[j](x), from the layer inputs
         ``kept`` of ``forward(x, members)``; the critics' weights get no gradient. float32."""
-        total = None
+        total: torch.Tensor | None = None
         for (ws, inputs), g in zip(kept, g_q):
             n = len(inputs)
             gx = backprop(
                 g.unsqueeze(-1), ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False, x_from=first
-            ).float()
+            )
+            gx = cast(torch.Tensor, gx).float()  # need_x: the input's gradient
             total = gx if total is None else total + gx
-        return total
+        return cast(torch.Tensor, total)  # at least one member
 
     def min_input_grad(
         self, kept: list, which: torch.Tensor, scale: float, first: int, split: bool | None = None
@@ -175,7 +176,7 @@ class LeanCritics:
         if not (which.device.type == "cpu" if split is None else split):
             g_q = [(which == e).float().mul_(scale) for e in range(self.E)]
             return self.input_grad(kept, range(self.E), g_q, first)
-        out = None
+        out: torch.Tensor | None = None
         for e, (ws, held) in enumerate(kept):
             rows = (which == e).nonzero().squeeze(1)
             if rows.numel() == 0:
@@ -184,13 +185,14 @@ class LeanCritics:
             inputs = [held[0]] + [h.index_select(0, rows) for h in held[1:]]
             n = len(inputs)
             g = torch.full((rows.numel(), 1), scale, dtype=inputs[-1].dtype, device=which.device)
-            gx = backprop(
-                g, ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False, x_from=first
-            ).float()
+            gx = cast(
+                torch.Tensor,
+                backprop(g, ws, inputs, [None] * n, [None] * n, "relu", True, linear_layout=False, x_from=first),
+            ).float()  # need_x: the input's gradient
             if out is None:
                 out = gx.new_zeros(which.shape[0], gx.shape[1])
             out.index_copy_(0, rows, gx)
-        return out
+        return cast(torch.Tensor, out)  # every row has a member
 
 
 # -- derivatives shared by SAC's and TD3's hand-written steps --------------------------------------

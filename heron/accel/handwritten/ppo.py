@@ -120,7 +120,9 @@ def value_loss_and_grad(
     where the clipped error is the larger, (V_clipped - R) / n inside the clip range and 0 outside
     it (n: the elements)."""
     loss, diff, err, diff_c, err_c, delta = losses.value_terms(values, values_old, returns, clip_coef, clip)
-    g = torch.where(err_c > err, diff_c * (delta.abs() <= clip_coef), diff) if clip else diff
+    if diff_c is None or err_c is None or delta is None:  # no clipping
+        return loss, diff.mul(scale / values.numel())
+    g = torch.where(err_c > err, diff_c * (delta.abs() <= clip_coef), diff)
     return loss, g.mul(scale / values.numel())
 
 
@@ -137,6 +139,7 @@ def head_grad(pi: HeadTerms, actions: torch.Tensor, g_logp: torch.Tensor, g_ent:
     if kind == "discrete":
         if pi.probs is None:
             pi.entropy()
+        assert pi.probs is not None and pi.entropies is not None  # (entropy() made them)
         lp, p, ent = pi.logps[0], pi.probs[0], pi.entropies[0]
         g = p * (-g_logp).unsqueeze(1)
         if g_ent:
@@ -153,6 +156,7 @@ def box_grads(
     """``head_grad`` of a Gaussian head as (d/dmean, d/dlog-std), each [B, A]."""
     if pi.z is None:
         pi.log_prob(actions.reshape(pi.mean.shape))
+    assert pi.z is not None and pi.std is not None  # (log_prob() made them)
     lo, hi = LOG_STD_BOUNDS
     g = g_logp.unsqueeze(1)
     inside = (pi.raw_log_std >= lo) & (pi.raw_log_std <= hi)  # clamp passes gradients at its bounds
@@ -193,13 +197,16 @@ class LeanUpdate:
     def __init__(self, cfg, model: ActorCritic, opt: torch.optim.Optimizer):
         self.cfg, self.model, self.opt = cfg, model, opt
         self.head = model.pi_head
+        assert model._direct is not None, "feed-forward separate bodies (supported)"
         self.pi, self.v = model._direct  # each body's linear layers, then its head
         self.grads = grads = FlatGrads(opt)
         self.pi_grads = [(grads.of(m.weight), grads.of(m.bias)) for m in self.pi]
         self.v_grads = [(grads.of(m.weight), grads.of(m.bias)) for m in self.v]
         self.free_std = self.head.kind == "box" and not self.head.state_dependent
         self.log_std_grad = grads.of(self.head.log_std) if self.free_std else None
-        covered = [v for pair in self.pi_grads + self.v_grads for v in pair] + [self.log_std_grad] * self.free_std
+        covered = [v for pair in self.pi_grads + self.v_grads for v in pair]
+        if self.log_std_grad is not None:
+            covered.append(self.log_std_grad)
         assert sorted(v.data_ptr() for v in covered) == sorted(v.data_ptr() for v in grads.views), (
             "every parameter's gradient is written at every step"
         )

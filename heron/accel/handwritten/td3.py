@@ -28,6 +28,7 @@ from heron.accel.handwritten.common import (
 )
 from heron.accel.precision import Precision
 from heron.algos.td3 import losses
+from heron.algos.td3.networks import Actor
 from heron.ops.fused import _forward, backprop
 from heron.rl.buffers import STEP_FIELDS, discount
 from heron.rl.nets import squash
@@ -72,7 +73,7 @@ def actor_loss_grad(q1: torch.Tensor) -> torch.Tensor:
     return torch.full_like(q1, -1.0 / q1.shape[0])
 
 
-def _linear_params(actor: nn.Module) -> tuple[list[nn.Linear], list[torch.Tensor]]:
+def _linear_params(actor: Actor) -> tuple[list[nn.Linear], list[torch.Tensor]]:
     linear = [m for m in actor.net if isinstance(m, nn.Linear)]
     return linear, [t for m in linear for t in (m.weight, m.bias)]
 

@@ -176,7 +176,7 @@ def actor_steps(
     values: torch.Tensor,
     weights: torch.Tensor,
     current: bool = True,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Which imagined steps the actor loss scores, and against which target. Time line (H = 3)::
 
         states     s_0 -a_0-> s_1 -a_1-> s_2 -a_2-> s_3

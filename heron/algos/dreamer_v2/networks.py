@@ -15,6 +15,7 @@ reads) after it.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -119,7 +120,7 @@ class Encoder(nn.Module):
                 ]
             # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
             # (a convolution's backward reads its input): a lower peak memory at the Atari sizes
-            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)
+            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
             self.out_dim += 32 * depth  # 8 * depth channels at 2x2
         if mlp_keys:
             self.mlp = mlp(sum(obs_spec[k][0] for k in mlp_keys), units, layers)
@@ -144,9 +145,11 @@ class PointDeconv(nn.ConvTranspose2d):
     a DreamerV2 step on a CPU at the Atari sizes). A module, so that ``--precision`` puts autocast
     around it as around any layer."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # no output_size: one 1x1 input
         k = self.kernel_size
-        y = torch.addmm(self.bias.repeat_interleave(k[0] * k[1]), x.reshape(x.shape[0], -1), self.weight.flatten(1))
+        bias = self.bias
+        assert bias is not None, "made with a bias"
+        y = torch.addmm(bias.repeat_interleave(k[0] * k[1]), x.reshape(x.shape[0], -1), self.weight.flatten(1))
         return y.view(-1, self.out_channels, *k).contiguous(memory_format=torch.channels_last)
 
 
@@ -178,7 +181,7 @@ class Decoder(nn.Module):
                 nn.ConvTranspose2d(2 * depth, depth, 6, 2),
                 nn.ELU(inplace=True),
                 nn.ConvTranspose2d(depth, sum(self.channels), 6, 2),
-            ).to(memory_format=torch.channels_last)
+            ).to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
         if mlp_keys:
             self.dims = [obs_spec[k][0] for k in mlp_keys]
             self.mlp = mlp(feat_dim, units, layers, sum(self.dims))
@@ -440,7 +443,7 @@ class Player(nn.Module):
     ``act(obs, state, deterministic)`` follows heron's recurrent-policy interface with
     ``state = cat(h, z, a_prev)``; actions come out one-hot (discrete) or in [-1, 1]."""
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: Any):  # this module's Agent, or DreamerV3's
         super().__init__()
         self.encoder, self.rssm, self.actor = agent.world.encoder, agent.world.rssm, agent.actor
         self.action_dim = agent.action_dim

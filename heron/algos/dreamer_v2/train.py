@@ -24,7 +24,7 @@ takes the reward and continue predicted at s_t, as the paper's eq. 4 and its cod
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -111,6 +111,7 @@ def make_update(
         obs_nll = sum(losses.gaussian_nll(recon[k], image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + sum(
             losses.gaussian_nll(recon[k], obs[k], 1) for k in spaces["mlp_keys"]
         )
+        obs_nll = cast(torch.Tensor, obs_nll)  # at least one key (``check``)
         rewards = torch.tanh(batch["reward"]) if cfg.clip_rewards else batch["reward"]
         reward_nll = losses.gaussian_nll(world.reward(feat).squeeze(-1), rewards, 0)
         continue_nll = None
@@ -185,7 +186,7 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
     run.sync_start(agent=agent)
     optimizers = make_optimizers(cfg, agent)
     run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
-    update = build_step(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision), log=run.logger.print)
+    update = build_step(cfg, make_update(cfg, agent, spaces, *_three(optimizers), run.precision), log=run.logger.print)
 
     def due(global_step: int, prev_step: int, n_updates: int) -> int:
         if n_updates == 0:
@@ -203,3 +204,10 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
 
 def train(cfg: Config, run: Run) -> dict:
     return dreamer.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))
+
+
+def _three(
+    optimizers: dict[str, torch.optim.Optimizer],
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer]:
+    """The world model's, the actor's and the critic's optimizers, in ``make_update``'s order."""
+    return optimizers["world_opt"], optimizers["actor_opt"], optimizers["critic_opt"]

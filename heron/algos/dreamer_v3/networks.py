@@ -11,6 +11,7 @@ one-hot categoricals of ``discrete_size`` classes, flattened); the heads read ``
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ class ChannelNorm(nn.LayerNorm):
         return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
-def _fan_avg(module: nn.Module) -> float:
+def _fan_avg(module: Any) -> float:  # a Linear, Conv2d or ConvTranspose2d
     space = math.prod(module.kernel_size) if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)) else 1
     if isinstance(module, nn.Linear):
         return (module.in_features + module.out_features) / 2.0
@@ -69,7 +70,7 @@ def init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def init_output(layer: nn.Module, scale: float) -> None:
+def init_output(layer: Any, scale: float) -> None:  # a Linear, Conv2d or ConvTranspose2d
     """An output layer's initialisation (the official code's ``outscale``): uniform with variance
     ``scale`` / fan_avg, zero bias. Scale 0 for the reward and value heads: they start predicting 0."""
     limit = math.sqrt(3.0 * scale / _fan_avg(layer))
@@ -311,6 +312,9 @@ class Actor(nn.Module):
 class Moments(nn.Module):
     """The state of the return normalisation (``losses.percentile_scale``): the moving 5th and 95th
     percentiles, saved with the agent."""
+
+    low: torch.Tensor  # buffers
+    high: torch.Tensor
 
     def __init__(self):
         super().__init__()

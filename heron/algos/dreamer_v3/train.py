@@ -24,7 +24,7 @@ Training frequency: ``--replay-ratio`` gradient steps per agent step, from ``--l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -115,6 +115,7 @@ def make_update(
         obs_loss = sum(losses.mse(recon[k].float(), image_to_float(obs[k]), 3) for k in spaces["cnn_keys"]) + sum(
             losses.symlog_mse(recon[k], obs[k].float(), 1) for k in spaces["mlp_keys"]
         )
+        obs_loss = cast(torch.Tensor, obs_loss)  # at least one key (``check``)
         reward_loss = losses.twohot_nll(world.reward(feat), batch["reward"], bins, space)
         terminal = batch["is_terminal"].float()
         continue_loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -213,7 +214,7 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
     run.sync_start(agent=agent)
     optimizers = make_optimizers(cfg, agent)
     run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
-    update = build_step(cfg, make_update(cfg, agent, spaces, *optimizers.values(), run.precision), log=run.logger.print)
+    update = build_step(cfg, make_update(cfg, agent, spaces, *_three(optimizers), run.precision), log=run.logger.print)
 
     def due(global_step: int, prev_step: int, n_updates: int) -> int:
         owed = cfg.pretrain_steps + int(
@@ -232,3 +233,10 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
 
 def train(cfg: Config, run: Run) -> dict:
     return dreamer.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))
+
+
+def _three(
+    optimizers: dict[str, torch.optim.Optimizer],
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer]:
+    """The world model's, the actor's and the critic's optimizers, in ``make_update``'s order."""
+    return optimizers["world_opt"], optimizers["actor_opt"], optimizers["critic_opt"]

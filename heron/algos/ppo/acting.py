@@ -40,8 +40,8 @@ class RolloutActing:
         feedforward = model.state_size == 0
         self.recorded = RecordedActing(model, device) if cfg.cuda_graphs and self.twin is None and feedforward else None
         self.fast: Any = None
-        self.noise: torch.Tensor | None = None
-        self.noise_np: np.ndarray | None = None
+        self.noise = torch.empty(0)  # the rollout's (``rollout``)
+        self.noise_np = np.empty(0)  # its numpy copy, where numpy acts
 
     def rollout(self, noise: torch.Tensor) -> None:
         """Before a rollout: its noise, and the numpy acting step on the weights as they now are."""
@@ -51,7 +51,7 @@ class RolloutActing:
             if self.recorded is not None
             else (self.twin.refresh() if self.twin is not None else self.model).numpy_acting(self.num_envs)
         )
-        self.noise_np = noise.cpu().numpy() if self.fast is not None else None
+        self.noise_np = noise.cpu().numpy() if self.fast is not None else np.empty(0)
 
     def act(self, t: int, obs: Any, state: torch.Tensor) -> tuple[Any, Any, Any, Any, Any, torch.Tensor]:
         tensor_env = isinstance(obs, torch.Tensor)

@@ -38,7 +38,8 @@ def policy_loss(
     Returns (loss, approximate KL(old || new) by the (r - 1) - log r estimator, fraction of
     clipped ratios), all scalars without host syncs.
     """
-    return policy_terms(logp, logp_old, adv, clip_coef, dual_clip)[:3]
+    loss, approx_kl, clipfrac, *_ = policy_terms(logp, logp_old, adv, clip_coef, dual_clip)
+    return loss, approx_kl, clipfrac
 
 
 def policy_terms(
@@ -72,18 +73,18 @@ def value_loss(
 
 def value_terms(
     values: torch.Tensor, values_old: torch.Tensor, returns: torch.Tensor, clip_coef: float, clip: bool
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """``value_loss``, then what its derivative reuses: V - R, (V - R)^2, and with ``clip`` the
     clipped value's error V_clipped - R, its square and V - V_old (else None)."""
     assert values.shape == values_old.shape == returns.shape
     diff = values - returns
     err = diff.pow(2)
-    diff_c = err_c = delta = None
-    if clip:
-        delta = values - values_old
-        diff_c = values_old + delta.clamp(-clip_coef, clip_coef) - returns
-        err_c = diff_c.pow(2)
-    return 0.5 * (torch.max(err, err_c) if clip else err).mean(), diff, err, diff_c, err_c, delta
+    if not clip:
+        return 0.5 * err.mean(), diff, err, None, None, None
+    delta = values - values_old
+    diff_c = values_old + delta.clamp(-clip_coef, clip_coef) - returns
+    err_c = diff_c.pow(2)
+    return 0.5 * torch.max(err, err_c).mean(), diff, err, diff_c, err_c, delta
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,7 +26,8 @@ LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and
 def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
     """(C, H, W) of an image and whether it arrives channel-last (H, W, C), as pixel envs render."""
     channels_last = shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4)
-    return ((shape[2], shape[0], shape[1]) if channels_last else tuple(shape)), channels_last
+    c, h, w = (shape[2], shape[0], shape[1]) if channels_last else shape
+    return (c, h, w), channels_last
 
 
 class Body(nn.Module):
@@ -48,11 +50,15 @@ class Body(nn.Module):
         self.flat = flat
         self.parts = [(size, None if shape is None else image_layout(shape)) for size, shape in parts]
         self.cnns = nn.ModuleList(NatureCNN(*layout[0]) for _, layout in self.parts if layout is not None)
-        dim = sum(c.out_dim for c in self.cnns) + sum(size for size, layout in self.parts if layout is None)
+        dim = sum(cnn.out_dim for cnn in self.cnn_list()) + sum(size for size, layout in self.parts if layout is None)
         self.rnn = RecurrentCore(recurrent, dim, rnn_hidden) if recurrent != "none" else None
         dim = rnn_hidden if self.rnn is not None else dim
         self.mlp, self.out_dim = tanh_mlp(dim, hidden)
         self.state_size = self.rnn.state_size if self.rnn is not None else 0
+
+    def cnn_list(self) -> list[NatureCNN]:
+        """The CNNs of the image parts, in order."""
+        return list(self.cnns)  # type: ignore[arg-type]  # a ModuleList of NatureCNN
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, *obs] -> [B, D]: images through their CNNs (uint8 or float pixels 0..255)."""
@@ -95,6 +101,9 @@ class ActionHead(nn.Module):
       (state-independent, the default) or a network output. Actions are the unclipped samples
       (their log-prob is exact); ``to_env`` clips them to the bounds for the environment only.
     """
+
+    low: torch.Tensor  # a buffer
+    high: torch.Tensor  # a buffer
 
     def __init__(self, in_dim: int, action: dict, state_dependent_std: bool, init_log_std: float):
         super().__init__()
@@ -156,7 +165,7 @@ class ActionHead(nn.Module):
         picks = [
             (lp - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1, keepdim=True) for lp, u in zip(logps, uniforms)
         ]
-        logp = sum(lp.gather(-1, a).squeeze(-1) for lp, a in zip(logps, picks))
+        logp = cast(torch.Tensor, sum(lp.gather(-1, a).squeeze(-1) for lp, a in zip(logps, picks)))
         actions = picks[0].squeeze(-1) if self.kind == "discrete" else torch.cat(picks, -1)
         return actions, logp
 
@@ -197,14 +206,18 @@ class HeadTerms:
         """``log_std``: a free log-std [A] (then ``params`` are the means [B, A], not joined to it)."""
         self.head = head
         if head.kind == "box":
+            self.mean: torch.Tensor
+            self.raw_log_std: torch.Tensor
             self.mean, self.raw_log_std = (
                 (params, log_std.expand_as(params)) if log_std is not None else params.split(head.dim, -1)
             )
             self.log_std = self.raw_log_std.clamp(*LOG_STD_BOUNDS)
-            self.std = self.z = None
+            self.std: torch.Tensor | None = None
+            self.z: torch.Tensor | None = None
         else:
             self.logps = head._logits(params)
-            self.probs = self.entropies = None
+            self.probs: list[torch.Tensor] | None = None
+            self.entropies: list[torch.Tensor] | None = None
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """[B]: the Gaussian's log-density (summed over the action's entries), or the categoricals'
@@ -247,7 +260,7 @@ class NumpyActing:
     made, and the optimizer moves it between rollouts."""
 
     def __init__(self, model: ActorCritic):
-        self.pi, self.v = (acting.NumpyMLP(layers, np.tanh) for layers in model._direct)
+        self.pi, self.v = acting.NumpyMLP(model._pi_direct, np.tanh), acting.NumpyMLP(model._v_direct, np.tanh)
         self.norm = model.norm
         head = self.head = model.pi_head
         if head.kind == "box":
@@ -316,7 +329,9 @@ class RecordedActing:
         if head.kind == "box":
             self.low, self.high = head.low.cpu().numpy(), head.high.cpu().numpy()
 
-    def __call__(self, obs: np.ndarray | torch.Tensor, noise: np.ndarray | torch.Tensor) -> tuple[np.ndarray, ...]:
+    def __call__(
+        self, obs: np.ndarray | torch.Tensor, noise: np.ndarray | torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``obs`` and ``noise`` arrays, or tensors already on the device (the rollout's: its frames
         uploaded once, its noise drawn there)."""
         out = self.graph(obs, noise)  # [N, A + 2]
@@ -332,6 +347,8 @@ class ActorCritic(nn.Module):
     """Actor and critic, separate (default) or sharing one body (``shared``). The recurrent state
     is one tensor [B, S] = [actor state | critic state]. ``norm`` holds the observation statistics
     and ``value_norm`` the return statistics: both are buffers, saved with every checkpoint."""
+
+    vec_idx: torch.Tensor  # a buffer: the vector entries of the observations
 
     def __init__(
         self,
@@ -370,12 +387,13 @@ class ActorCritic(nn.Module):
         self.state_size = self.pi_state + (self.v_body.state_size if self.v_body is not None else 0)
         # the acting fast path (``step``): separate feed-forward MLPs on vectors, in float32 (a mixed
         # ``Precision.apply`` sets the bodies' amp_dtype: then the layers' hooks and casts must run)
-        self._direct = None
+        self._direct: tuple[list[nn.Linear], list[nn.Linear]] | None = None
         if self.state_size == 0 and self.v_body is not None and not self.flat and not self.pi_body.cnns:
             self._direct = (
                 [m for m in self.pi_body.mlp if isinstance(m, nn.Linear)] + [self.pi_head.linear],
                 [m for m in self.v_body.mlp if isinstance(m, nn.Linear)] + [self.v_head],
             )
+        self._pi_direct, self._v_direct = self._direct or ([], [])  # (typed: the hot paths read them)
 
     def direct_ok(self) -> bool:
         """Whether this call may take the direct layers: an eligible model, float32, no gradients."""
@@ -393,14 +411,14 @@ class ActorCritic(nn.Module):
         precision, a GPU (training then acts on a CPU twin: ``heron.accel.acting.CpuTwin``), or
         products large enough for numpy's BLAS to take more threads than the run's."""
         if self._direct is None or not acting.eligible(
-            num_envs, self._direct[0] + self._direct[1], self.pi_body.mlp.amp_dtype
+            num_envs, self._pi_direct + self._v_direct, self.pi_body.mlp.amp_dtype
         ):
             return None
         return NumpyActing(self)
 
     def _pi_params(self, x: torch.Tensor) -> torch.Tensor:
         """Policy parameters [B, P] of normalized x [B, D] through the direct layers (``direct_ok``)."""
-        out = _direct(x, self._direct[0])
+        out = _direct(x, self._pi_direct)
         if self.pi_head.kind == "box" and not self.pi_head.state_dependent:
             out = torch.cat([out, self.pi_head.log_std.expand_as(out)], -1)
         return out
@@ -453,14 +471,14 @@ class ActorCritic(nn.Module):
         """Normalized values [B, L] of obs [B, L, D] through the critic's direct layers (``values``'s
         numbers; where ``direct_ok``)."""
         B, L = obs.shape[:2]
-        return _direct(self._in(obs).reshape(B * L, -1), self._direct[1]).reshape(B, L)  # [B*L, D] -> [B, L]
+        return _direct(self._in(obs).reshape(B * L, -1), self._v_direct).reshape(B, L)  # [B*L, D] -> [B, L]
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step: obs [B, ...], state [B, S] (zeroed by the caller at episode starts) ->
         params [B, P], normalized values [B], new state [B, S]."""
         if self.direct_ok():  # feed-forward MLPs acting: the layers' own operations, called directly
             x = self._in(obs)
-            return self._pi_params(x), _direct(x, self._direct[1]).squeeze(-1), state
+            return self._pi_params(x), _direct(x, self._v_direct).squeeze(-1), state
         if self.state_size == 0:  # feed-forward: skip the sequence bookkeeping (runs every env step)
             x = self._in(obs)
             pi_feats = self.pi_body.features(x)

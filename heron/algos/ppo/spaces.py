@@ -50,6 +50,7 @@ def obs_parts(env_id: str) -> list | None:
 
 def spaces_of(cfg: Config, obs_space: gym.Space, act_space: gym.Space) -> dict:
     """What a saved policy needs to rebuild its network without making an env."""
+    assert obs_space.shape is not None, "checked (check)"
     return {
         "obs_shape": list(obs_space.shape),
         "obs_dtype": str(np.dtype(obs_space.dtype)),

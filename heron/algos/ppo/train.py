@@ -19,7 +19,7 @@ function ``minibatch -> metrics`` (no ``.item()``), so ``--compile`` can wrap it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -104,12 +104,12 @@ def value_pass(model: ActorCritic, seq: dict[str, torch.Tensor]) -> tuple[torch.
         next_values = torch.where(need, following, torch.cat([values[:, 1:], values[:, -1:]], 1))
         return model.value_norm.denormalize(values), model.value_norm.denormalize(next_values)
     chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
-    values, states = [], []
+    value_parts, state_parts = [], []
     for i in range(0, seq["obs"].shape[0], chunk):
         v, st = model.values(seq["obs"][i : i + chunk], seq["state0"][i : i + chunk], seq["starts"][i : i + chunk])
-        values.append(v)
-        states.append(st)
-    values, states = torch.cat(values), torch.cat(states)  # [k*N, T], [k*N, T, S]
+        value_parts.append(v)
+        state_parts.append(st)
+    values, states = torch.cat(value_parts), torch.cat(state_parts)  # [k*N, T], [k*N, T, S]
     next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
     rows, cols = need.nonzero(as_tuple=True)
     for i in range(0, len(rows), 1024):
@@ -283,8 +283,10 @@ def train(cfg: Config, run: Run) -> dict:
         w["state0"].copy_(state)
         # each step's tensors and arrays are kept in lists and written to the buffer once per rollout
         # (one stack per field, not nine indexed copies per env step; envs return new arrays per step)
-        seen = {name: [] for name in ("obs", "actions", "logp", "values")}
-        got = {name: [] for name in ("rewards", "starts", "terminated", "truncated") + (("valid",) if masked else ())}
+        seen: dict[str, list[Any]] = {name: [] for name in ("obs", "actions", "logp", "values")}
+        got: dict[str, list[Any]] = {
+            name: [] for name in ("rewards", "starts", "terminated", "truncated") + (("valid",) if masked else ())
+        }
         finals = []  # (step, envs, their final obs) where episodes ended: the only next_obs not the next obs
         acting.rollout(head.noise((T, N), device))  # the rollout's sampling noise, one draw
         for t in range(T):
@@ -316,9 +318,9 @@ def train(cfg: Config, run: Run) -> dict:
             obs, starts = step.obs, done if step.started is None else step.started
             for _, ret, length in step.episodes:
                 run.logger.episode(global_step, ret, length)
-        for name, values in seen.items():  # [T, N, ...]
-            on_device = torch.is_tensor(values[0])  # (from numpy acting: arrays)
-            stacked = torch.stack(values) if on_device else torch.from_numpy(np.stack(values)).to(device)
+        for name, parts in seen.items():  # [T, N, ...]
+            on_device = torch.is_tensor(parts[0])  # (from numpy acting: arrays)
+            stacked = torch.stack(parts) if on_device else torch.from_numpy(np.stack(parts)).to(device)
             w[name].copy_(stacked if name != "values" else model.value_norm.denormalize(stacked))
         for name, arrays in got.items():
             w[name].copy_(torch.stack(arrays) if envs.tensors else torch.from_numpy(np.stack(arrays)))

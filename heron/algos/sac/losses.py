@@ -17,12 +17,13 @@ def soft_q_target(
     next_q: torch.Tensor,
     next_log_prob: torch.Tensor,
     alpha: torch.Tensor,
-    gamma: float,
+    gamma: float | torch.Tensor,
 ) -> torch.Tensor:
     """y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))  (eq. 2-3).
 
     rewards, terminated, next_log_prob: [B]; next_q: [2, B] (the target critics). Truncated
-    transitions are not terminated: they bootstrap."""
+    transitions are not terminated: they bootstrap. ``gamma``: one number, or with n-step returns
+    each transition's own discount [B]."""
     assert next_q.dim() == 2 and next_q.shape[1] == rewards.shape[0]
     soft_value = next_q.min(0).values - alpha * next_log_prob
     return rewards + gamma * (~terminated).float() * soft_value

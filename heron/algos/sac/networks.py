@@ -26,6 +26,9 @@ from heron.rl.nets import (
 class Actor(nn.Module):
     """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL's SAC)."""
 
+    scale: torch.Tensor  # a buffer
+    bias: torch.Tensor  # a buffer
+
     def __init__(self, encoder: Encoder, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
         super().__init__()
         self.encoder = encoder
@@ -114,25 +117,31 @@ class Critic(nn.Module):
     """``members`` soft Q networks Q_i(s, a), evaluated together; each has its own encoder (they
     share the observation normalizer)."""
 
+    encoders: nn.ModuleList  # of Encoder
+
     def __init__(self, encoders: list[Encoder], hidden: tuple[int, ...], action_dim: int):
         super().__init__()
         self.encoders = nn.ModuleList(encoders)
         self.q = EnsembleMLP(len(encoders), encoders[0].out_dim + action_dim, hidden, 1)
 
+    def members(self) -> list[Encoder]:
+        """Each critic's encoder."""
+        return list(self.encoders)  # type: ignore[arg-type]  # a ModuleList of Encoder
+
     @property
     def state_size(self) -> int:
-        return self.encoders[0].state_size
+        return self.members()[0].state_size
 
     def encode(
         self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [B, L, D], state0 [B, E, S] -> features [E, B, L, F], states [B, L, E, S]."""
-        out = [enc(obs, state0[:, i], starts) for i, enc in enumerate(self.encoders)]
+        out = [enc(obs, state0[:, i], starts) for i, enc in enumerate(self.members())]
         return torch.stack([f for f, _ in out]), torch.stack([s for _, s in out], 2)
 
     def encode_step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [B, D], state [B, E, S] -> features [E, B, F], new state [B, E, S]."""
-        out = [enc.step(obs, state[:, i]) for i, enc in enumerate(self.encoders)]
+        out = [enc.step(obs, state[:, i]) for i, enc in enumerate(self.members())]
         return torch.stack([f for f, _ in out]), torch.stack([s for _, s in out], 1)
 
     def values(self, feats: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

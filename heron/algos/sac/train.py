@@ -24,7 +24,7 @@ from heron.accel.step import Learn, build_step
 from heron.algos import offpolicy
 from heron.algos.sac import losses
 from heron.algos.sac.config import Config
-from heron.algos.sac.networks import Actor, NumpyActor, build, draw
+from heron.algos.sac.networks import Actor, Critic, NumpyActor, build, draw
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point, vector_env
 from heron.errors import HeronError
@@ -50,7 +50,7 @@ def check(cfg: Config) -> dict:
     return offpolicy.spaces_of(obs_space, act_space)
 
 
-def _build(cfg: Config, spaces: dict) -> tuple[Actor, torch.nn.Module]:
+def _build(cfg: Config, spaces: dict) -> tuple[Actor, Critic]:
     return build(
         spaces["obs_shape"][0],
         spaces["action_low"],
@@ -67,8 +67,8 @@ class Nets:
     """What a gradient step works on."""
 
     actor: Actor
-    critic: torch.nn.Module
-    critic_target: torch.nn.Module
+    critic: Critic
+    critic_target: Critic
     actor_opt: torch.optim.Optimizer
     q_opt: torch.optim.Optimizer
     alpha_opt: torch.optim.Optimizer
@@ -180,7 +180,8 @@ def train(cfg: Config, run: Run) -> dict:
     actor, critic = _build(cfg, spaces)
     actor, critic = actor.to(device), critic.to(device)
     norm = actor.encoder.norm  # shared by actor and critics; statistics saved in their state_dicts
-    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    critic_target = copy.deepcopy(critic)
+    critic_target.requires_grad_(False)
     for enc in critic_target.encoders:
         enc.norm = norm  # targets normalize with the live statistics
     run.sync_start(actor=actor, critic=critic)
@@ -248,7 +249,9 @@ def train(cfg: Config, run: Run) -> dict:
     # A feed-forward actor acts in two halves: its Gaussian on the observations (``acting``), and the
     # draw of the actions from it on the host, with the normals actor.act would draw on the CPU.
     numpy_actor = NumpyActor.of(actor, N, mixed=True)
-    acting = Acting(lambda o: actor.gaussian(o.float()), numpy_actor and numpy_actor.gaussian, device, cfg, used=not S)
+    acting = Acting(
+        lambda o: actor.gaussian(o.float()), numpy_actor.gaussian if numpy_actor else None, device, cfg, used=not S
+    )
     # a tensor env's actions are drawn in torch, beside the actor's output on the training device
     scale, bias = (actor.scale, actor.bias) if envs.tensors else (actor.scale.cpu().numpy(), actor.bias.cpu().numpy())
     while global_step < cfg.total_steps:

@@ -25,7 +25,9 @@ def smoothed_target_actions(
     return torch.max(torch.min(next_actions + eps, high), low)
 
 
-def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, gamma: float) -> torch.Tensor:
+def td_target(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, gamma: float | torch.Tensor
+) -> torch.Tensor:
     """Clipped double-Q target y = r + gamma * (1 - terminated) * min(Q'_1, Q'_2)(s', a')  (eq. 10;
     steps 7-9). next_q: [2, B]. Truncation is not termination: it bootstraps."""
     assert next_q.dim() == 2 and next_q.shape[1] == rewards.shape[0]

@@ -12,6 +12,13 @@ from heron.rl.nets import EnsembleMLP, RunningNorm, mlp, squash
 
 
 class Actor(nn.Module):
+    """a = tanh(mlp(norm(s))) rescaled to [low, high] (the TD3 paper's deterministic actor)."""
+
+    scale: torch.Tensor  # buffers
+    bias: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
     def __init__(self, norm: RunningNorm, obs_dim: int, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
         super().__init__()
         self.norm = norm

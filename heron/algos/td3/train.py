@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from heron.accel.step import Learn, build_step
 from heron.algos import offpolicy
 from heron.algos.td3 import losses
 from heron.algos.td3.config import Config
-from heron.algos.td3.networks import NumpyActor, build
+from heron.algos.td3.networks import Actor, Critic, NumpyActor, build
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point, vector_env
 from heron.ops import dist
@@ -46,7 +46,7 @@ def check(cfg: Config) -> dict:
     return offpolicy.spaces_of(obs_space, act_space)
 
 
-def _build(cfg: Config, spaces: dict):
+def _build(cfg: Config, spaces: dict) -> tuple[Actor, Critic]:
     return build(
         spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], tuple(cfg.hidden_sizes), cfg.obs_norm
     )
@@ -62,10 +62,10 @@ def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") ->
 class Nets:
     """What a gradient step works on."""
 
-    actor: torch.nn.Module
-    critic: torch.nn.Module
-    actor_target: torch.nn.Module
-    critic_target: torch.nn.Module
+    actor: Actor
+    critic: Critic
+    actor_target: Actor
+    critic_target: Critic
     actor_opt: torch.optim.Optimizer
     q_opt: torch.optim.Optimizer
 
@@ -111,7 +111,7 @@ def make_update(
         prec.update()
         return metrics
 
-    update.fields = STEP_FIELDS  # what it reads of a batch
+    update.fields = STEP_FIELDS  # type: ignore[attr-defined]  # what it reads of a batch (Learn)
     return update
 
 
@@ -126,8 +126,10 @@ def train(cfg: Config, run: Run) -> dict:
     actor, critic = _build(cfg, spaces)
     actor, critic = actor.to(device), critic.to(device)
     norm = actor.norm  # shared; targets normalize with the live statistics
-    actor_target = copy.deepcopy(actor).requires_grad_(False)
-    critic_target = copy.deepcopy(critic).requires_grad_(False)
+    actor_target = copy.deepcopy(actor)
+    actor_target.requires_grad_(False)
+    critic_target = copy.deepcopy(critic)
+    critic_target.requires_grad_(False)
     actor_target.norm = critic_target.norm = norm
     run.sync_start(actor=actor, critic=critic)
     prec = run.precision
@@ -178,7 +180,8 @@ def train(cfg: Config, run: Run) -> dict:
             greedy = acting.act(obs)
             noise = np_rng.normal(0.0, 1.0, size=greedy.shape) * noise_std
             if envs.tensors:  # a tensor env's actions stay tensors, beside the actor's
-                actions = torch.clamp(greedy + as_like(noise.astype(np.float32), greedy), low, high)
+                greedy_t = cast(torch.Tensor, greedy)
+                actions = torch.clamp(greedy_t + as_like(noise.astype(np.float32), greedy_t), low, high)
             else:
                 actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
