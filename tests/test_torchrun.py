@@ -173,7 +173,7 @@ def _check_one_run(run: Path, algo: str, output: str) -> None:
     assert output.count("done: ") == 1, output  # rank 0 alone reports
     zero, one = _parts(run)
     assert zero["world_size"] == 2 and zero["step"] == one["step"]
-    shared = [k for k in zero if k in ("actor", "critic", "agent", "critic_target", "actor_target")]
+    shared = [k for k in zero if k in ("actor", "critic", "agent", "critic_target", "actor_target", "log_alpha")]
     assert shared and all(_equal(zero[k], one[k]) for k in shared)
     assert not _equal(zero["envs"]["rng"], one["envs"]["rng"])
     assert not _equal(zero["rng"], one["rng"])

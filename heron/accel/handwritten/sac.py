@@ -46,6 +46,7 @@ from heron.accel.handwritten.common import (
 )
 from heron.accel.precision import Precision
 from heron.algos.sac import losses
+from heron.ops import dist
 from heron.ops.adam import Adam
 from heron.ops.fused import _forward, backprop
 from heron.rl.buffers import STEP_FIELDS, discount
@@ -225,5 +226,6 @@ class LeanUpdate:
             if self.log_alpha.grad is None:  # one gradient tensor kept (a recorded step writes into it)
                 self.log_alpha.grad = torch.zeros_like(self.log_alpha)
             self.log_alpha.grad.copy_(alpha_loss_grad(self.log_alpha, log_prob, self.target_entropy))
+            dist.all_reduce_grads([self.log_alpha])  # torchrun: the global batch's, as the readable step's
             self.alpha_opt.lean_step() if isinstance(self.alpha_opt, Adam) else self.alpha_opt.step()
         return metrics
