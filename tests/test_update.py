@@ -193,3 +193,17 @@ def test_runs_take_the_hand_written_step_only_while_it_agrees(
         assert line.startswith(
             f"update: autograd step (heron.algos.{algo}.train; the hand-written step disagrees with it: "
         )
+
+
+def test_a_network_the_hand_written_step_cannot_follow_gets_the_readable_step(monkeypatch):
+    """A researcher swaps SAC's actor body for one the hand-written step cannot read (its layers
+    are not the ReLU MLP it writes out): building or running that step fails, and the run takes the
+    readable step, saying why, instead of failing."""
+    cfg, nets, prec, readable = _sac()
+    nets.actor.net = torch.nn.Sequential(torch.nn.Linear(5, 32), torch.nn.Tanh(), torch.nn.Linear(32, 6))
+    readable = sac_make_update(cfg, nets, prec)
+    said = []
+    assert build_step(cfg, readable, "sac", nets, prec, log=said.append) is readable
+    assert "the hand-written step " in said[-1] and (
+        "cannot follow" in said[-1] or "fails" in said[-1] or "disagrees" in said[-1]
+    ), said[-1]

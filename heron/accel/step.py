@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from heron.accel.graphs import GraphedStep, GraphedSteps
+from heron.errors import first_line
 from heron.ops import dist
 from heron.ops import torch_private as private
 from heron.rl.buffers import ReplayBuffer
@@ -93,18 +94,19 @@ def _handwritten(cfg: Any, autograd: Callable, name: str, nets: Any, precision: 
     if not getattr(cfg, "fused_update", False):
         return autograd, "--fused-update false"
     module = importlib.import_module(f"heron.accel.handwritten.{name}")
-    why_not = module.supported(cfg, nets, precision)
-    if why_not is not None:
-        return autograd, why_not
     from heron.accel.handwritten.check import disagreement, tolerance
 
     problem: str | None
     try:
+        why_not = module.supported(cfg, nets, precision)
+        if why_not is not None:
+            return autograd, why_not
         fast = module.build(cfg, nets, precision)
+        args, state = module.probe(cfg, nets), module.state(nets)
     except Exception as exc:  # networks it cannot follow (an edited network)
-        problem = f"cannot be built for these networks ({type(exc).__name__}: {exc})"
+        problem = f"cannot follow these networks ({first_line(exc)})"
     else:
-        problem = disagreement(autograd, fast, module.probe(cfg, nets), module.state(nets), tolerance(precision.dtype))
+        problem = disagreement(autograd, fast, args, state, tolerance(precision.dtype))
     # under torchrun every rank takes the same step (its collectives must meet the others')
     if dist.all_ranks(problem is None):
         return fast, ""

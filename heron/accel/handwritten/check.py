@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from heron.errors import first_line
+
 Saved = dict[str, Any]
 
 
@@ -110,7 +112,7 @@ def disagreement(
         try:
             got_metrics, got_grads = _run(fast, args, state, saved, seed, devices)
         except Exception as exc:  # a network the hand-written step cannot follow
-            return f"fails on these networks ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            return f"fails on these networks ({first_line(exc)})"
     finally:
         restore(state, saved)
     worst, what = 0.0, ""
