@@ -231,6 +231,15 @@ def tanh_normal_grad(
     return g_u, g_u * std * eps - g_logp
 
 
+def offpolicy_reason(cfg: Any, prec: Any) -> str | None:
+    """Why neither of SAC's and TD3's hand-written steps applies to the run (None where both may)."""
+    if cfg.compile:
+        return "--compile wraps the autograd step"
+    if prec.scaler is not None:
+        return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
+    return None
+
+
 def batch_probe(cfg: Any, obs_dim: int, scale: torch.Tensor, bias: torch.Tensor, lead: tuple[int, ...]) -> dict:
     """A synthetic replay batch for the start-up check (``heron.accel.handwritten.check``):
     ``--batch-size`` transitions shaped ``[B, *lead, ...]`` as the run's, with standard-normal

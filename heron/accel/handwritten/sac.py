@@ -41,6 +41,7 @@ from heron.accel.handwritten.common import (
     LeanCritics,
     batch_probe,
     critic_losses_grad,
+    offpolicy_reason,
     squash_log_std_grad,
     tanh_normal_grad,
 )
@@ -55,13 +56,9 @@ from heron.rl.nets import squash_log_std, tanh_normal
 
 def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     """None when the hand-written step applies to the run, else why not (the autograd step runs)."""
-    if cfg.compile:
-        return "--compile wraps the autograd step"
-    if prec.scaler is not None:
-        return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
-    if nets.actor.encoder.state_size:
-        return "recurrent networks"
-    return None
+    if (why := offpolicy_reason(cfg, prec)) is not None:
+        return why
+    return "recurrent networks" if nets.actor.encoder.state_size else None
 
 
 def build(cfg: Any, nets: Any, prec: Precision) -> LeanUpdate:

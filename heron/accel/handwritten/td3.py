@@ -24,6 +24,7 @@ from heron.accel.handwritten.common import (
     LeanCritics,
     batch_probe,
     critic_losses_grad,
+    offpolicy_reason,
     squash_grad,
 )
 from heron.accel.precision import Precision
@@ -36,10 +37,8 @@ from heron.rl.nets import squash
 
 def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     """None when the hand-written step applies to the run, else why not (the autograd step runs)."""
-    if cfg.compile:
-        return "--compile wraps the autograd step"
-    if prec.scaler is not None:
-        return f"--precision {prec.mode} scales its losses through autograd (GradScaler)"
+    if (why := offpolicy_reason(cfg, prec)) is not None:
+        return why
     if prec.device.type == "cuda":  # SAC's pays there; TD3's, with half the products per step, did not
         return "on CUDA it measured no faster than the autograd step (docs/benchmarks/speed.md)"
     return None
