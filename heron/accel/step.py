@@ -24,7 +24,7 @@ The run's log opens with the choice and its reason, for example
 ``update: hand-written step (heron.accel.handwritten.sac; precision 32)``,
 ``update: autograd step (heron.algos.sac.train; recurrent networks)`` or
 ``update: autograd step (heron.algos.sac.train; the hand-written step disagrees with it: critic
-gradient off by 5.0e-01)``."""
+gradient off by 1.7e+00)``."""
 
 from __future__ import annotations
 
