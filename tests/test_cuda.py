@@ -374,13 +374,13 @@ def _learn_steps(
         add()
     fields, polyak = getattr(update, "fields", None), Polyak(*targets)
     cfg = SimpleNamespace(tau=0.05, cuda_graphs=graphed, n_step=1, gamma=0.99)
-    learn = Learn(cfg, update, rb, (B, 1) if sac else (B,), polyak, opts if graphed else ())
+    learn = Learn(cfg, update, rb, (B,), polyak, opts if graphed else ())
     torch.manual_seed(1)
     history = []
     for i in range(n):
         delayed = i % 2 == 1
         if manual:
-            batch = {k: v.unsqueeze(1) if sac else v for k, v in rb.sample(B, fields).items()}
+            batch = rb.sample(B, fields)
             metrics = update(batch, delayed)
             if delayed or sac:
                 polyak(0.05)

@@ -16,6 +16,7 @@ from heron.algos.dreamer_v2.config import Config as DreamerConfig
 from heron.algos.dreamer_v3 import losses as v3_losses
 from heron.algos.dreamer_v3.config import Config as DreamerV3Config
 from heron.algos.ppo.config import Config as PPOConfig
+from heron.algos.sac import agent as sac_agent
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.td3 import losses as td3_losses
 
@@ -83,9 +84,8 @@ def test_chains_hand_over_in_bfloat16_with_the_per_layer_values():
 
 
 def test_sac_and_td3_outputs_and_losses_are_float32():
-    sac = _train_module("sac")
     spaces = {"obs_shape": [3], "action_low": -torch.ones(2), "action_high": torch.ones(2)}
-    actor, critic = sac._build(SACConfig(hidden_sizes=(16, 16)), spaces)
+    actor, critic = sac_agent.networks(SACConfig(hidden_sizes=(16, 16)), spaces)
     Precision("bf16-mixed", torch.device("cpu")).apply(actor, critic)
     obs = torch.randn(8, 1, 3)
     starts = torch.zeros(8, 1, dtype=torch.bool)
@@ -97,7 +97,7 @@ def test_sac_and_td3_outputs_and_losses_are_float32():
     loss = td3_losses.critic_losses(q, torch.randn(8))
     assert loss.dtype == torch.float32
     # the twin critics did run in bfloat16: their values differ from float32's
-    critic32 = sac._build(SACConfig(hidden_sizes=(16, 16)), spaces)[1]
+    critic32 = sac_agent.networks(SACConfig(hidden_sizes=(16, 16)), spaces)[1]
     critic32.load_state_dict(critic.state_dict())
     q32 = critic32.values(critic32.encode(obs, obs.new_zeros(8, 2, 0), starts)[0].flatten(1, 2), actions)
     assert not torch.equal(q, q32) and torch.allclose(q, q32, atol=0.05)

@@ -14,9 +14,10 @@ import torch
 from heron.accel.handwritten import sac as lean
 from heron.accel.handwritten import td3 as td3_lean
 from heron.accel.precision import Precision
+from heron.algos.sac.agent import Nets
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import build
-from heron.algos.sac.train import Nets, make_update
+from heron.algos.sac.train import make_update
 from heron.algos.td3.config import Config as TD3Config
 from heron.algos.td3.networks import build as td3_build
 from heron.algos.td3.train import Nets as TD3Nets
@@ -67,12 +68,12 @@ def make_batch(seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     low, high = LOW, HIGH
     return {
-        "obs": torch.randn(B, 1, D, generator=g) * 2,
-        "next_obs": torch.randn(B, 1, D, generator=g) * 2,
-        "actions": low + (high - low) * torch.rand(B, 1, A, generator=g),
-        "rewards": torch.randn(B, 1, generator=g),
-        "terminated": torch.rand(B, 1, generator=g) < 0.2,
-        "truncated": torch.rand(B, 1, generator=g) < 0.1,
+        "obs": torch.randn(B, D, generator=g) * 2,
+        "next_obs": torch.randn(B, D, generator=g) * 2,
+        "actions": low + (high - low) * torch.rand(B, A, generator=g),
+        "rewards": torch.randn(B, generator=g),
+        "terminated": torch.rand(B, generator=g) < 0.2,
+        "truncated": torch.rand(B, generator=g) < 0.1,
     }
 
 
@@ -146,7 +147,7 @@ def make_td3_nets(cfg: TD3Config, seed: int = 0) -> TD3Nets:
 
 
 def td3_batches(n: int) -> list[dict[str, torch.Tensor]]:
-    return [{k: v[:, 0] for k, v in make_batch(step).items()} for step in range(n)]  # TD3's batches are [B, ...]
+    return [make_batch(step) for step in range(n)]  # SAC's and TD3's batches are alike: [B, ...]
 
 
 @pytest.mark.parametrize("mix", TD3_MIXES, ids=[",".join(m) or "defaults" for m in TD3_MIXES])

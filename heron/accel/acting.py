@@ -121,8 +121,9 @@ def as_like(x: np.ndarray | torch.Tensor, like: np.ndarray | torch.Tensor) -> np
 
 class Acting:
     """What SAC's and TD3's loops act with: ``act(obs)`` is the actor's output on a batch of
-    observations [N, ...] as a numpy array (TD3: the greedy actions; SAC: its Gaussian), computed the
-    fastest way that gives the same numbers:
+    observations [N, ...] as a numpy array (a tensor for a tensor env's), computed the fastest way
+    that gives the same numbers, and passed through ``sample`` where given (SAC draws its actions
+    from its Gaussian there; TD3 takes the greedy actions and adds its exploration noise itself):
 
     * in numpy (``numpy_fn``, the algorithm's ``NumpyActor``) where it applies (``eligible``: float32
       weights on the CPU, products small enough for one thread);
@@ -135,9 +136,8 @@ class Acting:
     next ``act`` returns it: on a GPU that env step then runs while the critics train. The numbers
     are the same either way (``tests/test_acting.py``).
 
-    ``cfg`` gives ``cuda_graphs`` and ``act_ahead``; ``used``: whether the loop acts through this
-    object (False for recurrent SAC, whose loop carries the actor's state and acts itself: then
-    nothing is recorded or taken ahead)."""
+    ``cfg`` gives ``cuda_graphs`` and ``act_ahead``. A draw in ``sample`` happens at ``act``, also
+    when the output was taken ahead: the random streams go as they would without acting ahead."""
 
     def __init__(
         self,
@@ -145,11 +145,11 @@ class Acting:
         numpy_fn: Callable[[np.ndarray], np.ndarray] | None,
         device: torch.device,
         cfg: Any,
-        used: bool = True,
+        sample: Callable[[Any], Any] | None = None,
     ):
-
-        self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, cfg.act_ahead and used
-        self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and used and numpy_fn is None else None
+        self.torch_fn, self.numpy_fn, self.device, self.ahead = torch_fn, numpy_fn, device, cfg.act_ahead
+        self.sample = sample
+        self.graphed = GraphedActor(torch_fn, device) if cfg.cuda_graphs and numpy_fn is None else None
         self._next: np.ndarray | torch.Tensor | None = None  # the next act's output, taken ahead
 
     def _output(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
@@ -165,7 +165,9 @@ class Acting:
 
     def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         out, self._next = self._next, None
-        return self._output(obs) if out is None else out
+        if out is None:
+            out = self._output(obs)
+        return out if self.sample is None else self.sample(out)
 
     def before_updates(self, obs: np.ndarray | torch.Tensor, actor_moves: bool, last: bool = False) -> None:
         """Before an env step's gradient steps: take the next act's output now where acting ahead

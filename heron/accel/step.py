@@ -22,7 +22,7 @@ always in this order:
 
 The run's log opens with the choice and its reason, for example
 ``update: hand-written step (heron.accel.handwritten.sac; precision 32)``,
-``update: autograd step (heron.algos.sac.train; recurrent networks)`` or
+``update: autograd step (heron.algos.sac.recurrent; recurrent networks)`` or
 ``update: autograd step (heron.algos.sac.train; the hand-written step disagrees with it: critic
 gradient off by 1.7e+00)``."""
 

@@ -197,8 +197,8 @@ class LeanCritics:
 
 # -- derivatives shared by SAC's and TD3's hand-written steps --------------------------------------
 def critic_losses_grad(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """d(sum of ``critic_losses``)/dq, SAC's and TD3's (the same mean squared error of each critic,
-    ``heron.algos.sac.losses``, ``heron.algos.td3.losses``): 2 (q - target) / B, [E, B]."""
+    """d(sum of ``heron.rl.losses.critic_losses``)/dq, SAC's and TD3's critic loss: 2 (q - target) /
+    B, [E, B]."""
     return (q - target).mul(2.0 / q.shape[1])
 
 

@@ -67,9 +67,9 @@ def build(cfg: Any, nets: Any, prec: Precision) -> LeanUpdate:
 
 def probe(cfg: Any, nets: Any) -> tuple:
     """The arguments of one step for the start-up check: a synthetic batch of ``--batch-size``
-    transitions [B, 1, ...] shaped as the run's, and an actor step."""
+    transitions [B, ...] shaped as the run's, and an actor step."""
     actor = nets.actor
-    return batch_probe(cfg, actor.encoder.norm.mean.shape[0], actor.scale, actor.bias, (1,)), True
+    return batch_probe(cfg, actor.encoder.norm.mean.shape[0], actor.scale, actor.bias, ()), True
 
 
 def state(nets: Any) -> dict:
@@ -107,7 +107,7 @@ class LeanUpdate:
     fields = STEP_FIELDS  # what it reads of a batch
 
     def __init__(self, cfg, nets, dtype: torch.dtype | None = None):
-        """``nets``: ``heron.algos.sac.train.Nets`` (networks, optimizers, the entropy coefficient);
+        """``nets``: ``heron.algos.sac.agent.Nets`` (networks, optimizers, the entropy coefficient);
         ``dtype``: the products' type (None: float32; ``torch.bfloat16`` under bf16-mixed)."""
         self.dtype = dtype
         self.cfg, self.actor, self.critic, self.target = cfg, nets.actor, nets.critic, nets.critic_target
@@ -139,8 +139,8 @@ class LeanUpdate:
     def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
         cfg, actor = self.cfg, self.actor
         norm = actor.encoder.norm
-        obs = norm(batch["obs"][:, 0])  # [B, D] (the feed-forward batch is [B, 1, ...])
-        next_obs = norm(batch["next_obs"][:, 0])
+        obs = norm(batch["obs"])  # [B, D]
+        next_obs = norm(batch["next_obs"])
         B = obs.shape[0]
         alpha = self.alpha_fn()
 
@@ -158,15 +158,15 @@ class LeanUpdate:
         next_q, _ = self.critics.forward(torch.cat([next_obs, actions[:B]], -1), target=True)
         gamma = discount(batch, cfg.gamma)  # with n-step returns, each transition's own
         target = losses.soft_q_target(
-            batch["rewards"][:, 0],
-            batch["terminated"][:, 0],
+            batch["rewards"],
+            batch["terminated"],
             next_q,
             log_prob[:B],
             alpha,
-            gamma if isinstance(gamma, float) else gamma[:, 0],
+            gamma,
         )
         q, qf_losses = self.critics.step(
-            torch.cat([obs, batch["actions"][:, 0]], -1),
+            torch.cat([obs, batch["actions"]], -1),
             lambda q: (losses.critic_losses(q, target), critic_losses_grad(q, target)),
             cfg.max_grad_norm,
         )

@@ -1,7 +1,8 @@
 """Soft Actor-Critic for continuous actions (CleanRL's sac_continuous_action.py, with skrl's options)."""
 
+from heron.algos.sac.agent import check, load_policy
 from heron.algos.sac.config import PRESETS, SEARCH_SPACE, Config
-from heron.algos.sac.train import check, load_policy, train
+from heron.algos.sac.train import train
 
 DESCRIPTION = "Soft Actor-Critic: tanh-Gaussian actor, twin soft Q, automatic entropy tuning (Box actions)"
 # its deterministic policy draws nothing: an evaluation may run in a worker process (heron.runtime.evalworker)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from heron.rl.losses import critic_losses  # the soft Bellman residual (eq. 5), as TD3's critics'
+
+__all__ = ["actor_loss", "alpha_loss", "critic_losses", "soft_q_target"]
+
 
 def soft_q_target(
     rewards: torch.Tensor,
@@ -27,12 +31,6 @@ def soft_q_target(
     assert next_q.dim() == 2 and next_q.shape[1] == rewards.shape[0]
     soft_value = next_q.min(0).values - alpha * next_log_prob
     return rewards + gamma * (~terminated).float() * soft_value
-
-
-def critic_losses(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean squared soft Bellman residual of each critic (eq. 5): q [E, B], target [B] -> [E]."""
-    assert q.dim() == 2 and q.shape[1] == target.shape[0]
-    return (q - target.detach()).pow(2).mean(1)
 
 
 def actor_loss(log_prob: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:

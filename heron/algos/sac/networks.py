@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from heron.accel import acting
+from heron.accel.acting import Acting, as_like
 from heron.rl.nets import (
     LOG_STD_MAX,
     LOG_STD_MIN,
@@ -36,6 +37,10 @@ class Actor(nn.Module):
         self.net = mlp(encoder.out_dim, hidden, 2 * self.action_dim)
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("bias", (high + low).float() / 2)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """A feed-forward actor's features of obs [..., D]: the normalized observations."""
+        return self.encoder.norm(obs)
 
     def head(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, raw_log_std = self.net(feats).chunk(2, -1)
@@ -78,6 +83,27 @@ def draw(gaussian: Any, normals: Any, scale: Any, bias: Any) -> Any:
     A = normals.shape[-1]
     tanh = torch.tanh if isinstance(gaussian, torch.Tensor) else np.tanh
     return tanh(gaussian[:, :A] + gaussian[:, A:] * normals) * scale + bias
+
+
+def make_acting(actor: Actor, num_envs: int, device: torch.device, cfg: Any, tensors: bool) -> Acting:
+    """How the feed-forward loop acts (``acting.act(obs)`` -> actions [N, A]): the actor's Gaussian on
+    the observations (in numpy where that is fastest: ``heron.accel.acting.Acting``), and the
+    actions drawn from it with the normals ``Actor.sample`` would draw, from the torch stream on the
+    CPU; numpy arrays, or, for a tensor env (``tensors``), tensors beside the actor's output."""
+    numpy_actor = NumpyActor.of(actor, num_envs, mixed=True)
+    scale, bias = (actor.scale, actor.bias) if tensors else (actor.scale.cpu().numpy(), actor.bias.cpu().numpy())
+    A = actor.action_dim
+
+    def sample(gaussian: Any) -> Any:
+        return draw(gaussian, as_like(torch.randn(num_envs, A), gaussian), scale, bias)
+
+    return Acting(
+        lambda obs: actor.gaussian(obs.float()),
+        numpy_actor.gaussian if numpy_actor else None,
+        device,
+        cfg,
+        sample=sample,
+    )
 
 
 class NumpyActor:
@@ -131,6 +157,11 @@ class Critic(nn.Module):
     @property
     def state_size(self) -> int:
         return self.members()[0].state_size
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Feed-forward critics' features of obs [B, D]: [E, B, F], each member's normalized
+        observations (one normalizer serves them all)."""
+        return torch.stack([enc.norm(obs) for enc in self.members()])
 
     def encode(
         self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor

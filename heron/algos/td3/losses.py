@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from heron.rl.losses import critic_losses  # step 11: each critic's MSE against the shared target
+
+__all__ = ["actor_loss", "critic_losses", "smoothed_target_actions", "td_target"]
+
 
 def smoothed_target_actions(
     next_actions: torch.Tensor,
@@ -32,12 +36,6 @@ def td_target(
     steps 7-9). next_q: [2, B]. Truncation is not termination: it bootstraps."""
     assert next_q.dim() == 2 and next_q.shape[1] == rewards.shape[0]
     return rewards + gamma * (~terminated).float() * next_q.min(0).values
-
-
-def critic_losses(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """MSE of each critic against the shared target (step 11): q [E, B] -> [E]."""
-    assert q.dim() == 2 and q.shape[1] == target.shape[0]
-    return (q - target.detach()).pow(2).mean(1)
 
 
 def actor_loss(q1: torch.Tensor) -> torch.Tensor:
