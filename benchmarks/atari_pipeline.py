@@ -39,9 +39,9 @@ def make_envs(env_id: str, n: int, seed: int):
 
 def make_actor(n_actions: int, batch: int, device: torch.device):
     """obs [batch, 4, 84, 84] uint8 -> actions [batch] int64, as PPO's rollout acts."""
+    from heron.algos.ppo.acting import RecordedActing
+    from heron.algos.ppo.agent import build as _build
     from heron.algos.ppo.config import PRESETS, Config
-    from heron.algos.ppo.networks import RecordedActing
-    from heron.algos.ppo.train import _build
 
     cfg = Config(**PRESETS["atari"])
     spaces = {

@@ -5,7 +5,7 @@ and what ``after_step`` (logging, evaluations, checkpoints) adds.
 Made for GPU machines, where PPO from Atari frames ran at 2,058 (eager) and 2,532 (graphed)
 env steps/s beside LeanRL's published 6,809, and one run of this script shows why. It
 times the phases by wrapping the functions ``heron.algos.ppo.train`` calls at their edges (the
-iteration's ``set_lr``, ``as_sequences`` after the rollout, ``value_pass`` and ``targets``, and
+iteration's ``set_lr``, ``as_sequences`` after the rollout, ``sequence_values`` and ``targets``, and
 ``Run.after_step``) and the env object's ``step``; on a GPU it waits for the device at the three
 phase edges, so each phase carries its own kernels (three syncs an iteration, which the loop makes
 anyway). Nothing in heron changes. After ``--skip`` iterations (compilation, graph capture, the
@@ -30,10 +30,12 @@ from collections import defaultdict
 
 import torch
 
+from heron.algos.ppo.networks import ActorCritic
 from heron.cli import main as heron_main
 from heron.runtime.run import Run
 
 ppo = importlib.import_module("heron.algos.ppo.train")  # the module (the package's ``train`` is its function)
+learn = importlib.import_module("heron.algos.ppo.learn")
 
 PHASES = ("env steps", "acting and storing", "value passes", "advantages", "gradient steps", "after_step")
 
@@ -60,7 +62,8 @@ class Clock:
 
 
 def install(clock: Clock) -> None:
-    """Wrap what ``heron.algos.ppo.train`` calls (module globals and ``Run.after_step``)."""
+    """Wrap what PPO's loop calls (``heron.algos.ppo.train``'s and ``.learn``'s module globals, the
+    actor-critic's ``sequence_values`` and ``Run.after_step``)."""
     state = {"rollout_start": None, "learn_start": None, "env": 0.0, "aside": 0.0}
 
     set_lr = ppo.set_lr
@@ -72,7 +75,7 @@ def install(clock: Clock) -> None:
             clock.current = defaultdict(float)
         state["rollout_start"], state["env"] = clock.now(), 0.0
 
-    as_sequences = ppo.as_sequences
+    as_sequences = learn.as_sequences
 
     def timed_as_sequences(data):  # right after the rollout's commit: learning begins
         end = clock.now()
@@ -118,8 +121,9 @@ def install(clock: Clock) -> None:
         after_step(self, *args, **kwargs)
         clock.add("after_step", clock.now() - start)
 
-    ppo.set_lr, ppo.as_sequences, ppo.make_envs = timed_set_lr, timed_as_sequences, timed_make_envs
-    ppo.value_pass, ppo.targets = timed("value passes", ppo.value_pass), timed("advantages", ppo.targets)
+    ppo.set_lr, ppo.make_envs, learn.as_sequences = timed_set_lr, timed_make_envs, timed_as_sequences
+    ActorCritic.sequence_values = timed("value passes", ActorCritic.sequence_values)
+    learn.targets = timed("advantages", learn.targets)
     Run.after_step = timed_after_step
 
 

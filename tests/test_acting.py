@@ -18,8 +18,8 @@ from heron.accel import acting
 from heron.accel.acting import Policy
 from heron.accel.precision import Precision
 from heron.accel.step import Learn
+from heron.algos.ppo.agent import build as ppo_build
 from heron.algos.ppo.config import Config as PPOConfig
-from heron.algos.ppo.train import _build as ppo_build
 from heron.algos.sac.networks import NumpyActor, build, draw
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
@@ -336,7 +336,7 @@ def test_ppo_recorded_acting_unpacks_what_the_step_acts(monkeypatch, body, actio
     step's, integer actions as int64 and Gaussian samples clipped for the env alone. (The graph
     itself against the eager step: tests/test_cuda.py.)"""
     import heron.accel.acting as acting_module
-    from heron.algos.ppo.networks import RecordedActing
+    from heron.algos.ppo.acting import RecordedActing
 
     monkeypatch.setattr(acting_module, "GraphedActor", _EagerGraph)
     space = {

@@ -24,6 +24,7 @@ from heron.accel.handwritten import sac as sac_lean
 from heron.accel.handwritten import td3 as td3_lean
 from heron.accel.precision import Precision
 from heron.accel.step import Learn, build_step, compile_step
+from heron.algos.ppo import agent as ppo_agent
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
 from heron.algos.td3.config import Config as TD3Config
@@ -473,7 +474,7 @@ def _ppo_steps(
 ) -> tuple[list[dict[str, float]], list[torch.Tensor]]:
     cfg = ppo_train.Config(hidden_sizes=(32, 32), obs_norm=True, ent_coef=0.01, clip_vloss=True, clip_coef=0.2)
     torch.manual_seed(0)
-    model = ppo_train._build(cfg, ppo_spaces("box"))
+    model = ppo_agent.build(cfg, ppo_spaces("box"))
     g = torch.Generator().manual_seed(1)
     batches = [_minibatch(model, "box", 64, g) for _ in range(n)]  # made on the CPU by the initial model
     model.to(device)
@@ -606,7 +607,7 @@ def test_ppo_recorded_acting_equals_eager_acting(body, action):
     replays give the eager step's actions, log-probs and values on the same observations and noise,
     with the weights moved in place between calls reaching the replays, whether the observations and
     noise come as arrays or, as the rollout passes them, already on the GPU."""
-    from heron.algos.ppo.networks import RecordedActing
+    from heron.algos.ppo.acting import RecordedActing
 
     image = body == "cnn"
     spaces = {
@@ -619,7 +620,7 @@ def test_ppo_recorded_acting_equals_eager_acting(body, action):
     }
     cfg = ppo_train.Config(hidden_sizes=() if image else (16,), shared_network=True)
     torch.manual_seed(0)
-    model = ppo_train._build(cfg, spaces).cuda()
+    model = ppo_agent.build(cfg, spaces).cuda()
     recorded = RecordedActing(model, "cuda")
     rng = np.random.default_rng(0)
     for i in range(8):
@@ -645,7 +646,7 @@ def test_ppo_recorded_acting_equals_eager_acting(body, action):
 def test_ppo_on_cuda_records_its_acting_where_no_twin_acts(tmp_path, monkeypatch):
     """A shared body acts on the GPU (no CPU twin): with --cuda-graphs every rollout step replays the
     recorded acting step, and the run checkpoints, resumes and evaluates."""
-    from heron.algos.ppo.networks import RecordedActing
+    from heron.algos.ppo.acting import RecordedActing
 
     calls, call = [], RecordedActing.__call__
     monkeypatch.setattr(RecordedActing, "__call__", lambda self, *a: (calls.append(1), call(self, *a))[1])

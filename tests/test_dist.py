@@ -9,6 +9,7 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
+from heron.algos.ppo import agent as ppo_agent
 from heron.errors import Fault, HeronError
 from heron.ops import dist
 
@@ -160,7 +161,7 @@ def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:
 
     def make():
         torch.manual_seed(0)
-        model = ppo._build(cfg, spaces)
+        model = ppo_agent.build(cfg, spaces)
         opt = adam(model.parameters(), 1e-2, eps=1e-5)
         return model, ppo.make_update(cfg, model, opt, Precision("32", torch.device("cpu")))
 

@@ -105,7 +105,7 @@ def test_ppo_value_loss_and_grad_is_autograds(clip):
 
 @pytest.mark.parametrize("kind", ["discrete", "box", "box, state-dependent std"])
 def test_ppo_head_grad_is_autograds(kind):
-    from heron.algos.ppo.networks import ActionHead
+    from heron.algos.ppo.distributions import ActionHead
 
     action = (
         {"kind": "discrete", "n": 4} if kind == "discrete" else {"kind": "box", "low": [-1.0] * 3, "high": [1.0] * 3}

@@ -32,6 +32,7 @@ from heron.accel.handwritten import sac as sac_lean
 from heron.accel.handwritten import td3 as td3_lean
 from heron.accel.handwritten.common import LeanCritics
 from heron.accel.precision import Precision
+from heron.algos.ppo import agent as ppo_agent
 from heron.algos.sac.config import Config as SACConfig
 from heron.algos.sac.train import make_update as sac_make_update
 from heron.algos.td3.config import Config as TD3Config
@@ -146,7 +147,7 @@ def _ppo(kind: str, lean: bool):
         dual_clip=3.0 if kind == "discrete" else None,
     )
     torch.manual_seed(0)
-    model = ppo_train._build(cfg, ppo_spaces(kind))
+    model = ppo_agent.build(cfg, ppo_spaces(kind))
     opt = adam(model.parameters(), 3e-4, eps=1e-5)
     update = (
         ppo_lean.LeanUpdate(cfg, model, opt) if lean else ppo_train.make_update(cfg, model, opt, Precision("32", CPU))
@@ -160,7 +161,7 @@ def _ppo_recurrent():
     ppo_train = importlib.import_module("heron.algos.ppo.train")
     cfg = ppo_train.Config(hidden_sizes=(16,), recurrent="lstm", rnn_hidden_size=8, obs_norm=True, clip_coef=0.2)
     torch.manual_seed(0)
-    model = ppo_train._build(cfg, ppo_spaces("discrete"))
+    model = ppo_agent.build(cfg, ppo_spaces("discrete"))
     g = torch.Generator().manual_seed(1)
     B, L = 4, 6
     obs, starts = torch.randn(B, L, 5, generator=g), torch.rand(B, L, generator=g) < 0.25

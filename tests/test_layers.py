@@ -14,8 +14,8 @@ Two rules refine it:
 * the algorithms reach the fast paths through the step builder (``heron.accel.step``) and the acting
   objects (``heron.accel.acting``) only;
 * a hand-written step (``heron.accel.handwritten.<algo>``) is a fast path of one algorithm's readable
-  step: it imports that algorithm's ``losses`` and ``networks``, the values it mirrors, and nothing
-  else of the algorithms.
+  step: it imports that algorithm's ``losses``, ``networks`` and ``distributions``, the values it
+  mirrors, and nothing else of the algorithms.
 
 And no module imports another that imports it back, directly or round a longer circle."""
 
@@ -125,12 +125,13 @@ def violation(importer: str, imported: str) -> str | None:
     (layer, rank), (other, other_rank) = mine, theirs
     if importer.startswith(HANDWRITTEN) and other == "algos":
         algo = importer[len(HANDWRITTEN) :]
-        allowed = {f"heron.algos.{algo}.losses", f"heron.algos.{algo}.networks"}
+        allowed = {f"heron.algos.{algo}.{part}" for part in ("losses", "networks", "distributions")}
         return (
             None
             if imported in allowed
             else (
-                f"a hand-written step imports only its algorithm's losses and networks ({', '.join(sorted(allowed))})"
+                f"a hand-written step imports only its algorithm's losses, networks and distributions "
+                f"({', '.join(sorted(allowed))})"
             )
         )
     if layer == "algos" and other == "accel" and imported not in ALGO_ENTRIES:

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from heron.algos.ppo import losses
+from heron.algos.ppo.learn import as_sequences, targets
 from heron.algos.ppo.networks import ActorCritic
 from heron.algos.ppo.spaces import action_info
-from heron.algos.ppo.train import as_sequences, targets, value_pass
 from heron.rl import returns
 from heron.rl.nets import RunningNorm
 from heron.rl.returns import RewardScaler, gae, nstep_returns
@@ -179,10 +179,10 @@ def _rollout(T=6, N=2, obs_dim=3, S=0):
 def test_recomputation_uses_the_current_critic():
     model = _model()
     seq = as_sequences(_rollout())
-    adv0, _ = targets(seq, *value_pass(model, seq), 0.9, 0.8)
+    adv0, _ = targets(seq, *model.sequence_values(seq), 0.9, 0.8)
     with torch.no_grad():
         model.v_head.bias += 1.0  # every value + 1
-    adv1, _ = targets(seq, *value_pass(model, seq), 0.9, 0.8)
+    adv1, _ = targets(seq, *model.sequence_values(seq), 0.9, 0.8)
     # each delta changes by gamma * 1 - 1 = -0.1 (nothing terminates): GAE of constant deltas
     zeros = torch.zeros_like(seq["rewards"]).T
     shift = gae(zeros - 0.1, zeros, zeros, zeros.bool(), seq["truncated"].T, 0.9, 0.8).T
@@ -191,11 +191,11 @@ def test_recomputation_uses_the_current_critic():
 
 
 @pytest.mark.parametrize("shared", [False, True])  # separate MLPs: one forward over obs and next obs; shared: gathered
-def test_value_pass_values_the_final_observation_at_truncation(shared):
+def test_sequence_values_value_the_final_observation_at_truncation(shared):
     model = _model(shared=shared)
     data = _rollout()
     seq = as_sequences(data)
-    values, next_values = value_pass(model, seq)
+    values, next_values = model.sequence_values(seq)
     no_starts = torch.zeros(2, 1, dtype=torch.bool)
     with torch.no_grad():
         _, v_final, _ = model(seq["next_obs"][:, 2:3], seq["state0"], no_starts)
@@ -221,7 +221,7 @@ def test_value_norm_targets_are_denormalized_before_gae():
     model = _model(value_norm=True)
     model.value_norm.update(torch.tensor([100.0, 300.0]))  # mean 200, std 100
     seq = as_sequences(_rollout())
-    values, _ = value_pass(model, seq)
+    values, _ = model.sequence_values(seq)
     with torch.no_grad():
         _, raw, _ = model(seq["obs"], seq["state0"], seq["starts"])
     torch.testing.assert_close(values, raw * 100.0 + 200.0, rtol=1e-4, atol=1e-3)

@@ -12,6 +12,7 @@ import torch
 from heron.accel import acting
 from heron.accel.handwritten import ppo as lean
 from heron.accel.precision import Precision
+from heron.algos.ppo import agent as ppo_agent
 from heron.algos.ppo.config import Config
 from heron.ops.adam import adam
 
@@ -69,7 +70,7 @@ def test_lean_step_equals_the_autograd_step(case):
     kind, overrides = CASES[case]
     cfg = Config(**{"hidden_sizes": (32, 32), "clip_coef": 0.2, **overrides})
     torch.manual_seed(0)
-    model = ppo_train._build(cfg, _spaces(kind))
+    model = ppo_agent.build(cfg, _spaces(kind))
     if cfg.obs_norm:  # statistics away from the identity
         model.norm.update(torch.randn(100, 5) * 3 + 1)
     twin = copy.deepcopy(model)
@@ -93,17 +94,17 @@ def test_lean_step_equals_the_autograd_step(case):
 
 def test_lean_step_applies_only_where_it_is_exact():
     f32, bf16 = Precision("32", CPU), Precision("bf16-mixed", CPU)
-    box = ppo_train._build(Config(), _spaces("box"))
+    box = ppo_agent.build(Config(), _spaces("box"))
     assert lean.supported(_cfg(), _nets(box), f32) is None
     assert "compile" in lean.supported(_cfg(compile=True), _nets(box), f32)
     assert "records the autograd step" in lean.supported(_cfg(cuda_graphs=True), _nets(box), f32)
     assert "bf16-mixed" in lean.supported(_cfg(), _nets(box), bf16)
-    assert "recurrent" in lean.supported(_cfg(), _nets(ppo_train._build(Config(recurrent="gru"), _spaces("box"))), f32)
-    assert "shared" in lean.supported(_cfg(), _nets(ppo_train._build(Config(shared_network=True), _spaces("box"))), f32)
+    assert "recurrent" in lean.supported(_cfg(), _nets(ppo_agent.build(Config(recurrent="gru"), _spaces("box"))), f32)
+    assert "shared" in lean.supported(_cfg(), _nets(ppo_agent.build(Config(shared_network=True), _spaces("box"))), f32)
     multi = {**_spaces("box"), "action": {"kind": "multidiscrete", "nvec": [2, 3]}}
-    assert "MultiDiscrete" in lean.supported(_cfg(), _nets(ppo_train._build(Config(), multi)), f32)
+    assert "MultiDiscrete" in lean.supported(_cfg(), _nets(ppo_agent.build(Config(), multi)), f32)
     image = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
-    assert "image" in lean.supported(_cfg(), _nets(ppo_train._build(Config(hidden_sizes=()), image)), f32)
+    assert "image" in lean.supported(_cfg(), _nets(ppo_agent.build(Config(hidden_sizes=()), image)), f32)
 
 
 def _cfg(**kw):
@@ -111,7 +112,7 @@ def _cfg(**kw):
 
 
 def _nets(model):
-    return ppo_train.Nets(model, adam(model.parameters(), 1e-3, eps=1e-5))
+    return ppo_agent.Nets(model, adam(model.parameters(), 1e-3, eps=1e-5))
 
 
 @pytest.mark.parametrize(
@@ -122,7 +123,7 @@ def test_acting_fast_path_gives_the_layers_numbers_exactly(kind, overrides):
     """ActorCritic.step calls the layers' operations directly for feed-forward MLPs: bit for bit what
     the modules compute (the sequence forward), and off under mixed precision."""
     torch.manual_seed(0)
-    model = ppo_train._build(Config(**overrides), _spaces(kind))
+    model = ppo_agent.build(Config(**overrides), _spaces(kind))
     model.norm.update(torch.randn(50, 5) * 2 + 1)  # (a no-op unless obs_norm)
     obs = torch.randn(7, 5) * 3
     with torch.no_grad():
@@ -146,7 +147,7 @@ def test_acting_fast_path_in_act_gives_the_layers_actions(kind):
     """ActorCritic.act (evaluation, heron.load, export) takes the same fast path: the same actions
     as the sequence forward's head, deterministic and sampled from the same generator state."""
     torch.manual_seed(0)
-    model = ppo_train._build(Config(obs_norm=True), _spaces(kind))
+    model = ppo_agent.build(Config(obs_norm=True), _spaces(kind))
     model.norm.update(torch.randn(50, 5) * 2 + 1)
     obs = torch.randn(6, 5) * 3
     with torch.no_grad():
@@ -184,7 +185,7 @@ def test_numpy_acting_samples_what_the_torch_step_samples(kind, overrides):
     log-probs and values within float32 rounding of the products."""
     torch.manual_seed(0)
     spaces = _multidiscrete_spaces() if kind == "multidiscrete" else _spaces(kind)
-    model = ppo_train._build(Config(**overrides), spaces)
+    model = ppo_agent.build(Config(**overrides), spaces)
     model.norm.update(torch.randn(50, 5) * 2 + 1)  # (a no-op unless obs_norm)
     with torch.no_grad():
         for p in model.parameters():  # weights and log-std away from their initial values
@@ -214,7 +215,7 @@ def test_a_cpu_twin_acts_as_the_model_after_each_refresh():
     after a refresh the twin's numpy acting is the model's, weights, free log-std and observation
     statistics moved since included; before it, the twin keeps the previous rollout's."""
     torch.manual_seed(0)
-    model = ppo_train._build(Config(obs_norm=True), _spaces("box"))
+    model = ppo_agent.build(Config(obs_norm=True), _spaces("box"))
     twin = acting.CpuTwin(model)
     obs, noise = (torch.randn(4, 5, dtype=torch.float64) * 3).numpy(), model.pi_head.noise((4,), "cpu").numpy()
     for _ in range(2):  # two rollouts' worth of learning between refreshes
@@ -233,9 +234,9 @@ def test_a_cpu_twin_acts_as_the_model_after_each_refresh():
 def test_numpy_acting_only_where_it_is_eligible():
     """Torch keeps acting for recurrent bodies, mixed precision, and products big enough for numpy's
     BLAS to go multi-threaded."""
-    assert ppo_train._build(Config(recurrent="gru"), _spaces("box")).numpy_acting(1) is None
-    assert ppo_train._build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(4) is None
-    assert ppo_train._build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(2) is not None
-    model = ppo_train._build(Config(), _spaces("box"))
+    assert ppo_agent.build(Config(recurrent="gru"), _spaces("box")).numpy_acting(1) is None
+    assert ppo_agent.build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(4) is None
+    assert ppo_agent.build(Config(hidden_sizes=(256, 256)), _spaces("box")).numpy_acting(2) is not None
+    model = ppo_agent.build(Config(), _spaces("box"))
     Precision("bf16-mixed", CPU).apply(model)
     assert model.numpy_acting(1) is None

@@ -298,7 +298,7 @@ def test_rollout_next_obs_are_the_envs(env_id, flags, tmp_path, monkeypatch):
 
     from heron.envs.make import VecEnv
 
-    ppo_train = importlib.import_module("heron.algos.ppo.train")
+    ppo_learn = importlib.import_module("heron.algos.ppo.learn")
     returned, stored = [], []
     step = VecEnv.step
 
@@ -307,10 +307,10 @@ def test_rollout_next_obs_are_the_envs(env_id, flags, tmp_path, monkeypatch):
         returned.append((out.next_obs.copy(), out.terminated | out.truncated))
         return out
 
-    as_sequences = ppo_train.as_sequences
+    as_sequences = ppo_learn.as_sequences
     monkeypatch.setattr(VecEnv, "step", recording_step)
     monkeypatch.setattr(
-        ppo_train,
+        ppo_learn,
         "as_sequences",
         lambda data: (
             stored.append({k: data[k][-1].clone() for k in ("next_obs", "terminated", "truncated")}),

@@ -15,6 +15,7 @@ from heron.accel.precision import Precision
 from heron.algos.dreamer_v2.config import Config as DreamerConfig
 from heron.algos.dreamer_v3 import losses as v3_losses
 from heron.algos.dreamer_v3.config import Config as DreamerV3Config
+from heron.algos.ppo import agent as ppo_agent
 from heron.algos.ppo.config import Config as PPOConfig
 from heron.algos.sac import agent as sac_agent
 from heron.algos.sac.config import Config as SACConfig
@@ -104,9 +105,9 @@ def test_sac_and_td3_outputs_and_losses_are_float32():
 
 
 def test_ppo_and_dreamer_distributions_are_float32():
-    ppo = _train_module("ppo")
+
     spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
-    model = ppo._build(PPOConfig(hidden_sizes=(16,)), spaces)
+    model = ppo_agent.build(PPOConfig(hidden_sizes=(16,)), spaces)
     Precision("bf16-mixed", torch.device("cpu")).apply(model)
     params, values, _ = model(torch.randn(6, 1, 4), torch.zeros(6, 0), torch.zeros(6, 1, dtype=torch.bool))
     actions, logp = model.pi_head.sample_logp(params)
@@ -158,9 +159,9 @@ def test_value_heads_stay_float32():
     float32 under bf16-mixed: a bfloat16 value near 300 moves in steps of 2. The layers before them
     still run in bfloat16."""
     torch.manual_seed(1)
-    ppo = _train_module("ppo")
+
     spaces = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 3}, "obs_parts": None}
-    model = ppo._build(PPOConfig(hidden_sizes=(16,)), spaces)
+    model = ppo_agent.build(PPOConfig(hidden_sizes=(16,)), spaces)
     Precision("bf16-mixed", torch.device("cpu")).apply(model)
     seen = outputs(
         {"v": model.v_head, "pi": model.pi_head.linear},

@@ -32,7 +32,8 @@ from torch import nn
 from heron.accel.handwritten.common import FlatGrads
 from heron.accel.precision import Precision
 from heron.algos.ppo import losses
-from heron.algos.ppo.networks import LOG_STD_BOUNDS, ActorCritic, HeadTerms
+from heron.algos.ppo.distributions import LOG_STD_BOUNDS, HeadTerms
+from heron.algos.ppo.networks import ActorCritic
 from heron.ops import torch_private as private
 
 
@@ -192,7 +193,7 @@ def _backward(
 
 
 class LeanUpdate:
-    """``update(minibatch) -> metrics``, the same contract and results as ``train.make_update``'s."""
+    """``update(minibatch) -> metrics``, the same contract and results as ``heron.algos.ppo.learn.make_update``'s."""
 
     def __init__(self, cfg, model: ActorCritic, opt: torch.optim.Optimizer):
         self.cfg, self.model, self.opt = cfg, model, opt

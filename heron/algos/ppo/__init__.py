@@ -1,8 +1,9 @@
 """Proximal Policy Optimization with DI-engine's options."""
 
+from heron.algos.ppo.agent import load_policy
 from heron.algos.ppo.config import PRESETS, SEARCH_SPACE, Config
 from heron.algos.ppo.spaces import check
-from heron.algos.ppo.train import load_policy, train
+from heron.algos.ppo.train import train
 
 DESCRIPTION = (
     "Proximal Policy Optimization: clipped surrogate (dual clip), GAE, value/obs normalization, "

@@ -3,11 +3,11 @@
 Each call is ``ActorCritic.step`` and ``ActionHead.sample_logp`` on the step's observations with
 the rollout's sampling noise, taken the fastest way that gives the same numbers:
 
-* in numpy (``networks.NumpyActing``) for feed-forward MLPs with float32 weights on the CPU; a model
+* in numpy (``NumpyActing``) for feed-forward MLPs with float32 weights on the CPU; a model
   on a GPU acts so on a CPU copy of itself (``heron.accel.acting.CpuTwin``), refreshed once per
   rollout (the weights and statistics move only between rollouts: one copy to the host per
   rollout, no kernel launch per env step);
-* else, under --cuda-graphs, as a recorded CUDA graph (``networks.RecordedActing``: CNNs, a shared
+* else, under --cuda-graphs, as a recorded CUDA graph (``RecordedActing``: CNNs, a shared
   body, mixed precision);
 * else in torch on the training device, the recurrent bodies included.
 
@@ -17,13 +17,17 @@ back as tensors: nothing of such an env becomes a numpy array.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from heron.accel import acting
 from heron.accel.acting import CpuTwin
-from heron.algos.ppo.networks import ActorCritic, RecordedActing
+from heron.algos.ppo.distributions import LOG_2PI, LOG_STD_BOUNDS
+
+if TYPE_CHECKING:
+    from heron.algos.ppo.networks import ActorCritic
 
 
 class RolloutActing:
@@ -67,3 +71,93 @@ class RolloutActing:
             actions, logp = head.sample_logp(params, self.noise[t])
         to_env = head.to_env(actions)
         return obs_t, to_env if tensor_env else to_env.cpu().numpy(), actions, logp, values, state
+
+
+class NumpyActing:
+    """PPO's acting step for feed-forward MLPs on the CPU in numpy (``heron.accel.acting``): obs
+    [N, D] (float64 or float32 arrays, as envs return them) and the step's noise [N, K]
+    (``ActionHead.noise``) -> the actions for the env, the actions, their log-probs and the
+    normalized values, as arrays: ``ActorCritic.step`` and ``ActionHead.sample_logp``'s operations
+    in the same order, in float32. Make one per rollout: a free log-std is read (clamped) when it is
+    made, and the optimizer moves it between rollouts."""
+
+    def __init__(self, model: ActorCritic):
+        self.pi, self.v = acting.NumpyMLP(model._pi_direct, np.tanh), acting.NumpyMLP(model._v_direct, np.tanh)
+        self.norm = model.norm
+        head = self.head = model.pi_head
+        if head.kind == "box":
+            self.low, self.high = head.low.numpy(), head.high.numpy()
+            self.log_std = None if head.state_dependent else head.log_std.detach().clamp(*LOG_STD_BOUNDS).numpy()
+        else:
+            self.bounds = np.cumsum([0] + head.sizes).tolist()
+
+    def mode(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic actions for the env (``ActorCritic.act(..., deterministic=True)``): the
+        mean clipped to the bounds, or each categorical's most likely choice."""
+        out = self.pi(acting.normalize(obs, self.norm))
+        head = self.head
+        if head.kind == "box":
+            return np.minimum(np.maximum(out[:, : head.dim], self.low), self.high)
+        picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
+        return picks[0] if head.kind == "discrete" else np.stack(picks, -1)
+
+    def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        x = acting.normalize(obs, self.norm)
+        out, values = self.pi(x), self.v(x)[:, 0]
+        head = self.head
+        if head.kind == "box":
+            if self.log_std is None:
+                out, log_std = out[:, : head.dim], np.clip(out[:, head.dim :], *LOG_STD_BOUNDS)
+            else:
+                log_std = self.log_std
+            actions = out + np.exp(log_std) * noise
+            logp = (-0.5 * noise * noise - log_std - 0.5 * LOG_2PI).sum(-1)
+            return np.minimum(np.maximum(actions, self.low), self.high), actions, logp, values
+        picks, logp = [], 0.0
+        for lo, hi in zip(self.bounds, self.bounds[1:]):
+            z = out[:, lo:hi]
+            z = z - z.max(-1, keepdims=True)
+            lp = z - np.log(np.exp(z).sum(-1, keepdims=True))  # log_softmax, in torch's order
+            pick = (lp - np.log(-np.log(np.maximum(noise[:, lo:hi], np.float32(1e-20))))).argmax(-1)
+            picks.append(pick)
+            logp = logp + np.take_along_axis(lp, pick[:, None], -1)[:, 0]
+        actions = picks[0] if head.kind == "discrete" else np.stack(picks, -1)
+        return actions, actions, logp, values
+
+
+class RecordedActing:
+    """PPO's acting step recorded as a CUDA graph (``--cuda-graphs`` on a GPU) for the feed-forward
+    bodies that do not act in numpy on a CPU twin (CNNs, a shared body, mixed precision): obs
+    [N, ...] and the step's noise [N, K] -> what ``NumpyActing`` returns (the actions for
+    the env, the actions, their log-probs, the normalized values), from ``ActorCritic.step`` and
+    ``ActionHead.sample_logp``. The graph packs actions, log-probs and values into one float32
+    [N, A + 2] output (``GraphedActor``), so an env step makes one copy back; integer actions
+    travel as float32, exact below 2^24."""
+
+    def __init__(self, model: ActorCritic, device: torch.device | str):
+        head = self.head = model.pi_head
+        self.width = head.dim if head.kind == "box" else len(head.sizes)  # action entries per env
+
+        def packed(obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            params, values, _ = model.step(obs, torch.zeros(len(obs), 0, device=obs.device))
+            actions, logp = head.sample_logp(params, noise)
+            return torch.cat(
+                [actions.reshape(len(obs), -1).float(), logp[:, None].float(), values[:, None].float()], -1
+            )  # [N, A + 2]
+
+        self.graph = acting.GraphedActor(packed, device)
+        if head.kind == "box":
+            self.low, self.high = head.low.cpu().numpy(), head.high.cpu().numpy()
+
+    def __call__(
+        self, obs: np.ndarray | torch.Tensor, noise: np.ndarray | torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``obs`` and ``noise`` arrays, or tensors already on the device (the rollout's: its frames
+        uploaded once, its noise drawn there)."""
+        out = self.graph(obs, noise)  # [N, A + 2]
+        k, kind = self.width, self.head.kind
+        if kind == "box":
+            actions = out[:, :k]
+            return np.minimum(np.maximum(actions, self.low), self.high), actions, out[:, k], out[:, k + 1]
+        actions = out[:, 0 if kind == "discrete" else slice(0, k)].astype(np.int64)
+        return actions, actions, out[:, k], out[:, k + 1]

@@ -1,6 +1,6 @@
 """PPO's losses: pure functions of tensors (no config, no optimizer), each with a hand-computed test.
 
-The readable step (``heron.algos.ppo.train.make_update``) differentiates them with autograd. The
+The readable step (``heron.algos.ppo.learn.make_update``) differentiates them with autograd. The
 hand-written step (``heron.accel.handwritten.ppo``) takes their values, and the terms they are made
 of (``policy_terms``, ``value_terms``), from here, and their derivatives from its own ``*_grad``; it
 steps aside where an edit here leaves those behind. The policy head's log-probs and entropy are

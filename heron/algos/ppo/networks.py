@@ -9,18 +9,14 @@ step by step (``step``) is the same computation with L = 1, which the tests chec
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import cast
 
-import numpy as np
 import torch
 from torch import nn
 
 from heron.accel import acting
+from heron.algos.ppo.acting import NumpyActing
+from heron.algos.ppo.distributions import ActionHead
 from heron.rl.nets import NatureCNN, RecurrentCore, RunningNorm, float32_out, orthogonal_, tanh_mlp
-
-LOG_2PI = math.log(2 * math.pi)
-LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and numpy acting)
 
 
 def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
@@ -92,154 +88,6 @@ class Body(nn.Module):
         return self.mlp(out), states
 
 
-class ActionHead(nn.Module):
-    """Distribution parameters and their log-probs/entropies, as plain tensor maths.
-
-    * discrete: logits [.., n]; actions int64 [..]
-    * multidiscrete (also MultiBinary): concatenated logits [.., sum(nvec)]; actions int64 [.., K]
-    * box: diagonal Gaussian; params = (mean, log_std) [.., 2A]; the log-std is a free parameter
-      (state-independent, the default) or a network output. Actions are the unclipped samples
-      (their log-prob is exact); ``to_env`` clips them to the bounds for the environment only.
-    """
-
-    low: torch.Tensor  # a buffer
-    high: torch.Tensor  # a buffer
-
-    def __init__(self, in_dim: int, action: dict, state_dependent_std: bool, init_log_std: float):
-        super().__init__()
-        self.kind = action["kind"]
-        if self.kind == "discrete":
-            self.sizes = [int(action["n"])]
-        elif self.kind == "multidiscrete":
-            self.sizes = [int(n) for n in action["nvec"]]
-        else:
-            self.dim = len(action["low"])
-            self.register_buffer("low", torch.as_tensor(action["low"], dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(action["high"], dtype=torch.float32))
-        self.state_dependent = self.kind == "box" and state_dependent_std
-        out = sum(self.sizes) if self.kind != "box" else self.dim * (2 if self.state_dependent else 1)
-        self.linear = orthogonal_(nn.Linear(in_dim, out), gain=0.01)  # near-uniform initial policy
-        if self.kind == "box":
-            if self.state_dependent:
-                with torch.no_grad():
-                    self.linear.bias[self.dim :] = init_log_std
-            else:
-                self.log_std = nn.Parameter(torch.full((self.dim,), float(init_log_std)))
-
-    def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        return self.params_of(self.linear(feats))
-
-    def params_of(self, out: torch.Tensor) -> torch.Tensor:
-        """The distribution's parameters from the linear layer's output: a free log-std joins it."""
-        if self.kind == "box" and not self.state_dependent:
-            out = torch.cat([out, self.log_std.expand_as(out)], -1)
-        return out
-
-    def _box(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = params.split(self.dim, -1)
-        return mean, log_std.clamp(*LOG_STD_BOUNDS)
-
-    def _logits(self, params: torch.Tensor) -> list[torch.Tensor]:
-        parts = params.split(self.sizes, -1) if len(self.sizes) > 1 else (params,)
-        return [torch.log_softmax(p, -1) for p in parts]
-
-    def sample(self, params: torch.Tensor) -> torch.Tensor:
-        return self.sample_logp(params)[0]
-
-    def noise(self, shape: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
-        """The sampling noise of ``shape`` acting steps in one draw, [*shape, K]: standard normals
-        (box, K = A) or the uniforms of Gumbel-max (categoricals, K = sum of the sizes). A rollout
-        draws its noise once, so the torch and the numpy acting paths sample the same actions."""
-        size = (*shape, self.dim if self.kind == "box" else sum(self.sizes))
-        return torch.randn(size, device=device) if self.kind == "box" else torch.rand(size, device=device)
-
-    def sample_logp(self, params: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sample and its log-prob in one pass (acting, every step), from ``noise`` (``noise``'s
-        layout) or fresh draws. Categoricals are sampled with Gumbel-max: argmax(logits + Gumbel noise)."""
-        if self.kind == "box":
-            mean, log_std = self._box(params)
-            eps = torch.randn_like(mean) if noise is None else noise
-            return mean + log_std.exp() * eps, (-0.5 * eps.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
-        logps = self._logits(params)
-        uniforms = [torch.rand_like(lp) for lp in logps] if noise is None else noise.split(self.sizes, -1)
-        picks = [
-            (lp - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1, keepdim=True) for lp, u in zip(logps, uniforms)
-        ]
-        logp = cast(torch.Tensor, sum(lp.gather(-1, a).squeeze(-1) for lp, a in zip(logps, picks)))
-        actions = picks[0].squeeze(-1) if self.kind == "discrete" else torch.cat(picks, -1)
-        return actions, logp
-
-    def mode(self, params: torch.Tensor) -> torch.Tensor:
-        if self.kind == "box":
-            return self._box(params)[0]
-        picks = [lp.argmax(-1) for lp in self._logits(params)]
-        return picks[0] if self.kind == "discrete" else torch.stack(picks, -1)
-
-    def terms(self, params: torch.Tensor) -> HeadTerms:
-        """The distribution of ``params`` [B, P], its pieces computed once (``HeadTerms``)."""
-        return HeadTerms(self, params)
-
-    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.terms(params).log_prob(actions)
-
-    def entropy(self, params: torch.Tensor) -> torch.Tensor:
-        return self.terms(params).entropy()
-
-    def to_env(self, actions: torch.Tensor) -> torch.Tensor:
-        """What the environment receives: Gaussian samples clipped to the action bounds."""
-        return torch.maximum(torch.minimum(actions, self.high), self.low) if self.kind == "box" else actions
-
-
-def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
-    """The sum of per-categorical terms (one for a discrete head: that term itself)."""
-    terms = list(terms)
-    return terms[0] if len(terms) == 1 else sum(terms[1:], terms[0])
-
-
-class HeadTerms:
-    """An action head's distribution on a batch of parameters [B, P] (``ActionHead.forward``'s),
-    with the pieces its log-probs and entropy share computed once: the log-softmaxes of the
-    categoricals, or the Gaussian's mean and clamped log-std (the hand-written step's derivatives
-    read them too: ``heron.accel.handwritten.ppo.head_grad``)."""
-
-    def __init__(self, head: ActionHead, params: torch.Tensor, log_std: torch.Tensor | None = None):
-        """``log_std``: a free log-std [A] (then ``params`` are the means [B, A], not joined to it)."""
-        self.head = head
-        if head.kind == "box":
-            self.mean: torch.Tensor
-            self.raw_log_std: torch.Tensor
-            self.mean, self.raw_log_std = (
-                (params, log_std.expand_as(params)) if log_std is not None else params.split(head.dim, -1)
-            )
-            self.log_std = self.raw_log_std.clamp(*LOG_STD_BOUNDS)
-            self.std: torch.Tensor | None = None
-            self.z: torch.Tensor | None = None
-        else:
-            self.logps = head._logits(params)
-            self.probs: list[torch.Tensor] | None = None
-            self.entropies: list[torch.Tensor] | None = None
-
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        """[B]: the Gaussian's log-density (summed over the action's entries), or the categoricals'
-        log-probabilities, summed."""
-        if self.head.kind == "box":
-            self.std = self.log_std.exp()
-            self.z = (actions - self.mean) / self.std
-            return (-0.5 * self.z.pow(2) - self.log_std - 0.5 * LOG_2PI).sum(-1)
-        if self.head.kind == "discrete":
-            return self.logps[0].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-        acts = actions.long()
-        return _total(lp.gather(-1, acts[..., i : i + 1]).squeeze(-1) for i, lp in enumerate(self.logps))
-
-    def entropy(self) -> torch.Tensor:
-        """[B]: the entropy, summed over the action's entries or categoricals."""
-        if self.head.kind == "box":
-            return (0.5 + 0.5 * LOG_2PI + self.log_std).sum(-1)
-        self.probs = [lp.exp() for lp in self.logps]
-        self.entropies = [-(p * lp).sum(-1) for p, lp in zip(self.probs, self.logps)]
-        return _total(self.entropies)
-
-
 def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
     """x [B, D] through tanh layers and a linear head, without gradients: the operations
     ``TanhMLP`` (heron.ops.fused) and ``nn.Linear`` run, so the same numbers, with a few
@@ -249,98 +97,6 @@ def _direct(x: torch.Tensor, layers: list[nn.Linear]) -> torch.Tensor:
         h = torch.addmm(layer.bias, h, layer.weight.t()).tanh_()
     head = layers[-1]
     return torch.addmm(head.bias, h, head.weight.t())
-
-
-class NumpyActing:
-    """PPO's acting step for feed-forward MLPs on the CPU in numpy (``heron.accel.acting``): obs
-    [N, D] (float64 or float32 arrays, as envs return them) and the step's noise [N, K]
-    (``ActionHead.noise``) -> the actions for the env, the actions, their log-probs and the
-    normalized values, as arrays: ``ActorCritic.step`` and ``ActionHead.sample_logp``'s operations
-    in the same order, in float32. Make one per rollout: a free log-std is read (clamped) when it is
-    made, and the optimizer moves it between rollouts."""
-
-    def __init__(self, model: ActorCritic):
-        self.pi, self.v = acting.NumpyMLP(model._pi_direct, np.tanh), acting.NumpyMLP(model._v_direct, np.tanh)
-        self.norm = model.norm
-        head = self.head = model.pi_head
-        if head.kind == "box":
-            self.low, self.high = head.low.numpy(), head.high.numpy()
-            self.log_std = None if head.state_dependent else head.log_std.detach().clamp(*LOG_STD_BOUNDS).numpy()
-        else:
-            self.bounds = np.cumsum([0] + head.sizes).tolist()
-
-    def mode(self, obs: np.ndarray) -> np.ndarray:
-        """The deterministic actions for the env (``ActorCritic.act(..., deterministic=True)``): the
-        mean clipped to the bounds, or each categorical's most likely choice."""
-        out = self.pi(acting.normalize(obs, self.norm))
-        head = self.head
-        if head.kind == "box":
-            return np.minimum(np.maximum(out[:, : head.dim], self.low), self.high)
-        picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
-        return picks[0] if head.kind == "discrete" else np.stack(picks, -1)
-
-    def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        x = acting.normalize(obs, self.norm)
-        out, values = self.pi(x), self.v(x)[:, 0]
-        head = self.head
-        if head.kind == "box":
-            if self.log_std is None:
-                out, log_std = out[:, : head.dim], np.clip(out[:, head.dim :], *LOG_STD_BOUNDS)
-            else:
-                log_std = self.log_std
-            actions = out + np.exp(log_std) * noise
-            logp = (-0.5 * noise * noise - log_std - 0.5 * LOG_2PI).sum(-1)
-            return np.minimum(np.maximum(actions, self.low), self.high), actions, logp, values
-        picks, logp = [], 0.0
-        for lo, hi in zip(self.bounds, self.bounds[1:]):
-            z = out[:, lo:hi]
-            z = z - z.max(-1, keepdims=True)
-            lp = z - np.log(np.exp(z).sum(-1, keepdims=True))  # log_softmax, in torch's order
-            pick = (lp - np.log(-np.log(np.maximum(noise[:, lo:hi], np.float32(1e-20))))).argmax(-1)
-            picks.append(pick)
-            logp = logp + np.take_along_axis(lp, pick[:, None], -1)[:, 0]
-        actions = picks[0] if head.kind == "discrete" else np.stack(picks, -1)
-        return actions, actions, logp, values
-
-
-class RecordedActing:
-    """PPO's acting step recorded as a CUDA graph (``--cuda-graphs`` on a GPU) for the feed-forward
-    bodies that do not act in numpy on a CPU twin (CNNs, a shared body, mixed precision): obs
-    [N, ...] and the step's noise [N, K] -> what ``NumpyActing`` returns (the actions for
-    the env, the actions, their log-probs, the normalized values), from ``ActorCritic.step`` and
-    ``ActionHead.sample_logp``. The graph packs actions, log-probs and values into one float32
-    [N, A + 2] output (``GraphedActor``), so an env step makes one copy back; integer actions
-    travel as float32, exact below 2^24."""
-
-    def __init__(self, model: ActorCritic, device: torch.device | str):
-        from heron.accel.acting import GraphedActor
-
-        head = self.head = model.pi_head
-        self.width = head.dim if head.kind == "box" else len(head.sizes)  # action entries per env
-
-        def packed(obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-            params, values, _ = model.step(obs, torch.zeros(len(obs), 0, device=obs.device))
-            actions, logp = head.sample_logp(params, noise)
-            return torch.cat(
-                [actions.reshape(len(obs), -1).float(), logp[:, None].float(), values[:, None].float()], -1
-            )  # [N, A + 2]
-
-        self.graph = GraphedActor(packed, device)
-        if head.kind == "box":
-            self.low, self.high = head.low.cpu().numpy(), head.high.cpu().numpy()
-
-    def __call__(
-        self, obs: np.ndarray | torch.Tensor, noise: np.ndarray | torch.Tensor
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``obs`` and ``noise`` arrays, or tensors already on the device (the rollout's: its frames
-        uploaded once, its noise drawn there)."""
-        out = self.graph(obs, noise)  # [N, A + 2]
-        k, kind = self.width, self.head.kind
-        if kind == "box":
-            actions = out[:, :k]
-            return np.minimum(np.maximum(actions, self.low), self.high), actions, out[:, k], out[:, k + 1]
-        actions = out[:, 0 if kind == "discrete" else slice(0, k)].astype(np.int64)
-        return actions, actions, out[:, k], out[:, k + 1]
 
 
 class ActorCritic(nn.Module):
@@ -466,6 +222,41 @@ class ActorCritic(nn.Module):
             return self.mlp_values(obs), state0[:, None].expand(*obs.shape[:2], 0)
         _, values, states = self(obs, state0, starts)
         return values, states
+
+    @torch.no_grad()
+    def sequence_values(self, seq: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(obs_t) and V(next_obs_t) of stored sequences [k*N, T, ...], on the raw scale, with the
+        current critic (PPO re-values its data before every epoch, ``--recompute-adv``).
+
+        V(next_obs_t) is the next step's value, except where the episode was cut at t (truncated: the
+        final observation, valued from the recurrent state after step t) or the sequence ends at t
+        (valued the same way). Terminated steps need no next value (GAE and n-step ignore it)."""
+        B, T = seq["obs"].shape[:2]
+        need = seq["truncated"].clone()
+        need[:, -1] = True
+        if self.direct_ok():
+            # a feed-forward MLP critic: every obs and next obs in one forward, and the next obs's value
+            # taken where needed; no gather of the needed rows and no host sync to count them, a third
+            # of the operations
+            both = self.mlp_values(torch.cat([seq["obs"], seq["next_obs"]]))  # [2B, T]
+            values, following = both[:B], both[B:]  # [B, T] each
+            next_values = torch.where(need, following, torch.cat([values[:, 1:], values[:, -1:]], 1))
+            return self.value_norm.denormalize(values), self.value_norm.denormalize(next_values)
+        chunk = max(1, 1024 // T)  # sequences per forward, to bound activation memory (images)
+        value_parts, state_parts = [], []
+        for i in range(0, seq["obs"].shape[0], chunk):
+            v, st = self.values(seq["obs"][i : i + chunk], seq["state0"][i : i + chunk], seq["starts"][i : i + chunk])
+            value_parts.append(v)
+            state_parts.append(st)
+        values, states = torch.cat(value_parts), torch.cat(state_parts)  # [k*N, T], [k*N, T, S]
+        next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
+        rows, cols = need.nonzero(as_tuple=True)
+        for i in range(0, len(rows), 1024):
+            part = (rows[i : i + 1024], cols[i : i + 1024])
+            no_starts = torch.zeros(len(part[0]), 1, dtype=torch.bool, device=values.device)
+            v, _ = self.values(seq["next_obs"][part][:, None], states[part], no_starts)
+            next_values[part] = v[:, 0]
+        return self.value_norm.denormalize(values), self.value_norm.denormalize(next_values)
 
     def mlp_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalized values [B, L] of obs [B, L, D] through the critic's direct layers (``values``'s
