@@ -20,10 +20,11 @@ from heron.accel.precision import Precision
 from heron.accel.step import Learn
 from heron.algos.ppo.agent import build as ppo_build
 from heron.algos.ppo.config import Config as PPOConfig
-from heron.algos.sac.networks import NumpyActor, build, draw
+from heron.algos.sac.networks import NumpyActor, build
 from heron.algos.td3.networks import NumpyActor as TD3NumpyActor
 from heron.algos.td3.networks import build as td3_build
 from heron.envs.make import VecEnv
+from heron.rl.distributions import TanhGaussian
 from heron.runtime.checkpoint import latest_checkpoint
 
 LOW, HIGH = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
@@ -80,7 +81,7 @@ def test_sac_numpy_actor_samples_what_act_samples(obs_norm):
     gaussian = actor.gaussian(torch.as_tensor(obs).float()).numpy()
     np.testing.assert_allclose(gaussian, fast.gaussian(obs), rtol=1e-5, atol=1e-6)
     torch.manual_seed(7)
-    drawn = draw(gaussian, torch.randn(4, 3).numpy(), actor.scale.numpy(), actor.bias.numpy())
+    drawn = TanhGaussian.draw(gaussian, torch.randn(4, 3).numpy(), actor.scale.numpy(), actor.bias.numpy())
     torch.testing.assert_close(torch.from_numpy(drawn), ref, rtol=1e-5, atol=1e-5)
 
 

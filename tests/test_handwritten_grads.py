@@ -9,11 +9,16 @@ import torch
 from heron.accel.handwritten import ppo as ppo_grads
 from heron.accel.handwritten import sac as sac_grads
 from heron.accel.handwritten import td3 as td3_grads
-from heron.accel.handwritten.common import critic_losses_grad, squash_grad, squash_log_std_grad, tanh_normal_grad
+from heron.accel.handwritten.common import (
+    critic_losses_grad,
+    squash_grad,
+    tanh_gaussian_log_std_grad,
+    tanh_gaussian_rsample_grad,
+)
 from heron.algos.ppo import losses as ppo
 from heron.algos.sac import losses as sac
 from heron.algos.td3 import losses as td3
-from heron.rl.nets import squash, squash_log_std, tanh_normal
+from heron.rl.distributions import TanhGaussian, squash
 
 
 def _leaf(*shape, low=-1.0, high=1.0, seed=0):
@@ -61,19 +66,19 @@ def test_squash_grads_are_autograds():
     (want,) = torch.autograd.grad(a, z, g)
     assert torch.allclose(squash_grad(g, t.detach(), scale), want, rtol=1e-12, atol=1e-12)
     raw = _leaf(5, 3, low=-3, high=3, seed=6)
-    (want,) = torch.autograd.grad(squash_log_std(raw), raw, g)
-    assert torch.allclose(squash_log_std_grad(g, raw.detach()), want, rtol=1e-12, atol=1e-12)
+    (want,) = torch.autograd.grad(TanhGaussian.log_std(raw), raw, g)
+    assert torch.allclose(tanh_gaussian_log_std_grad(g, raw.detach()), want, rtol=1e-12, atol=1e-12)
 
 
-def test_tanh_normal_grad_is_autograds():
+def test_tanh_gaussian_rsample_grad_is_autograds():
     mean, log_std = _leaf(6, 2, seed=7), _leaf(6, 2, low=-2, high=0.5, seed=8)
     eps = torch.randn(6, 2, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     scale, bias = torch.tensor([2.0, 0.5], dtype=torch.float64), torch.tensor([0.5, -1.0], dtype=torch.float64)
     g_a = _leaf(6, 2, seed=10).detach()
     for g_logp in (torch.tensor(0.7, dtype=torch.float64), _leaf(6, seed=11).detach()):  # one number, or per row
-        action, log_prob, saved = tanh_normal(mean, log_std, eps, scale, bias)
+        action, log_prob, saved = TanhGaussian.rsample(mean, log_std, eps, scale, bias)
         want = torch.autograd.grad((action * g_a).sum() + (log_prob * g_logp).sum(), (mean, log_std))
-        got = tanh_normal_grad(g_a, g_logp, tuple(x.detach() for x in saved), eps, scale)
+        got = tanh_gaussian_rsample_grad(g_a, g_logp, tuple(x.detach() for x in saved), eps, scale)
         for a, b in zip(got, want):
             assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 

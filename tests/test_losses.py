@@ -8,7 +8,7 @@ import torch
 
 from heron.algos.sac import losses as sac
 from heron.algos.td3 import losses as td3
-from heron.rl.nets import LOG_STD_MAX, LOG_STD_MIN, squash_log_std, tanh_normal_sample
+from heron.rl.distributions import LOG_STD_MAX, LOG_STD_MIN, TanhGaussian
 
 
 def test_soft_q_target_hand_numbers():
@@ -66,7 +66,7 @@ def test_td3_target_and_smoothing_hand_numbers():
 
 def test_log_std_squashing_bounds():
     raw = torch.tensor([-100.0, 0.0, 100.0])
-    out = squash_log_std(raw)
+    out = TanhGaussian.log_std(raw)
     assert torch.allclose(out, torch.tensor([LOG_STD_MIN, (LOG_STD_MIN + LOG_STD_MAX) / 2, LOG_STD_MAX]))
 
 
@@ -79,7 +79,7 @@ def test_tanh_normal_log_prob_matches_numeric_change_of_variables():
     scale = torch.tensor([2.0, 0.5, 1.0], dtype=torch.float64)
     bias = torch.tensor([0.0, 1.0, -0.5], dtype=torch.float64)
     torch.manual_seed(3)
-    action, log_prob = tanh_normal_sample(mean, log_std, scale, bias)
+    action, log_prob = TanhGaussian.sample(mean, log_std, scale, bias)
     u = torch.atanh((action - bias) / scale)  # invert the squashing
     h = 1e-6
     derivative = ((torch.tanh(u + h) - torch.tanh(u - h)) / (2 * h)) * scale
@@ -99,7 +99,7 @@ def test_tanh_normal_density_integrates_to_one():
     assert abs(float(np.trapezoid(density.numpy(), a.numpy())) - 1.0) < 1e-3
     # and our sampler's log-prob agrees with that density at sampled points
     torch.manual_seed(1)
-    act, lp = tanh_normal_sample(mean.expand(5, 1), log_std.expand(5, 1), scale, bias)
+    act, lp = TanhGaussian.sample(mean.expand(5, 1), log_std.expand(5, 1), scale, bias)
     u = torch.atanh((act[:, 0] - bias) / scale)
     ref = torch.distributions.Normal(mean[0, 0], log_std.exp()[0, 0]).log_prob(u) - torch.log(
         scale * (1 - torch.tanh(u) ** 2)

@@ -1,5 +1,5 @@
 """Network pieces shared by the algorithms: MLPs, ensembles of MLPs, Polyak averaging, running
-observation normalization and the tanh-squashed Gaussian."""
+observation normalization and recurrent cores."""
 
 from __future__ import annotations
 
@@ -219,54 +219,6 @@ class RunningNorm(nn.Module):
             return x
         mean, std = self._float32()
         return x * std + mean
-
-
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-# The actors' output transforms: the readable steps differentiate them with autograd, the
-# hand-written steps (heron.accel.handwritten) call them and their derivatives (``*_grad`` there).
-
-
-def squash(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``z`` into the action bounds, a = tanh(z) * scale + bias; returns (a, tanh(z)), the second
-    for its derivative (``heron.accel.handwritten.common.squash_grad``)."""
-    t = torch.tanh(z)
-    return t * scale + bias, t
-
-
-def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
-    """Map an unbounded output into [LOG_STD_MIN, LOG_STD_MAX] with tanh (SpinUp / D. Yarats; CleanRL's
-    SAC)."""
-    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
-
-
-def tanh_normal(
-    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Reparameterized sample ``a = tanh(u) * scale + bias`` with ``u = mean + std * eps`` (``eps``
-    standard normal, drawn by the caller) and its log-density by change of variables (SAC paper,
-    Haarnoja et al. 2018, appendix C, eq. 21):
-
-        log pi(a|s) = sum_i [ log N(u_i; mean_i, std_i) - log(scale_i * (1 - tanh(u_i)^2)) ]
-
-    The Jacobian term uses the stable identity log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
-    Returns actions [..., A], log-probs [...] and (tanh(u), std) for its derivative
-    (``heron.accel.handwritten.common.tanh_normal_grad``)."""
-    std = log_std.exp()
-    u = mean + std * eps
-    log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - HALF_LOG_2PI
-    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(scale)
-    action, t = squash(u, scale, bias)
-    return action, (log_normal - log_det).sum(-1), (t, std)
-
-
-def tanh_normal_sample(
-    mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tanh_normal`` with its standard normals drawn here (``torch.randn_like(mean)``): actions
-    [..., A] and log-probs [...]."""
-    return tanh_normal(mean, log_std, torch.randn_like(mean), scale, bias)[:2]
 
 
 class RecurrentCore(nn.Module):

@@ -17,7 +17,8 @@ from heron.ops import dist
 from heron.ops import torch_private as private
 from heron.ops.adam import Adam
 from heron.ops.fused import _forward, _layers, backprop
-from heron.rl.nets import LOG_STD_MAX, LOG_STD_MIN, EnsembleMLP
+from heron.rl.distributions import LOG_STD_MAX, LOG_STD_MIN
+from heron.rl.nets import EnsembleMLP
 
 
 class FlatGrads:
@@ -203,17 +204,18 @@ def critic_losses_grad(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def squash_grad(g_a: torch.Tensor, t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """dJ/dz from dJ/da through ``heron.rl.nets.squash``: dJ/da * scale * (1 - tanh(z)^2), with ``t`` = tanh(z)."""
+    """dJ/dz from dJ/da through ``heron.rl.distributions.squash``: dJ/da * scale * (1 - tanh(z)^2),
+    with ``t`` = tanh(z)."""
     return g_a * scale * (1 - t * t)
 
 
-def squash_log_std_grad(g: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
-    """dJ/draw from dJ/dlog_std through ``heron.rl.nets.squash_log_std``."""
+def tanh_gaussian_log_std_grad(g: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    """dJ/draw from dJ/dlog_std through ``heron.rl.distributions.TanhGaussian.log_std``."""
     t = torch.tanh(raw)
     return g * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1 - t * t)
 
 
-def tanh_normal_grad(
+def tanh_gaussian_rsample_grad(
     g_a: torch.Tensor,
     g_logp: torch.Tensor | float,
     saved: tuple[torch.Tensor, torch.Tensor],
@@ -221,9 +223,10 @@ def tanh_normal_grad(
     scale: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dJ/dmean, dJ/dlog_std) from dJ/da [..., A] and dJ/dlog pi (per row [...] or one number)
-    through ``heron.rl.nets.tanh_normal`` with ``eps`` held fixed; ``saved`` is its third output. With
-    u = mean + std eps: dlog pi/du = 2 tanh(u) (the Gaussian term depends on mean and log_std only
-    through eps), dlog pi/dlog_std = -1 through the normalizer, da/du = scale (1 - tanh(u)^2)."""
+    through ``heron.rl.distributions.TanhGaussian.rsample`` with ``eps`` held fixed; ``saved`` is its
+    third output. With u = mean + std eps: dlog pi/du = 2 tanh(u) (the Gaussian term depends on mean
+    and log_std only through eps), dlog pi/dlog_std = -1 through the normalizer, da/du = scale (1 -
+    tanh(u)^2)."""
     t, std = saved
     if isinstance(g_logp, torch.Tensor) and g_logp.dim():
         g_logp = g_logp.unsqueeze(-1)

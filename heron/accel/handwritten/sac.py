@@ -14,10 +14,11 @@ CPU about as much time again as the products take. Here:
   parameters' ``.grad`` are views of (clipping: one norm, one scale);
 * the actor loss asks the (updated) critics for dQ/da only.
 
-Every value the step computes comes from ``heron.algos.sac.losses`` and ``heron.rl.nets``
-(``tanh_normal``, ``squash_log_std``), and every derivative from the ``*_grad`` functions here and
-in ``heron.accel.handwritten.common``, with the same random draws in the same order (the target's
-noise, then the actor's), so a run takes the same path as the autograd step up to float rounding.
+Every value the step computes comes from ``heron.algos.sac.losses`` and
+``heron.rl.distributions.TanhGaussian`` (``rsample``, ``log_std``), and every derivative from the
+``*_grad`` functions here and in ``heron.accel.handwritten.common``, with the same random draws in
+the same order (the target's noise, then the actor's), so a run takes the same path as the autograd
+step up to float rounding.
 Before a run uses it, ``heron.accel.step.build_step`` checks one step of it against the readable
 step (``heron.algos.sac.train.make_update``) on a synthetic batch (``probe``), and takes the
 readable step where they disagree: an edit to a loss without its derivative here costs speed, never
@@ -42,8 +43,8 @@ from heron.accel.handwritten.common import (
     batch_probe,
     critic_losses_grad,
     offpolicy_reason,
-    squash_log_std_grad,
-    tanh_normal_grad,
+    tanh_gaussian_log_std_grad,
+    tanh_gaussian_rsample_grad,
 )
 from heron.accel.precision import Precision
 from heron.algos.sac import losses
@@ -51,7 +52,7 @@ from heron.ops import dist
 from heron.ops.adam import Adam
 from heron.ops.fused import _forward, backprop
 from heron.rl.buffers import STEP_FIELDS, discount
-from heron.rl.nets import squash_log_std, tanh_normal
+from heron.rl.distributions import TanhGaussian
 
 
 def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
@@ -132,7 +133,7 @@ class LeanUpdate:
         layers, ws = self.a_views(None)
         out, inputs = _forward(feats, layers, "relu", False)  # float32: the last layer runs in float32
         mean, raw = out.chunk(2, -1)
-        return mean, squash_log_std(raw), raw, (ws, inputs)
+        return mean, TanhGaussian.log_std(raw), raw, (ws, inputs)
 
     # -- the step -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -152,7 +153,7 @@ class LeanUpdate:
         first_actor = update_actor
         if update_actor:
             eps[B:].normal_()
-        actions, log_prob, saved = tanh_normal(mean, log_std, eps, actor.scale, actor.bias)
+        actions, log_prob, saved = TanhGaussian.rsample(mean, log_std, eps, actor.scale, actor.bias)
 
         # -- critics: y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s'))
         next_q, _ = self.critics.forward(torch.cat([next_obs, actions[:B]], -1), target=True)
@@ -189,7 +190,7 @@ class LeanUpdate:
                 else:  # CleanRL's further actor steps: the updated actor, new noise
                     m, ls, r, inputs = self._actor_forward(obs)
                     ep = torch.randn_like(m)
-                    a, lp, sv = tanh_normal(m, ls, ep, actor.scale, actor.bias)
+                    a, lp, sv = TanhGaussian.rsample(m, ls, ep, actor.scale, actor.bias)
                 metrics.update(self._actor_step(obs, r, sv, a, lp, ep, inputs))
             metrics["losses/alpha"] = self.alpha_fn()
         return metrics
@@ -203,11 +204,11 @@ class LeanUpdate:
         g_logp, g_min_q, which = actor_loss_grad(log_prob, q, alpha)
         # dJ/da through the member that gave each minimum: the critics' input gradients, action columns
         g_a = critics.min_input_grad(kept, which, g_min_q, obs.shape[1])
-        g_mean, g_log_std = tanh_normal_grad(g_a, g_logp, saved, eps, self.actor.scale)
+        g_mean, g_log_std = tanh_gaussian_rsample_grad(g_a, g_logp, saved, eps, self.actor.scale)
         self.a_grads.attach()
         ws, held = inputs
         backprop(
-            torch.cat([g_mean, squash_log_std_grad(g_log_std, raw)], -1),
+            torch.cat([g_mean, tanh_gaussian_log_std_grad(g_log_std, raw)], -1),
             ws,
             held,
             self.a_dws,

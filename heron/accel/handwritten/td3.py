@@ -5,7 +5,7 @@ engine, gradients in one flat buffer per optimizer, the actor loss asking the (u
 for dQ1/da only.
 
 The step is ``heron/algos/td3/train.py``'s, steps 4-13 of the walkthrough, with the same noise
-draw. Every value it computes comes from ``heron.algos.td3.losses`` and ``heron.rl.nets.squash``, and
+draw. Every value it computes comes from ``heron.algos.td3.losses`` and ``heron.rl.distributions.squash``, and
 every derivative from the ``*_grad`` functions here and in ``heron.accel.handwritten.common``; the
 step builder checks it against the readable step before a run uses it, as SAC's.
 ``tests/test_sac_lean.py`` checks whole steps against the autograd step.
@@ -32,7 +32,7 @@ from heron.algos.td3 import losses
 from heron.algos.td3.networks import Actor
 from heron.ops.fused import _forward, backprop
 from heron.rl.buffers import STEP_FIELDS, discount
-from heron.rl.nets import squash
+from heron.rl.distributions import squash
 
 
 def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:

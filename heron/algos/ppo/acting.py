@@ -24,7 +24,6 @@ import torch
 
 from heron.accel import acting
 from heron.accel.acting import CpuTwin
-from heron.algos.ppo.distributions import LOG_2PI, LOG_STD_BOUNDS
 
 if TYPE_CHECKING:
     from heron.algos.ppo.networks import ActorCritic
@@ -87,41 +86,20 @@ class NumpyActing:
         head = self.head = model.pi_head
         if head.kind == "box":
             self.low, self.high = head.low.numpy(), head.high.numpy()
-            self.log_std = None if head.state_dependent else head.log_std.detach().clamp(*LOG_STD_BOUNDS).numpy()
-        else:
-            self.bounds = np.cumsum([0] + head.sizes).tolist()
+        self.log_std = head.numpy_log_std()
 
     def mode(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic actions for the env (``ActorCritic.act(..., deterministic=True)``): the
         mean clipped to the bounds, or each categorical's most likely choice."""
-        out = self.pi(acting.normalize(obs, self.norm))
-        head = self.head
-        if head.kind == "box":
-            return np.minimum(np.maximum(out[:, : head.dim], self.low), self.high)
-        picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
-        return picks[0] if head.kind == "discrete" else np.stack(picks, -1)
+        actions = self.head.numpy_mode(self.pi(acting.normalize(obs, self.norm)))
+        return self.head.numpy_to_env(actions, self.low, self.high) if self.head.kind == "box" else actions
 
     def __call__(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         x = acting.normalize(obs, self.norm)
         out, values = self.pi(x), self.v(x)[:, 0]
-        head = self.head
-        if head.kind == "box":
-            if self.log_std is None:
-                out, log_std = out[:, : head.dim], np.clip(out[:, head.dim :], *LOG_STD_BOUNDS)
-            else:
-                log_std = self.log_std
-            actions = out + np.exp(log_std) * noise
-            logp = (-0.5 * noise * noise - log_std - 0.5 * LOG_2PI).sum(-1)
-            return np.minimum(np.maximum(actions, self.low), self.high), actions, logp, values
-        picks, logp = [], 0.0
-        for lo, hi in zip(self.bounds, self.bounds[1:]):
-            z = out[:, lo:hi]
-            z = z - z.max(-1, keepdims=True)
-            lp = z - np.log(np.exp(z).sum(-1, keepdims=True))  # log_softmax, in torch's order
-            pick = (lp - np.log(-np.log(np.maximum(noise[:, lo:hi], np.float32(1e-20))))).argmax(-1)
-            picks.append(pick)
-            logp = logp + np.take_along_axis(lp, pick[:, None], -1)[:, 0]
-        actions = picks[0] if head.kind == "discrete" else np.stack(picks, -1)
+        actions, logp = self.head.numpy_sample_logp(out, noise, self.log_std)
+        if self.head.kind == "box":
+            return self.head.numpy_to_env(actions, self.low, self.high), actions, logp, values
         return actions, actions, logp, values
 
 

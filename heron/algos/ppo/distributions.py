@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,6 +42,8 @@ class ActionHead(nn.Module):
             self.sizes = [int(action["n"])]
         elif self.kind == "multidiscrete":
             self.sizes = [int(n) for n in action["nvec"]]
+        if self.kind != "box":  # where each categorical's logits begin and end in the output
+            self.bounds = np.cumsum([0] + self.sizes).tolist()
         else:
             self.dim = len(action["low"])
             self.register_buffer("low", torch.as_tensor(action["low"], dtype=torch.float32))
@@ -117,6 +120,46 @@ class ActionHead(nn.Module):
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """What the environment receives: Gaussian samples clipped to the action bounds."""
         return torch.maximum(torch.minimum(actions, self.high), self.low) if self.kind == "box" else actions
+
+    # -- the numpy twins: the operations above in the same order, on float32 arrays ------------------
+    # (PPO's acting on a CPU, heron.algos.ppo.acting.NumpyActing; tests/test_distributions.py holds them to
+    # the torch versions). ``out``: the head's layer output [N, ...] as an array; ``log_std``: a free
+    # log-std, clamped, read once per rollout (``numpy_log_std``), or None where ``out`` holds it.
+    def numpy_log_std(self) -> np.ndarray | None:
+        """The free log-std, clamped, as an array (None: state-dependent, or a categorical head)."""
+        if self.kind != "box" or self.state_dependent:
+            return None
+        return self.log_std.detach().clamp(*LOG_STD_BOUNDS).numpy()
+
+    def numpy_sample_logp(
+        self, out: np.ndarray, noise: np.ndarray, log_std: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``sample_logp`` from ``noise`` (``noise``'s layout): the actions and their log-probs."""
+        if self.kind == "box":
+            if log_std is None:
+                out, log_std = out[:, : self.dim], np.clip(out[:, self.dim :], *LOG_STD_BOUNDS)
+            actions = out + np.exp(log_std) * noise
+            return actions, (-0.5 * noise * noise - log_std - 0.5 * LOG_2PI).sum(-1)
+        picks, logp = [], cast(Any, 0.0)  # a float, then arrays
+        for lo, hi in zip(self.bounds, self.bounds[1:]):
+            z = out[:, lo:hi]
+            z = z - z.max(-1, keepdims=True)
+            lp = z - np.log(np.exp(z).sum(-1, keepdims=True))  # log_softmax, in torch's order
+            pick = (lp - np.log(-np.log(np.maximum(noise[:, lo:hi], np.float32(1e-20))))).argmax(-1)
+            picks.append(pick)
+            logp = logp + np.take_along_axis(lp, pick[:, None], -1)[:, 0]
+        return (picks[0] if self.kind == "discrete" else np.stack(picks, -1)), logp
+
+    def numpy_mode(self, out: np.ndarray) -> np.ndarray:
+        """``mode``: the mean, or each categorical's most likely choice."""
+        if self.kind == "box":
+            return out[:, : self.dim]
+        picks = [out[:, lo:hi].argmax(-1) for lo, hi in zip(self.bounds, self.bounds[1:])]
+        return picks[0] if self.kind == "discrete" else np.stack(picks, -1)
+
+    def numpy_to_env(self, actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """``to_env`` with the bounds as arrays (read once per rollout)."""
+        return np.minimum(np.maximum(actions, low), high) if self.kind == "box" else actions
 
 
 def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:

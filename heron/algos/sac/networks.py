@@ -11,21 +11,13 @@ from torch import nn
 
 from heron.accel import acting
 from heron.accel.acting import Acting, as_like
-from heron.rl.nets import (
-    LOG_STD_MAX,
-    LOG_STD_MIN,
-    Encoder,
-    EnsembleMLP,
-    RunningNorm,
-    mlp,
-    squash,
-    squash_log_std,
-    tanh_normal_sample,
-)
+from heron.rl.distributions import TanhGaussian
+from heron.rl.nets import Encoder, EnsembleMLP, RunningNorm, mlp
 
 
 class Actor(nn.Module):
-    """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL's SAC)."""
+    """pi(a|s) = tanh(N(mean(s), std(s))) rescaled to [low, high] (CleanRL's SAC): a
+    ``heron.rl.distributions.TanhGaussian`` of the MLP's output."""
 
     scale: torch.Tensor  # a buffer
     bias: torch.Tensor  # a buffer
@@ -43,16 +35,16 @@ class Actor(nn.Module):
         return self.encoder.norm(obs)
 
     def head(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw_log_std = self.net(feats).chunk(2, -1)
-        return mean, squash_log_std(raw_log_std)
+        """The Gaussian's (mean, log_std), each [..., A]."""
+        return TanhGaussian.params(self.net(feats))
 
     def sample(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions [..., A] and their log-probs [...]."""
         mean, log_std = self.head(feats)
-        return tanh_normal_sample(mean, log_std, self.scale, self.bias)
+        return TanhGaussian.sample(mean, log_std, self.scale, self.bias)
 
     def deterministic(self, feats: torch.Tensor) -> torch.Tensor:
-        return squash(self.head(feats)[0], self.scale, self.bias)[0]
+        return TanhGaussian.mode(self.head(feats)[0], self.scale, self.bias)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,8 +56,9 @@ class Actor(nn.Module):
     @torch.no_grad()
     def gaussian(self, obs: torch.Tensor) -> torch.Tensor:
         """The feed-forward actor's Gaussian (before the tanh) on obs [N, D]: [N, 2A], the means then
-        the standard deviations. Training draws its actions from it on the host (``draw``,
-        with the normals ``act`` would draw on the CPU), so that no random draw waits for the GPU."""
+        the standard deviations. Training draws its actions from it on the host
+        (``TanhGaussian.draw``, with the normals ``act`` would draw on the CPU), so that no random
+        draw waits for the GPU."""
         mean, log_std = self.head(self.encoder.norm(obs))
         return torch.cat([mean, log_std.exp()], -1)
 
@@ -74,15 +67,6 @@ class Actor(nn.Module):
         (``heron.accel.acting.Policy``), or None where it stays in torch (``NumpyActor.of``)."""
         actor = NumpyActor.of(self, batch)
         return None if actor is None else actor.mode
-
-
-def draw(gaussian: Any, normals: Any, scale: Any, bias: Any) -> Any:
-    """Actions [N, A] from ``gaussian`` ([N, 2A]: ``Actor.gaussian``'s or ``NumpyActor.gaussian``'s)
-    and standard normals [N, A]: ``tanh(mean + std * normals) * scale + bias``, the actions of
-    ``tanh_normal_sample``; numpy arrays, or tensors (a tensor env's)."""
-    A = normals.shape[-1]
-    tanh = torch.tanh if isinstance(gaussian, torch.Tensor) else np.tanh
-    return tanh(gaussian[:, :A] + gaussian[:, A:] * normals) * scale + bias
 
 
 def make_acting(actor: Actor, num_envs: int, device: torch.device, cfg: Any, tensors: bool) -> Acting:
@@ -95,7 +79,7 @@ def make_acting(actor: Actor, num_envs: int, device: torch.device, cfg: Any, ten
     A = actor.action_dim
 
     def sample(gaussian: Any) -> Any:
-        return draw(gaussian, as_like(torch.randn(num_envs, A), gaussian), scale, bias)
+        return TanhGaussian.draw(gaussian, as_like(torch.randn(num_envs, A), gaussian), scale, bias)
 
     return Acting(
         lambda obs: actor.gaussian(obs.float()),
@@ -125,18 +109,15 @@ class NumpyActor:
         return NumpyActor(actor) if ok else None
 
     def __call__(self, obs: np.ndarray, normals: np.ndarray) -> np.ndarray:
-        return draw(self.gaussian(obs), normals, self.scale, self.bias)
+        return TanhGaussian.draw(self.gaussian(obs), normals, self.scale, self.bias)
 
     def gaussian(self, obs: np.ndarray) -> np.ndarray:
         """``Actor.gaussian`` in numpy: [N, 2A], the means then the standard deviations."""
-        out = self.mlp(acting.normalize(obs, self.norm))
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, self.dim :]) + 1)  # squash_log_std
-        out[:, self.dim :] = np.exp(log_std)
-        return out
+        return TanhGaussian.numpy_gaussian(self.mlp(acting.normalize(obs, self.norm)))
 
     def mode(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic actions (``Actor.deterministic``): the squashed mean, rescaled."""
-        return np.tanh(self.mlp(acting.normalize(obs, self.norm))[:, : self.dim]) * self.scale + self.bias
+        return TanhGaussian.numpy_mode(self.mlp(acting.normalize(obs, self.norm)), self.scale, self.bias)
 
 
 class Critic(nn.Module):

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from heron.accel import acting
-from heron.rl.nets import EnsembleMLP, RunningNorm, mlp, squash
+from heron.rl.distributions import squash
+from heron.rl.nets import EnsembleMLP, RunningNorm, mlp
 
 
 class Actor(nn.Module):
