@@ -1,6 +1,7 @@
-"""The policies' distributions that more than one algorithm shares: the squashing of an actor's
-output into the action bounds (``squash``: TD3's deterministic actor, SAC's mode) and SAC's
-tanh-Gaussian (``TanhGaussian``), each in torch and, where acting runs in numpy, with its numpy
+"""The policies' distributions that more than one algorithm shares: the Gaussian's log-density and
+entropy (``normal_log_prob``, ``normal_entropy``: SAC, PPO, DreamerV2 and DreamerV3), the squashing
+of an actor's output into the action bounds (``squash``: TD3's deterministic actor, SAC's mode) and
+SAC's tanh-Gaussian (``TanhGaussian``), each in torch and, where acting runs in numpy, with its numpy
 twin beside it (the same operations in the same order; ``tests/test_distributions.py`` holds them
 to the torch versions).
 
@@ -19,6 +20,17 @@ from torch import nn
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def normal_log_prob(z: Any, log_std: Any) -> Any:
+    """log N(x; mean, std) per entry, from the standardized ``z`` = (x - mean) / std and log(std):
+    -z^2 / 2 - log std - log(2 pi) / 2. Tensors, or numpy arrays (an acting twin's)."""
+    return -0.5 * z**2 - log_std - HALF_LOG_2PI
+
+
+def normal_entropy(log_std: Any) -> Any:
+    """The entropy of N(mean, std) per entry: 1/2 + log(2 pi) / 2 + log std."""
+    return (0.5 + HALF_LOG_2PI) + log_std
 
 
 def squash(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +79,7 @@ class TanhGaussian:
         (``heron.accel.handwritten.common.tanh_gaussian_rsample_grad``)."""
         std = log_std.exp()
         u = mean + std * eps
-        log_normal = -0.5 * ((u - mean) / std).pow(2) - log_std - HALF_LOG_2PI
+        log_normal = normal_log_prob((u - mean) / std, log_std)
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(scale)
         action, t = squash(u, scale, bias)
         return action, (log_normal - log_det).sum(-1), (t, std)

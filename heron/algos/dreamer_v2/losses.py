@@ -9,14 +9,11 @@ form one independent distribution), so free nats apply to the whole state, as in
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+from heron.rl.distributions import HALF_LOG_2PI
 from heron.rl.returns import lambda_return
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int) -> torch.Tensor:
@@ -24,9 +21,9 @@ def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int) -> t
     reward head's unit-variance Gaussians)."""
     diff = target - mean
     if not event_dims:
-        return 0.5 * diff * diff + _HALF_LOG_2PI
+        return 0.5 * diff * diff + HALF_LOG_2PI
     diff = diff.flatten(-event_dims)  # the constant is added once per sample, not per pixel
-    return 0.5 * (diff * diff).sum(-1) + diff.shape[-1] * _HALF_LOG_2PI
+    return 0.5 * (diff * diff).sum(-1) + diff.shape[-1] * HALF_LOG_2PI
 
 
 def bernoulli_nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heron.rl.distributions import normal_log_prob
 from heron.rl.nets import float32_out
 
 
@@ -304,7 +305,7 @@ class TruncatedNormal:
 
     @staticmethod
     def _log_pdf(x: torch.Tensor) -> torch.Tensor:
-        return -0.5 * x * x - 0.5 * math.log(2 * math.pi)
+        return normal_log_prob(x, 0.0)
 
     def rsample(self) -> torch.Tensor:
         u = torch.rand_like(self.mean)

@@ -21,6 +21,7 @@ from heron.algos.dreamer_v2.networks import RSSM as V2RSSM
 from heron.algos.dreamer_v2.networks import LayerNormGRUCell, OneHotST, image_to_float
 from heron.algos.dreamer_v2.networks import Player as V2Player
 from heron.algos.dreamer_v3.losses import symlog, unimix_logits
+from heron.rl.distributions import normal_entropy, normal_log_prob
 from heron.rl.nets import float32_out
 
 EPS = 1e-3  # the LayerNorms' epsilon (the official code's and sheeprl's)
@@ -268,10 +269,10 @@ class Normal:
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         z = (x - self.mean) / self.std
-        return (-0.5 * z * z - self.std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return normal_log_prob(z, self.std.log()).sum(-1)
 
     def entropy(self) -> torch.Tensor:
-        return (0.5 + 0.5 * math.log(2 * math.pi) + self.std.log()).sum(-1)
+        return normal_entropy(self.std.log()).sum(-1)
 
     def mode(self) -> torch.Tensor:
         return self.mean

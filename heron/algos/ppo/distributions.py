@@ -7,7 +7,6 @@ batch's distribution with the pieces its log-probs and entropy share computed on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -15,9 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from heron.rl.distributions import normal_entropy, normal_log_prob
 from heron.rl.nets import orthogonal_
-
-LOG_2PI = math.log(2 * math.pi)
 
 LOG_STD_BOUNDS = (-20.0, 2.0)  # the Gaussian head's log-std, clamped (torch and numpy acting)
 
@@ -91,7 +89,7 @@ class ActionHead(nn.Module):
         if self.kind == "box":
             mean, log_std = self._box(params)
             eps = torch.randn_like(mean) if noise is None else noise
-            return mean + log_std.exp() * eps, (-0.5 * eps.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
+            return mean + log_std.exp() * eps, normal_log_prob(eps, log_std).sum(-1)
         logps = self._logits(params)
         uniforms = [torch.rand_like(lp) for lp in logps] if noise is None else noise.split(self.sizes, -1)
         picks = [
@@ -139,7 +137,7 @@ class ActionHead(nn.Module):
             if log_std is None:
                 out, log_std = out[:, : self.dim], np.clip(out[:, self.dim :], *LOG_STD_BOUNDS)
             actions = out + np.exp(log_std) * noise
-            return actions, (-0.5 * noise * noise - log_std - 0.5 * LOG_2PI).sum(-1)
+            return actions, normal_log_prob(noise, log_std).sum(-1)
         picks, logp = [], cast(Any, 0.0)  # a float, then arrays
         for lo, hi in zip(self.bounds, self.bounds[1:]):
             z = out[:, lo:hi]
@@ -197,7 +195,7 @@ class HeadTerms:
         if self.head.kind == "box":
             self.std = self.log_std.exp()
             self.z = (actions - self.mean) / self.std
-            return (-0.5 * self.z.pow(2) - self.log_std - 0.5 * LOG_2PI).sum(-1)
+            return normal_log_prob(self.z, self.log_std).sum(-1)
         if self.head.kind == "discrete":
             return self.logps[0].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         acts = actions.long()
@@ -206,7 +204,7 @@ class HeadTerms:
     def entropy(self) -> torch.Tensor:
         """[B]: the entropy, summed over the action's entries or categoricals."""
         if self.head.kind == "box":
-            return (0.5 + 0.5 * LOG_2PI + self.log_std).sum(-1)
+            return normal_entropy(self.log_std).sum(-1)
         self.probs = [lp.exp() for lp in self.logps]
         self.entropies = [-(p * lp).sum(-1) for p, lp in zip(self.probs, self.logps)]
         return _total(self.entropies)
