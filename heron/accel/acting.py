@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from heron.accel.graphs import GraphedStep
+from heron.ops import mlp
 from heron.rl.nets import RunningNorm
 
 # OpenBLAS (numpy's BLAS) splits a product over threads from M * N * K = 2^18 on; below it runs on
@@ -59,17 +60,13 @@ def eligible(batch: int, layers: Sequence[nn.Linear], amp_dtype: torch.dtype | N
     )
 
 
-def relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0, out=x)
-
-
 class NumpyMLP:
-    """Linear layers with ``hidden`` between them (not after the last), as the fused MLPs and
-    ``addmm`` compute them: ``h @ W^T + b``. The weight views are made again only when a
-    parameter's storage moves (a key of data pointers per call)."""
+    """``nn.Linear`` layers with the activation ``act`` between them (not after the last), run in
+    numpy by ``heron.ops.mlp.forward``, the forward the fused MLPs run in torch. The weight views are
+    made again only when a parameter's storage moves (a key of data pointers per call)."""
 
-    def __init__(self, layers: Sequence[nn.Linear], hidden: Callable[[np.ndarray], np.ndarray]):
-        self.layers, self.hidden = list(layers), hidden
+    def __init__(self, layers: Sequence[nn.Linear], act: str):
+        self.layers, self.act = list(layers), act
         self._key: tuple | None = None
         self._arrays: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -81,11 +78,7 @@ class NumpyMLP:
         return self._arrays
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        arrays = self.arrays()
-        for w, b in arrays[:-1]:
-            x = self.hidden(x @ w + b)
-        w, b = arrays[-1]
-        return x @ w + b
+        return mlp.forward(x, self.arrays(), self.act)[0]
 
 
 M = TypeVar("M", bound=nn.Module)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from heron.ops import mlp
 from heron.ops import torch_private as private
 
 
@@ -48,23 +49,6 @@ def _layers(
             w, b = w.to(dtype), b.to(dtype)
         out.append((w, b))
     return out
-
-
-def _forward(x: torch.Tensor, layers: list, act: str, last: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One member: the output and the input of every layer (what the backward needs), then the
-    output when it went through the activation (``last``). Each layer runs in its weights' type:
-    its input is cast to it first, and kept so."""
-    inputs, h = [], x
-    for k, (w, b) in enumerate(layers):
-        if h.dtype != w.dtype:
-            h = h.to(w.dtype)
-        inputs.append(h)
-        h = torch.addmm(b, h, w)
-        if k < len(layers) - 1 or last:
-            h = h.relu_() if act == "relu" else h.tanh_()
-    if last:
-        inputs.append(h)
-    return h, inputs
 
 
 def _act_backward(g: torch.Tensor, out: torch.Tensor, act: str, inplace: bool = False) -> torch.Tensor:
@@ -87,7 +71,7 @@ class _MLP(torch.autograd.Function):
         outs, saved = [], []
         for j, i in enumerate(members):
             layers = _layers(params, i, dtype, float32_out=not last)
-            y, inputs = _forward(x[j] if x.dim() == 3 else x, layers, act, last)
+            y, inputs = mlp.forward(x[j] if x.dim() == 3 else x, layers, act, last)
             outs.append(y)
             saved += [w for w, _ in layers] + inputs
         ctx.members, ctx.x_meta, ctx.act, ctx.last = members, (x.dim(), x.dtype), act, last
@@ -206,7 +190,7 @@ def run(
     # Inductor fuses as well as this node's (and Dynamo before torch 2.13 traced this node's backward
     # wrongly for tanh bodies: PPO's compiled steps moved none of their weights)
     outs = [
-        _forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
+        mlp.forward(x[j] if x.dim() == 3 else x, _layers(params, i, dtype, float32_out=not last), act, last)[0]
         for j, i in enumerate(members)
     ]
     y = outs[0] if members == (None,) else torch.stack(outs)

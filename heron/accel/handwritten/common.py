@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import torch
 
-from heron.ops import dist
+from heron.ops import dist, mlp
 from heron.ops import torch_private as private
 from heron.ops.adam import Adam
-from heron.ops.fused import _forward, _layers, backprop
+from heron.ops.fused import _layers, backprop
 from heron.rl.distributions import LOG_STD_MAX, LOG_STD_MIN
 from heron.rl.nets import EnsembleMLP
 
@@ -135,7 +135,7 @@ class LeanCritics:
         outs, kept = [], []
         for e in range(self.E) if members is None else members:
             layers, ws = views(e)
-            y, inputs = _forward(xc, layers, "relu", False)
+            y, inputs = mlp.forward(xc, layers, "relu")
             outs.append(y)
             kept.append((ws, inputs))
         return torch.stack(outs).squeeze(-1), kept

@@ -34,6 +34,7 @@ from heron.accel.precision import Precision
 from heron.algos.ppo import losses
 from heron.algos.ppo.distributions import LOG_STD_BOUNDS, HeadTerms
 from heron.algos.ppo.networks import ActorCritic
+from heron.ops import mlp
 from heron.ops import torch_private as private
 
 
@@ -165,20 +166,6 @@ def box_grads(
     return g * pi.z / pi.std, g_std
 
 
-def _forward(x: torch.Tensor, layers: list[nn.Linear]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """tanh layers, then the linear head: (output [B, out], the input of every layer). The products
-    are ``TanhMLP``'s (``heron.ops.fused``) and ``nn.Linear``'s; tanh goes through sigmoid (within
-    2e-7 of torch.tanh, and faster on a CPU)."""
-    inputs, h = [], x
-    for k, layer in enumerate(layers):
-        inputs.append(h)
-        if k < len(layers) - 1:  # tanh(z) = 2 sigmoid(2z) - 1: torch's CPU sigmoid is faster than its tanh
-            h = torch.addmm(layer.bias, h, layer.weight.t(), beta=2, alpha=2).sigmoid_().mul_(2).sub_(1)
-        else:
-            h = torch.addmm(layer.bias, h, layer.weight.t())
-    return h, inputs
-
-
 def _backward(
     g: torch.Tensor, layers: list[nn.Linear], inputs: list[torch.Tensor], grads: list[tuple[torch.Tensor, torch.Tensor]]
 ) -> None:
@@ -218,8 +205,9 @@ class LeanUpdate:
         B = obs.shape[0] * obs.shape[1]
         with torch.no_grad():
             x = model._in(obs.reshape(B, *obs.shape[2:]))  # [B, D] normalized
-            out, pi_inputs = _forward(x, self.pi)
-            v_out, v_inputs = _forward(x, self.v)
+            # tanh bodies through sigmoid (heron.ops.mlp: faster on a CPU), then the linear heads
+            out, pi_inputs = mlp.forward(x, mlp.of_linears(self.pi), "sigmoid_tanh")
+            v_out, v_inputs = mlp.forward(x, mlp.of_linears(self.v), "sigmoid_tanh")
             values = v_out.squeeze(1)  # [B] normalized
             actions = mb["actions"].reshape(B, *mb["actions"].shape[2:])
             pi = HeadTerms(head, out, head.log_std if self.free_std else None)  # (a free log-std: not joined to out)

@@ -48,9 +48,9 @@ from heron.accel.handwritten.common import (
 )
 from heron.accel.precision import Precision
 from heron.algos.sac import losses
-from heron.ops import dist
+from heron.ops import dist, mlp
 from heron.ops.adam import Adam
-from heron.ops.fused import _forward, backprop
+from heron.ops.fused import backprop
 from heron.rl.buffers import STEP_FIELDS, discount
 from heron.rl.distributions import TanhGaussian
 
@@ -131,7 +131,7 @@ class LeanUpdate:
         [N, A] in float32, and what the backward keeps: the (cast) weights as [in, out] and every
         layer's input."""
         layers, ws = self.a_views(None)
-        out, inputs = _forward(feats, layers, "relu", False)  # float32: the last layer runs in float32
+        out, inputs = mlp.forward(feats, layers, "relu")  # float32: the last layer runs in float32
         mean, raw = out.chunk(2, -1)
         return mean, TanhGaussian.log_std(raw), raw, (ws, inputs)
 

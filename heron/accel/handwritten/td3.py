@@ -30,7 +30,8 @@ from heron.accel.handwritten.common import (
 from heron.accel.precision import Precision
 from heron.algos.td3 import losses
 from heron.algos.td3.networks import Actor
-from heron.ops.fused import _forward, backprop
+from heron.ops import mlp
+from heron.ops.fused import backprop
 from heron.rl.buffers import STEP_FIELDS, discount
 from heron.rl.distributions import squash
 
@@ -101,7 +102,7 @@ class LeanUpdate:
         """The actor's (or its target's) last layer on ``obs`` (before ``squash``), float32, and what
         its backward keeps: the (cast) weights as [in, out] and every layer's input."""
         layers, ws = views(None)
-        z, inputs = _forward(obs, layers, "relu", False)  # float32: the last layer runs in float32
+        z, inputs = mlp.forward(obs, layers, "relu")  # float32: the last layer runs in float32
         return z, ws, inputs
 
     @torch.no_grad()

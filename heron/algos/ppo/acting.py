@@ -81,7 +81,7 @@ class NumpyActing:
     made, and the optimizer moves it between rollouts."""
 
     def __init__(self, model: ActorCritic):
-        self.pi, self.v = acting.NumpyMLP(model._pi_direct, np.tanh), acting.NumpyMLP(model._v_direct, np.tanh)
+        self.pi, self.v = acting.NumpyMLP(model._pi_direct, "tanh"), acting.NumpyMLP(model._v_direct, "tanh")
         self.norm = model.norm
         head = self.head = model.pi_head
         if head.kind == "box":

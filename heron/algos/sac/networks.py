@@ -97,7 +97,7 @@ class NumpyActor:
     draw there."""
 
     def __init__(self, actor: Actor):
-        self.norm, self.mlp = actor.encoder.norm, acting.NumpyMLP(acting.linears(actor.net), acting.relu)
+        self.norm, self.mlp = actor.encoder.norm, acting.NumpyMLP(acting.linears(actor.net), "relu")
         self.scale, self.bias, self.dim = actor.scale.numpy(), actor.bias.numpy(), actor.action_dim
 
     @staticmethod

@@ -51,7 +51,7 @@ class NumpyActor:
     -> greedy actions [N, A], float32, within float32 rounding of the torch forward."""
 
     def __init__(self, actor: Actor):
-        self.norm, self.mlp = actor.norm, acting.NumpyMLP(acting.linears(actor.net), acting.relu)
+        self.norm, self.mlp = actor.norm, acting.NumpyMLP(acting.linears(actor.net), "relu")
         self.scale, self.bias = actor.scale.numpy(), actor.bias.numpy()
 
     @staticmethod
