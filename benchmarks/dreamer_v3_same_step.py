@@ -105,7 +105,7 @@ def patch_sampling() -> None:
     import sheeprl.algos.dreamer_v3.agent as sheeprl_agent
     import torch
 
-    import heron.algos.dreamer_v2.networks as v2net
+    import heron.algos.dreamer.networks as shared
     import heron.algos.dreamer_v3.networks as v3net
 
     def sheeprl_latent(logits, discrete=32, sample=True):
@@ -117,8 +117,8 @@ def patch_sampling() -> None:
     sheeprl_agent.compute_stochastic_state = sheeprl_latent
     torch.distributions.OneHotCategoricalStraightThrough.rsample = lambda self, shape=(): mode_st(self.probs)
     torch.distributions.Normal.rsample = lambda self, shape=(): self.loc.expand(self._extended_shape(torch.Size(shape)))
-    v2net.st_sample = lambda logits, uniform=None: expected_onehot(logits)
-    v2net.OneHotST.rsample = lambda self: mode_st(self.logits.exp())
+    shared.st_sample = lambda logits, uniform=None: expected_onehot(logits)
+    shared.OneHotST.rsample = lambda self: mode_st(self.logits.exp())
     v3net.Normal.rsample = lambda self: self.mean
 
 

@@ -78,7 +78,7 @@ class ExportedDreamer(nn.Module):
         obs = dict(zip(self.keys, inputs[: len(self.keys)]))
         state, uniform = inputs[len(self.keys) :]
         action, state = self.player.act(obs, state, True, uniform=uniform)
-        if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: heron.algos.dreamer.to_env_actions
+        if self.discrete:  # one-hot -> index, [-1, 1] -> the bounds: heron.algos.dreamer.spaces.to_env_actions
             return action.argmax(-1), state
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low), state
 
@@ -261,7 +261,7 @@ def check(path: Path, fmt: str, policy: Any, n: int) -> float:
 def check_dreamer(path: Path, fmt: str, module: Any, policy: Any, n: int) -> float:
     """As ``check``, for the Dreamers: the file against the player with the same uniform draws
     (``predict`` draws its own), over two steps with the state fed back."""
-    from heron.algos.dreamer import to_env_actions
+    from heron.algos.dreamer.spaces import to_env_actions
 
     rng = np.random.default_rng(1)
     state = policy.actor.initial_state(n, "cpu")

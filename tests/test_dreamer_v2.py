@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from heron.algos.dreamer import losses as shared
 from heron.algos.dreamer_v2 import losses
 from heron.rl.returns import lambda_return
 
@@ -50,9 +51,9 @@ def test_categorical_kl_hand_numbers():
     # one variable, two classes: p = (0.5, 0.5), q = (0.25, 0.75) given as log-probabilities
     p, q = torch.log(torch.tensor([[0.5, 0.5]])), torch.log(torch.tensor([[0.25, 0.75]]))
     expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
-    assert losses.categorical_kl(p, q).item() == pytest.approx(expected, rel=1e-6)
+    assert shared.categorical_kl(p, q).item() == pytest.approx(expected, rel=1e-6)
     # two independent variables: the KL adds up
-    assert losses.categorical_kl(torch.stack([p[0], p[0]]), torch.stack([q[0], q[0]])).item() == pytest.approx(
+    assert shared.categorical_kl(torch.stack([p[0], p[0]]), torch.stack([q[0], q[0]])).item() == pytest.approx(
         2 * expected, rel=1e-6
     )
 
@@ -65,7 +66,7 @@ def test_kl_balancing_gradients_and_free_nats():
     assert out.item() == pytest.approx(kl, rel=1e-6)  # both terms have the same value
     # balancing splits the gradient: the prior gets alpha of it, the posterior 1 - alpha
     g_post, g_prior = torch.autograd.grad(out, (post, prior))
-    full_post, full_prior = torch.autograd.grad(losses.categorical_kl(post, prior).sum(), (post, prior))
+    full_post, full_prior = torch.autograd.grad(shared.categorical_kl(post, prior).sum(), (post, prior))
     torch.testing.assert_close(g_prior, 0.8 * full_prior)
     torch.testing.assert_close(g_post, 0.2 * full_post)
     # free nats above the KL: the loss is the constant and no gradient flows
@@ -80,7 +81,7 @@ def test_free_nats_average_versus_per_sample():
     q = torch.log(torch.tensor([[0.25, 0.75]]))
     post = torch.stack([p, p])[None]  # [1, 2, 1, 2]
     prior = torch.stack([p, q])[None]
-    k = losses.categorical_kl(p, q).item()
+    k = shared.categorical_kl(p, q).item()
     f = 0.1
     avg = losses.kl_balanced(post, prior, 0.8, f, free_avg=True).item()
     per = losses.kl_balanced(post, prior, 0.8, f, free_avg=False).item()
@@ -152,24 +153,23 @@ def test_imagination_targets_index_conventions_on_hand_numbers():
     0.2, gamma 0.5, lambda 1 (Monte Carlo to the bootstrap v(s_2) = 30). Column 0 starts from a live
     state, column 1 from a real terminal one. The continue model learns gamma * (1 - terminal), as
     the references' does, so its prediction is the discount itself: gamma * probability."""
-    from heron.algos.dreamer_v2.losses import imagination_targets
 
     col = lambda *v: torch.tensor(v).unsqueeze(1).repeat(1, 2)  # noqa: E731  [3, 2]
     rewards, values, continues = col(1.0, 2.0, 3.0), col(10.0, 20.0, 30.0), 0.5 * col(0.9, 0.5, 0.2)
     alive = torch.tensor([1.0, 0.0])
     # no continue model: discount gamma everywhere
-    v, w = imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=True)
+    v, w = shared.imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=True)
     assert torch.allclose(v[:, 0], torch.tensor([1 + 0.5 * (2 + 0.5 * 30), 2 + 0.5 * 30]))  # 9.5, 17
     assert torch.allclose(w[:, 0], torch.tensor([1.0, 0.5]))
-    v, w = imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=False)
+    v, w = shared.imagination_targets(rewards, None, values, alive, 0.5, 1.0, current=False)
     assert torch.allclose(v[:, 0], torch.tensor([2 + 0.5 * (3 + 0.5 * 30), 3 + 0.5 * 30]))  # 11, 18
     assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.5, 0.0]]))
     # paper (current): d_0 = gamma * alive is the real discount, d_1 = gamma * c(s_1) = 0.25
-    v, w = imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=True)
+    v, w = shared.imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=True)
     assert torch.allclose(v, torch.tensor([[1 + 0.5 * (2 + 0.25 * 30), 1.0], [2 + 0.25 * 30, 9.5]]))  # 5.75
     assert torch.allclose(w, torch.tensor([[1.0, 1.0], [0.5, 0.0]]))
     # next: d_t = gamma * c(s_{t+1}) = 0.25, 0.1 and the rewards of s_1, s_2; terminal starts weigh 0
-    v, w = imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=False)
+    v, w = shared.imagination_targets(rewards, continues, values, alive, 0.5, 1.0, current=False)
     assert torch.allclose(v, torch.tensor([[2 + 0.25 * (3 + 0.1 * 30)] * 2, [3 + 0.1 * 30] * 2]))  # 3.5, 6
     assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.25, 0.0]]))
 
@@ -183,12 +183,12 @@ def test_actor_scores_each_action_against_the_target_that_starts_with_its_reward
     targets = torch.tensor([[5.0], [6.0], [7.0]])
     values = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
     weights = torch.tensor([[1.0], [0.9], [0.8]])
-    lp, en, tg, base, w = losses.actor_steps(logp, ent, targets, values, weights, current=True)
+    lp, en, tg, base, w = shared.actor_steps(logp, ent, targets, values, weights, current=True)
     assert lp.flatten().tolist() == [-1.0, -2.0] and en.flatten().tolist() == pytest.approx([0.1, 0.2])
     assert tg.flatten().tolist() == [6.0, 7.0] and base.flatten().tolist() == [1.0, 2.0]
     assert w.flatten().tolist() == pytest.approx([1.0, 0.9])
     # REINFORCE only: -(1 * (-1) * (6 - 1) + 0.9 * (-2) * (7 - 2)) / 2 = 7.0
     assert losses.actor_loss(lp, en, tg, base, w, 1.0, 0.0).item() == pytest.approx(7.0)
-    lp, en, tg, base, w = losses.actor_steps(logp, ent, targets, values, weights, current=False)
+    lp, en, tg, base, w = shared.actor_steps(logp, ent, targets, values, weights, current=False)
     assert tg.flatten().tolist() == [5.0, 6.0, 7.0] and base.flatten().tolist() == [1.0, 2.0, 3.0]
     assert lp.shape == en.shape == w.shape == (3, 1)

@@ -9,8 +9,9 @@ import toy_envs
 
 from heron import api
 from heron.accel.precision import Precision
+from heron.algos.dreamer.networks import st_sample
 from heron.algos.dreamer_v2.config import PRESETS, Config
-from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal, st_sample
+from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal
 from heron.cli import main
 from heron.envs import dreamer as denvs
 from heron.errors import HeronError
@@ -113,7 +114,7 @@ def test_init_is_xavier_uniform_with_zero_biases():
 def test_sampled_windows_start_like_episodes():
     """The references mark the first step of every sampled window as an episode start: zero state and
     zero previous action, whatever the replay holds there."""
-    from heron.algos.dreamer import spaces_of
+    from heron.algos.dreamer.spaces import spaces_of
     from heron.algos.dreamer_v2.train import build, make_optimizers, make_update
 
     cfg = small_cfg(sequence_length=6, per_rank_batch_size=3)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import toy_envs  # noqa: F401 (registers the heron-test/ envs)
 
-from heron.algos.dreamer import DreamerPolicy
+from heron.algos.dreamer.policy import DreamerPolicy
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import PRESETS, Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions

@@ -106,7 +106,7 @@ def test_exported_policy_acts_as_the_loaded_one(runs, name, fmt, capsys):
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 @pytest.mark.parametrize("name", DREAMER)
 def test_exported_dreamer_acts_as_its_player_with_the_same_draws(runs, name, fmt, capsys):
-    from heron.algos.dreamer import to_env_actions
+    from heron.algos.dreamer.spaces import to_env_actions
 
     out, info, policy = _export(runs / name, fmt, capsys)
     stoch = policy.actor.rssm.stoch

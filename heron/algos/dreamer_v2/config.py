@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from heron.algos.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
+from heron.algos.dreamer.config import DEBUG, DreamerConfig, in_unit_interval, non_negative, positive
 from heron.config import opt
 from heron.errors import HeronError
 
@@ -162,29 +162,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         recurrent_state_size=200,
         kl_free_nats=1.0,
     ),
-    # a tiny model for seconds-long smoke runs
-    "debug": dict(
-        total_steps=300,
-        learning_starts=100,
-        pretrain_steps=2,
-        train_every=20,
-        per_rank_batch_size=4,
-        sequence_length=8,
-        buffer_size=2000,
-        horizon=5,
-        hidden_size=16,
-        recurrent_state_size=16,
-        stochastic_size=4,
-        discrete_size=4,
-        dense_units=16,
-        mlp_layers=1,
-        cnn_channels_multiplier=2,
-        eval_every=150,
-        eval_episodes=1,
-        checkpoint_every=150,
-        log_every=50,
-        max_episode_steps=200,
-    ),
+    # a tiny model for seconds-long smoke runs, with this Dreamer's schedule
+    "debug": dict(DEBUG, pretrain_steps=2, train_every=20),
 }
 
 # heron tune's search space (docs/guide/tuning-export.md, "What is searched"): learning rates and

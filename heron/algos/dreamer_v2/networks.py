@@ -1,26 +1,19 @@
-"""DreamerV2's networks (Hafner et al. 2021; sheeprl's DreamerV2): encoders, the RSSM, decoders, heads, actor and
-critic.
-
-Shapes: observations are dicts ``key -> [..., *shape]``; images are uint8 ``[C, 64, 64]`` on the
-way in and become floats in [-0.5, 0.5] only here, on the training device. The model state is
-``h`` (deterministic, ``recurrent_state_size``) and ``z`` (``stochastic_size`` one-hot categoricals
-of ``discrete_size`` classes, flattened); the features the heads read are ``cat(z, h)``.
-
-Speed: the sequence loop of ``RSSM.observe`` does only what depends on the previous step. The
-observation's part of the posterior's first layer and the action's part of the recurrent input are
-computed for the whole sequence at once before the loop, and the prior (which nothing in the loop
-reads) after it.
+"""DreamerV2's networks (Hafner et al. 2021; sheeprl's DreamerV2): its layers and their
+initialisation for the encoder, the RSSM, the decoder, the heads, the actor and the critic. What it
+computes alike with DreamerV3 (the shapes, the RSSM's filtering and imagination, the latents'
+sampling, the player) is in ``heron.algos.dreamer.networks`` and ``heron.algos.dreamer.policy``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heron.algos.dreamer import networks as shared
+from heron.algos.dreamer.networks import LayerNormGRUCell, OneHotST
 from heron.rl.distributions import normal_log_prob
 from heron.rl.nets import float32_out
 
@@ -54,89 +47,26 @@ def init_weights(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def image_to_float(x: torch.Tensor) -> torch.Tensor:
-    """uint8 [0, 255] -> float [-0.5, 0.5]."""
-    return x.float().div_(255.0).sub_(0.5)
+class Encoder(shared.Encoder):
+    """Four stride-2 convolutions with ELU (64 -> 2, in channels-last memory) over the image keys and
+    an ELU MLP over the vector keys."""
 
+    channels_last = True  # oneDNN's fast layout
 
-def st_sample(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
-    """One-hot sample of the categoricals in the last dim with straight-through gradients:
-    the forward value is the sample, the backward pass sees d(probs). ``uniform`` (logits' shape
-    without the last dim, in [0, 1)): the draws to use instead of fresh ones (an exported policy
-    takes them as an input)."""
-    probs = logits.softmax(-1)
-    # inverse-CDF sampling: one uniform per categorical variable, not one Gumbel per class (the
-    # Gumbel noise's exponential draws were a large part of a small model's gradient step on CPU). Class j
-    # is drawn when cdf[j-1] <= v < cdf[j]: a class of probability 0 never is; v is scaled to the
-    # computed total, so rounding in the cumulative sum cannot push it past the last class
-    cdf = probs.detach().cumsum(-1)
-    v = (torch.rand_like(cdf[..., :1]) if uniform is None else uniform.unsqueeze(-1)) * cdf[..., -1:]
-    index = (cdf <= v).sum(-1).clamp_max(logits.shape[-1] - 1)
-    onehot = F.one_hot(index, logits.shape[-1]).to(probs.dtype)
-    return onehot + probs - probs.detach()
+    def conv_stack(self, channels: int, depth: int) -> tuple[nn.Module, int]:
+        convs: list[nn.Module] = []
+        for i, mult in enumerate((1, 2, 4, 8)):
+            convs += [
+                nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2),
+                nn.ELU(inplace=True),
+            ]
+        # the ELUs overwrite the convolutions' outputs, which no backward reads (a convolution's
+        # backward reads its input): a lower peak memory at the Atari sizes
+        cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
+        return cnn, 32 * depth  # 8 * depth channels at 2x2
 
-
-class LayerNormGRUCell(nn.Module):
-    """The GRU of DreamerV2's recurrent model: one matmul over cat(x, h), layer norm on the gate
-    pre-activations, and an update gate biased towards keeping the state (sigmoid(u - 1)). As in the
-    paper's code: the projection keeps its bias (DreamerV3's drops it: ``bias=False``) and the norm
-    has Keras's epsilon, 1e-3."""
-
-    def __init__(self, in_dim: int, hidden: int, layer_norm: bool = True, bias: bool = True):
-        super().__init__()
-        self.linear = nn.Linear(in_dim + hidden, 3 * hidden, bias=bias)
-        self.norm = nn.LayerNorm(3 * hidden, eps=1e-3) if layer_norm else nn.Identity()
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        parts = self.norm(self.linear(torch.cat([x, h], -1)))
-        reset, cand, update = parts.chunk(3, -1)
-        cand = torch.tanh(torch.sigmoid(reset) * cand)
-        update = torch.sigmoid(update - 1.0)
-        return update * cand + (1.0 - update) * h
-
-
-class Encoder(nn.Module):
-    """CNN over the image keys (stacked on channels; 64x64) and MLP over the vector keys; the two
-    embeddings are concatenated."""
-
-    def __init__(
-        self,
-        obs_spec: dict[str, tuple],
-        cnn_keys: tuple[str, ...],
-        mlp_keys: tuple[str, ...],
-        depth: int,
-        units: int,
-        layers: int,
-    ):
-        super().__init__()
-        self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
-        self.out_dim = 0
-        if cnn_keys:
-            channels = sum(obs_spec[k][0] for k in cnn_keys)
-            convs: list[nn.Module] = []
-            for i, mult in enumerate((1, 2, 4, 8)):
-                convs += [
-                    nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2),
-                    nn.ELU(inplace=True),
-                ]
-            # oneDNN's fast layout; the ELUs overwrite the convolutions' outputs, which no backward reads
-            # (a convolution's backward reads its input): a lower peak memory at the Atari sizes
-            self.cnn = nn.Sequential(*convs).to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
-            self.out_dim += 32 * depth  # 8 * depth channels at 2x2
-        if mlp_keys:
-            self.mlp = mlp(sum(obs_spec[k][0] for k in mlp_keys), units, layers)
-            self.out_dim += units if layers else sum(obs_spec[k][0] for k in mlp_keys)
-
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        parts = []
-        if self.cnn_keys:
-            x = torch.cat([image_to_float(obs[k]) for k in self.cnn_keys], -3)
-            lead = x.shape[:-3]
-            x = x.reshape(-1, *x.shape[-3:]).contiguous(memory_format=torch.channels_last)
-            parts.append(self.cnn(x).reshape(*lead, -1))
-        if self.mlp_keys:
-            parts.append(self.mlp(torch.cat([obs[k].float() for k in self.mlp_keys], -1)))
-        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+    def vector_mlp(self, dims: int, units: int, layers: int) -> nn.Module:
+        return mlp(dims, units, layers)
 
 
 class PointDeconv(nn.ConvTranspose2d):
@@ -154,9 +84,9 @@ class PointDeconv(nn.ConvTranspose2d):
         return y.view(-1, self.out_channels, *k).contiguous(memory_format=torch.channels_last)
 
 
-class Decoder(nn.Module):
-    """Means of the unit-variance Gaussians over the observation: a transposed CNN for the image keys
-    (in the encoder's [-0.5, 0.5] scale) and an MLP for the vector keys."""
+class Decoder(shared.Decoder):
+    """Means of the unit-variance Gaussians over the observation: four transposed convolutions with
+    ELU from a 1x1 map for the image keys, and one ELU MLP for all vector keys."""
 
     def __init__(
         self,
@@ -168,9 +98,7 @@ class Decoder(nn.Module):
         units: int,
         layers: int,
     ):
-        super().__init__()
-        self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
-        self.depth = depth
+        super().__init__(cnn_keys, mlp_keys, (32 * depth,))
         if cnn_keys:
             self.channels = [obs_spec[k][0] for k in cnn_keys]
             self.cnn_in = nn.Linear(feat_dim, 32 * depth)
@@ -188,27 +116,19 @@ class Decoder(nn.Module):
             self.mlp = mlp(feat_dim, units, layers, sum(self.dims))
             float32_out(self.mlp[-1])  # --precision: the vector observations' means in float32
 
-    def forward(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        lead = feat.shape[:-1]
-        if self.cnn_keys:
-            x = self.cnn(self.cnn_in(feat).reshape(-1, 32 * self.depth))
-            x = x.contiguous().reshape(*lead, sum(self.channels), 64, 64)
-            out.update(zip(self.cnn_keys, x.split(self.channels, -3)))
-        if self.mlp_keys:
-            out.update(zip(self.mlp_keys, self.mlp(feat).split(self.dims, -1)))
-        return out
+    def vectors(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return dict(zip(self.mlp_keys, self.mlp(feat).split(self.dims, -1)))
 
 
-class RSSM(nn.Module):
-    """Recurrent state-space model with discrete latents.
+class RSSM(shared.RSSM):
+    """DreamerV2's recurrent state-space model with discrete latents:
 
     recurrent model   h_t = GRU(ELU(W [z_{t-1}, a_{t-1}]), h_{t-1})
     transition (prior)        p(z_t | h_t)        = MLP(h_t)
     representation (posterior) q(z_t | h_t, e_t)  = MLP(h_t, e_t)   (e_t: the encoder's embedding)
 
-    ``z_t`` is ``stoch`` one-hot categoricals of ``classes`` classes, sampled with straight-through
-    gradients. At an episode start the previous state and action are zero."""
+    At an episode start the previous state and action are zero (``observe``, ``imagine_step`` and
+    ``imagine``: ``heron.algos.dreamer.networks.RSSM``)."""
 
     def __init__(
         self,
@@ -256,38 +176,6 @@ class RSSM(nn.Module):
         """Posterior logits [B, stoch, classes] from h and the embedding's contribution ``post_e(e)``."""
         return self._logits(self.post_out(F.elu(self.post_h(h) + e_in)))
 
-    def prior_logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self._logits(self.prior(h))
-
-    def observe(self, embed: torch.Tensor, actions: torch.Tensor, is_first: torch.Tensor):
-        """Posterior states along sequences [T, B, ...]; ``actions[t]`` led to observation t; where
-        ``is_first``, the state is ``initial``'s and the previous action zero.
-
-        Returns h [T, B, deter], z [T, B, stoch*classes] (straight-through samples), posterior
-        and prior logits [T, B, stoch, classes]."""
-        T, B = embed.shape[:2]
-        h0, z0 = self.initial(1, embed.device)
-        h, z = h0.expand(B, -1), z0.expand(B, -1)
-        first = is_first.unsqueeze(-1)  # [T, B, 1]
-        a_in = self.in_a(actions * (~first).to(actions.dtype))  # the action before an episode start is zero
-        e_in = self.post_e(embed)
-        hs, zs, posts = [], [], []
-        for t in range(T):
-            # the initial state itself (a select, not an interpolation: h + 1 * (h0 - h) rounds)
-            h, z = torch.where(first[t], h0, h), torch.where(first[t], z0, z)
-            h = self.recurrent(h, z, a_in[t])
-            post = self.posterior_step(h, e_in[t])
-            z = st_sample(post).flatten(-2)
-            hs.append(h)
-            zs.append(z)
-            posts.append(post)
-        h_seq = torch.stack(hs)
-        return h_seq, torch.stack(zs), torch.stack(posts), self.prior_logits(h_seq)
-
-    def imagine_step(self, h: torch.Tensor, z: torch.Tensor, action: torch.Tensor):
-        h = self.recurrent(h, z, self.in_a(action))
-        return h, st_sample(self.prior_logits(h)).flatten(-2)
-
 
 class TruncatedNormal:
     """Normal(mean, std) truncated to [-1, 1], reparameterized through the inverse CDF (the
@@ -329,25 +217,6 @@ class TruncatedNormal:
 
     def mode(self) -> torch.Tensor:
         return self.mean.clamp(self.low, self.high)
-
-
-class OneHotST:
-    """One-hot categorical whose samples pass straight-through gradients."""
-
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits.log_softmax(-1)
-
-    def rsample(self) -> torch.Tensor:
-        return st_sample(self.logits)
-
-    def log_prob(self, onehot: torch.Tensor) -> torch.Tensor:
-        return (onehot * self.logits).sum(-1)
-
-    def entropy(self) -> torch.Tensor:
-        return -(self.logits.exp() * self.logits).sum(-1)
-
-    def mode(self) -> torch.Tensor:
-        return F.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).to(self.logits.dtype)
 
 
 class Actor(nn.Module):
@@ -435,43 +304,3 @@ class Agent(nn.Module):
         self.target_critic.load_state_dict(self.critic.state_dict())
         self.target_critic.requires_grad_(False)
         self.action_dim, self.discrete = action_dim, discrete
-
-
-class Player(nn.Module):
-    """Acting in the real env: carries (h, z, previous action) per env, resets them at episode
-    starts, filters each observation into the posterior and samples the actor.
-
-    ``act(obs, state, deterministic)`` follows heron's recurrent-policy interface with
-    ``state = cat(h, z, a_prev)``; actions come out one-hot (discrete) or in [-1, 1]."""
-
-    def __init__(self, agent: Any):  # this module's Agent, or DreamerV3's
-        super().__init__()
-        self.encoder, self.rssm, self.actor = agent.world.encoder, agent.world.rssm, agent.actor
-        self.action_dim = agent.action_dim
-        self.state_size = self.rssm.deter + self.rssm.z_dim + self.action_dim
-
-    @torch.no_grad()
-    def initial_state(self, batch: int, device: str | torch.device) -> torch.Tensor:
-        """Where every episode starts: the RSSM's initial state (zeros) and a zero previous action."""
-        h, z = self.rssm.initial(batch, torch.device(device))
-        return torch.cat([h, z, torch.zeros(batch, self.action_dim, device=h.device)], -1).to(device)
-
-    @torch.no_grad()
-    def act(
-        self,
-        obs: dict[str, torch.Tensor],
-        state: torch.Tensor,
-        deterministic: bool,
-        is_first: torch.Tensor | None = None,
-        uniform: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``uniform`` [B, stoch]: the draws of the posterior's categoricals (fresh ones if None)."""
-        rssm = self.rssm
-        if is_first is not None:
-            state = torch.where(is_first.unsqueeze(-1), self.initial_state(state.shape[0], state.device), state)
-        h, z, a = state.split([rssm.deter, rssm.z_dim, self.action_dim], -1)
-        h = rssm.recurrent(h, z, rssm.in_a(a))
-        z = st_sample(rssm.posterior_step(h, rssm.post_e(self.encoder(obs))), uniform).flatten(-2)
-        dist = self.actor(torch.cat([z, h], -1))
-        action = dist.mode() if deterministic else dist.rsample()
-        return action, torch.cat([h, z, action], -1)

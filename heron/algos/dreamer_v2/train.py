@@ -1,7 +1,7 @@
 """DreamerV2, read top to bottom (Hafner et al. 2021; sheeprl's DreamerV2).
 
-Data: ``heron.algos.dreamer`` (the replay layout and the loop that this module's gradient step
-serves, shared with DreamerV3).
+Data: ``heron.algos.dreamer.loop`` (the replay layout and the loop that this module's gradient
+step serves, shared with DreamerV3).
 
 One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (no ``.item()``):
 
@@ -13,13 +13,13 @@ One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (n
    through the prior; rewards, discounts and target-critic values on the imagined states give
    lambda-returns; the actor maximizes them (REINFORCE share rho, dynamics backpropagation 1 - rho,
    entropy bonus eta; each action against the first return that holds its reward,
-   ``losses.actor_steps``), the critic regresses them. The target critic is a copy every
+   ``heron.algos.dreamer.losses.actor_steps``), the critic regresses them. The target critic is a copy every
    ``--critic-target-update-freq`` gradient steps.
 
 Imagined time line: s_0 (a posterior state) -a_0-> s_1 -a_1-> ... s_H. The lambda-return of step t
 takes the reward and continue predicted at s_t, as the paper's eq. 4 and its code do
 (``--lambda-rewards current``), or at s_{t+1} (``next``, DreamerV3's correction): see
-``losses.imagination_targets``.
+``heron.algos.dreamer.losses.imagination_targets``.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from heron.accel.acting import Policy
-from heron.accel.step import build_step
-from heron.algos import dreamer
-from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
+from heron.algos.dreamer import loop
+from heron.algos.dreamer.losses import actor_steps, imagination_targets
+from heron.algos.dreamer.networks import image_to_float
+from heron.algos.dreamer.policy import Player, load_player
+from heron.algos.dreamer.spaces import check, eval_env, model_spec  # noqa: F401 (check, eval_env: the algorithm's API)
 from heron.algos.dreamer_v2 import losses
 from heron.algos.dreamer_v2.config import Config
-from heron.algos.dreamer_v2.networks import Agent, Player, image_to_float
+from heron.algos.dreamer_v2.networks import Agent
 from heron.runtime.run import Run
 
 if TYPE_CHECKING:
@@ -42,18 +44,11 @@ if TYPE_CHECKING:
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
-    return Agent(
-        obs_spec(spaces),
-        tuple(spaces["cnn_keys"]),
-        tuple(spaces["mlp_keys"]),
-        spaces["action_dim"],
-        spaces["discrete"],
-        cfg,
-    )
+    return Agent(*model_spec(spaces), cfg)
 
 
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
-    return dreamer.load_player(Player(build(cfg, state["spaces"])), state, device)
+    return load_player(Player(build(cfg, state["spaces"])), state, device)
 
 
 def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimizer]:
@@ -137,8 +132,8 @@ def make_update(
         # 2. behaviour in imagination, from every posterior state
         world.requires_grad_(False)
         # with pure REINFORCE (rho = 1) nothing backpropagates through the imagined dynamics
-        feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
-            actor, rssm, h, z, cfg.horizon, (lambda action: action) if rho < 1 else (lambda action: action.detach())
+        feat_im, log_probs, entropies = rssm.imagine(  # [H + 1, M, F]: s_0 (a posterior state) .. s_H
+            actor, h, z, cfg.horizon, (lambda action: action) if rho < 1 else (lambda action: action.detach())
         )
         rewards_im = world.reward(feat_im).squeeze(-1)  # [H + 1, M]
         discounts_im = None
@@ -146,10 +141,10 @@ def make_update(
             discounts_im = torch.sigmoid(world.continue_model(feat_im).squeeze(-1))
         values = target_critic(feat_im).squeeze(-1)  # [H + 1, M]
         alive = 1.0 - batch["is_terminal"].float().flatten()  # [M]
-        lam, weights = losses.imagination_targets(
+        lam, weights = imagination_targets(
             rewards_im, discounts_im, values, alive, cfg.gamma, cfg.lmbda, current=current
         )  # [H, M] each
-        steps = losses.actor_steps(
+        steps = actor_steps(
             log_probs, entropies, lam, values.detach(), weights, current
         )  # [H - 1, M] each (current) or [H, M]
         actor_loss = losses.actor_loss(*steps, rho, cfg.actor_ent_coef)
@@ -178,15 +173,11 @@ def make_update(
 
 
 # -- training -----------------------------------------------------------------------------------------
-def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
+def learner(cfg: Config, run: Run, spaces: dict) -> loop.Learner:
     """DreamerV2's part of the loop: ``--pretrain-steps`` gradient steps when training starts, then
     ``--gradient-steps`` every ``--train-every`` agent steps; the target critic a copy of the critic
     every ``--critic-target-update-freq`` gradient steps."""
-    agent = build(cfg, spaces).to(run.device)
-    run.sync_start(agent=agent)
-    optimizers = make_optimizers(cfg, agent)
-    run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
-    update = build_step(cfg, make_update(cfg, agent, spaces, *_three(optimizers), run.precision), log=run.logger.print)
+    agent, optimizers, update = loop.start(cfg, run, spaces, build, make_optimizers, make_update)
 
     def due(global_step: int, prev_step: int, n_updates: int) -> int:
         if n_updates == 0:
@@ -197,17 +188,10 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
         if n_updates % cfg.critic_target_update_freq == 0:
             agent.target_critic.load_state_dict(agent.critic.state_dict())
 
-    return dreamer.Learner(
+    return loop.Learner(
         agent, Player(agent), optimizers, update, due, after_update, warn_terminations=not cfg.use_continues
     )
 
 
 def train(cfg: Config, run: Run) -> dict:
-    return dreamer.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))
-
-
-def _three(
-    optimizers: dict[str, torch.optim.Optimizer],
-) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer]:
-    """The world model's, the actor's and the critic's optimizers, in ``make_update``'s order."""
-    return optimizers["world_opt"], optimizers["actor_opt"], optimizers["critic_opt"]
+    return loop.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))

@@ -2,7 +2,7 @@
 official code and sheeprl 0.8.4's ``dreamer_v3`` configuration hold them, with sheeprl's flag names
 in kebab-case. The model sizes are the paper's XS to XL (``--preset S`` and so on: depth, widths
 and GRU size); the default is S, sheeprl's default experiment. The env and replay options are
-DreamerV2's (``heron.algos.dreamer.DreamerConfig``); docs/algorithms/dreamer_v3.md has every
+DreamerV2's (``heron.algos.dreamer.config.DreamerConfig``); docs/algorithms/dreamer_v3.md has every
 default's source."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from heron.algos.dreamer import DreamerConfig, in_unit_interval, non_negative, positive
+from heron.algos.dreamer.config import DEBUG, DreamerConfig, in_unit_interval, non_negative, positive
 from heron.config import opt
 from heron.errors import HeronError
 
@@ -207,29 +207,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         per_rank_batch_size=16,
         buffer_size=100_000,
     ),
-    # a tiny model for seconds-long smoke runs
-    "debug": dict(
-        total_steps=300,
-        learning_starts=100,
-        replay_ratio=0.1,
-        per_rank_batch_size=4,
-        sequence_length=8,
-        buffer_size=2000,
-        horizon=5,
-        hidden_size=16,
-        recurrent_state_size=16,
-        stochastic_size=4,
-        discrete_size=4,
-        dense_units=16,
-        mlp_layers=1,
-        cnn_channels_multiplier=2,
-        bins=15,
-        eval_every=150,
-        eval_episodes=1,
-        checkpoint_every=150,
-        log_every=50,
-        max_episode_steps=200,
-    ),
+    # a tiny model for seconds-long smoke runs, with this Dreamer's schedule
+    "debug": dict(DEBUG, replay_ratio=0.1, bins=15),
 }
 
 # heron tune's search space (docs/guide/tuning-export.md, "What is searched"): the learning rates, the

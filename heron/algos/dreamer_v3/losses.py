@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from heron.algos.dreamer_v2.losses import categorical_kl
+from heron.algos.dreamer.losses import categorical_kl
 
 
 # -- symlog and two-hot -------------------------------------------------------------------------------

@@ -3,9 +3,9 @@ DreamerV2's, with LayerNorm and SiLU after every hidden layer (no bias before a 
 vector inputs, 1% uniform mixed into the latents' and actions' categoricals, a learned initial
 recurrent state, and two-hot reward and value heads that start at exactly 0.
 
-Shapes as DreamerV2's (``heron.algos.dreamer_v2.networks``): observations are dicts ``key ->
-[..., *shape]``; the model state is ``h`` (``recurrent_state_size``) and ``z`` (``stochastic_size``
-one-hot categoricals of ``discrete_size`` classes, flattened); the heads read ``cat(z, h)``.
+What it computes alike with DreamerV2 (the shapes, the RSSM's filtering and imagination, the
+latents' sampling, the player) is in ``heron.algos.dreamer.networks`` and
+``heron.algos.dreamer.policy``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from heron.algos.dreamer_v2.networks import RSSM as V2RSSM
-from heron.algos.dreamer_v2.networks import LayerNormGRUCell, OneHotST, image_to_float
-from heron.algos.dreamer_v2.networks import Player as V2Player
+from heron.algos.dreamer import networks as shared
+from heron.algos.dreamer import policy
+from heron.algos.dreamer.networks import LayerNormGRUCell, OneHotST
 from heron.algos.dreamer_v3.losses import symlog, unimix_logits
 from heron.rl.distributions import normal_entropy, normal_log_prob
 from heron.rl.nets import float32_out
@@ -81,53 +81,31 @@ def init_output(layer: Any, scale: float) -> None:  # a Linear, Conv2d or ConvTr
             layer.bias.zero_()
 
 
-class Encoder(nn.Module):
-    """CNN over the image keys (4 stride-2 convolutions 64 -> 4, LayerNorm and SiLU after each) and
-    an MLP over the symlog of the vector keys; the embeddings are concatenated."""
+class Encoder(shared.Encoder):
+    """Four stride-2 convolutions (64 -> 4), LayerNorm and SiLU after each, over the image keys, and
+    an MLP over the symlog of the vector keys."""
 
-    def __init__(
-        self,
-        obs_spec: dict[str, tuple],
-        cnn_keys: tuple[str, ...],
-        mlp_keys: tuple[str, ...],
-        depth: int,
-        units: int,
-        layers: int,
-    ):
-        super().__init__()
-        self.cnn_keys, self.mlp_keys = cnn_keys, mlp_keys
-        self.out_dim = 0
-        if cnn_keys:
-            channels = sum(obs_spec[k][0] for k in cnn_keys)
-            convs: list[nn.Module] = []
-            for i, mult in enumerate((1, 2, 4, 8)):
-                convs += [
-                    nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2, 1, bias=False),
-                    ChannelNorm(depth * mult, eps=EPS),
-                    nn.SiLU(),
-                ]
-            self.cnn = nn.Sequential(*convs)
-            self.out_dim += 8 * depth * 4 * 4
-        if mlp_keys:
-            dims = sum(obs_spec[k][0] for k in mlp_keys)
-            self.mlp = ln_mlp(dims, units, layers)
-            self.out_dim += units if layers else dims
+    def conv_stack(self, channels: int, depth: int) -> tuple[nn.Module, int]:
+        convs: list[nn.Module] = []
+        for i, mult in enumerate((1, 2, 4, 8)):
+            convs += [
+                nn.Conv2d(channels if i == 0 else depth * mult // 2, depth * mult, 4, 2, 1, bias=False),
+                ChannelNorm(depth * mult, eps=EPS),
+                nn.SiLU(),
+            ]
+        return nn.Sequential(*convs), 8 * depth * 4 * 4
 
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        parts = []
-        if self.cnn_keys:
-            x = torch.cat([image_to_float(obs[k]) for k in self.cnn_keys], -3)
-            lead = x.shape[:-3]
-            parts.append(self.cnn(x.reshape(-1, *x.shape[-3:])).reshape(*lead, -1))  # [N, C, H, W] -> [*lead, E]
-        if self.mlp_keys:
-            parts.append(self.mlp(symlog(torch.cat([obs[k].float() for k in self.mlp_keys], -1))))
-        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+    def vector_mlp(self, dims: int, units: int, layers: int) -> nn.Module:
+        return ln_mlp(dims, units, layers)
+
+    def vector_in(self, x: torch.Tensor) -> torch.Tensor:
+        return symlog(x)
 
 
-class Decoder(nn.Module):
-    """The image keys' means (in the encoder's [-0.5, 0.5] scale) from a linear layer to 4x4 maps
-    and 4 stride-2 transposed convolutions; the vector keys' symlog from an MLP with one linear head
-    per key."""
+class Decoder(shared.Decoder):
+    """The image keys' means from a linear layer to 4x4 maps and 4 stride-2 transposed convolutions
+    (LayerNorm and SiLU after each but the last); the vector keys' symlog from an MLP with one linear
+    head per key."""
 
     def __init__(
         self,
@@ -139,8 +117,7 @@ class Decoder(nn.Module):
         units: int,
         layers: int,
     ):
-        super().__init__()
-        self.cnn_keys, self.mlp_keys, self.depth = cnn_keys, mlp_keys, depth
+        super().__init__(cnn_keys, mlp_keys, (8 * depth, 4, 4))
         if cnn_keys:
             self.channels = [obs_spec[k][0] for k in cnn_keys]
             self.cnn_in = nn.Linear(feat_dim, 8 * depth * 4 * 4)
@@ -160,20 +137,12 @@ class Decoder(nn.Module):
             for head in self.heads:
                 float32_out(head)  # --precision: the vector observations' predictions in float32
 
-    def forward(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        lead = feat.shape[:-1]
-        if self.cnn_keys:
-            x = self.cnn(self.cnn_in(feat).reshape(-1, 8 * self.depth, 4, 4))  # [N, 8d, 4, 4] -> [N, C, 64, 64]
-            x = x.reshape(*lead, sum(self.channels), 64, 64)
-            out.update(zip(self.cnn_keys, x.split(self.channels, -3)))
-        if self.mlp_keys:
-            x = self.mlp(feat)
-            out.update((k, head(x)) for k, head in zip(self.mlp_keys, self.heads))
-        return out
+    def vectors(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = self.mlp(feat)
+        return {k: head(x) for k, head in zip(self.mlp_keys, self.heads)}
 
 
-class RSSM(V2RSSM):
+class RSSM(shared.RSSM):
     """Recurrent state-space model with discrete latents (paper eq. 3, the official code's RSSM),
     DreamerV2's with norms and unimix:
 
@@ -182,8 +151,8 @@ class RSSM(V2RSSM):
     posterior         q(z_t | h_t, e_t)  = unimix(MLP(h_t, e_t))
 
     At an episode start the previous state is the learned initial one, h_0 = tanh(w) and z_0 the
-    prior's mode at h_0, and the previous action is zero (``observe`` and ``imagine_step`` are
-    DreamerV2's)."""
+    prior's mode at h_0, and the previous action is zero (``observe``, ``imagine_step`` and
+    ``imagine``: ``heron.algos.dreamer.networks.RSSM``)."""
 
     def __init__(
         self,
@@ -197,7 +166,7 @@ class RSSM(V2RSSM):
         unimix: float,
         learnable_initial: bool = True,
     ):
-        nn.Module.__init__(self)
+        super().__init__()
         self.deter, self.stoch, self.classes, self.unimix = deter, stoch, classes, unimix
         self.z_dim = stoch * classes
         self.feat_dim = self.z_dim + deter
@@ -402,10 +371,10 @@ class Agent(nn.Module):
         self.action_dim, self.discrete = action_dim, discrete
 
 
-class Player(V2Player):
-    """DreamerV2's player (``act(obs, state, deterministic, is_first)``, ``state = cat(h, z,
-    a_prev)``, episodes started from the RSSM's initial state), with continuous actions clipped
-    as the env and the recurrent model get them."""
+class Player(policy.Player):
+    """The Dreamers' player (``heron.algos.dreamer.policy.Player``: ``state = cat(h, z, a_prev)``,
+    episodes started from the RSSM's initial state), with continuous actions clipped as the env and
+    the recurrent model get them."""
 
     @torch.no_grad()
     def act(

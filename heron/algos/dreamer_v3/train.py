@@ -1,7 +1,7 @@
 """DreamerV3, read top to bottom (Hafner et al. 2023; the official code, danijar/dreamerv3, and
 sheeprl 0.8.4's ``dreamer_v3``).
 
-Data and the experience loop: ``heron.algos.dreamer`` (DreamerV2's replay layout and loop).
+Data and the experience loop: ``heron.algos.dreamer.loop`` (shared with DreamerV2).
 
 One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (no ``.item()``):
 
@@ -13,7 +13,7 @@ One gradient step (``update``) is a pure tensor function ``batch -> metrics`` (n
 2. Behaviour: from every posterior state (detached), imagine ``--horizon`` steps with the actor
    through the prior. Rewards (two-hot), continues (the continue model's mode) and the critic's
    values on the imagined states give lambda-returns (the reward of each move predicted where it
-   arrives: ``heron.algos.dreamer_v2.losses.imagination_targets`` with ``current=False``). The
+   arrives: ``heron.algos.dreamer.losses.imagination_targets`` with ``current=False``). The
    returns' 5th-95th percentile range, a moving average, scales the advantages (never up). The
    actor maximizes them (REINFORCE for discrete actions, backpropagation through the dynamics for
    continuous ones, entropy 3e-4); the critic learns the returns and, as a regulariser, its slow
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from heron.accel.acting import Policy
-from heron.accel.step import build_step
-from heron.algos import dreamer
-from heron.algos.dreamer import check, eval_env, obs_spec  # noqa: F401 (check, eval_env: the algorithm's API)
-from heron.algos.dreamer_v2.losses import actor_steps, imagination_targets
-from heron.algos.dreamer_v2.networks import image_to_float
+from heron.algos.dreamer import loop
+from heron.algos.dreamer.losses import actor_steps, imagination_targets
+from heron.algos.dreamer.networks import image_to_float
+from heron.algos.dreamer.policy import load_player
+from heron.algos.dreamer.spaces import check, eval_env, model_spec  # noqa: F401 (check, eval_env: the algorithm's API)
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import Config
 from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
@@ -45,18 +45,11 @@ if TYPE_CHECKING:
 
 
 def build(cfg: Config, spaces: dict) -> Agent:
-    return Agent(
-        obs_spec(spaces),
-        tuple(spaces["cnn_keys"]),
-        tuple(spaces["mlp_keys"]),
-        spaces["action_dim"],
-        spaces["discrete"],
-        cfg,
-    )
+    return Agent(*model_spec(spaces), cfg)
 
 
 def load_policy(cfg: Config, state: dict, device: str | torch.device = "cpu") -> Policy:
-    return dreamer.load_player(Player(build(cfg, state["spaces"])), state, device)
+    return load_player(Player(build(cfg, state["spaces"])), state, device)
 
 
 def make_optimizers(cfg: Config, agent: Agent) -> dict[str, torch.optim.Optimizer]:
@@ -144,8 +137,8 @@ def make_update(
         reuse = rho == 1
         world.requires_grad_(False)
         critic.requires_grad_(reuse)
-        feat_im, log_probs, entropies = dreamer.imagine(  # [H + 1, M, F] s_0 .. s_H; [H, M]: a_t at s_t
-            actor, rssm, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse
+        feat_im, log_probs, entropies = rssm.imagine(  # [H + 1, M, F] s_0 .. s_H; [H, M]: a_t at s_t
+            actor, h, z, cfg.horizon, lambda action: clip_actions(action, clip), dynamics_grad=not reuse
         )
         rewards_im = losses.twohot_mean(world.reward(feat_im), bins, space)  # [H + 1, M]
         continues = (world.continue_model(feat_im).squeeze(-1) > 0).float()  # the Bernoulli's mode
@@ -206,15 +199,11 @@ def make_update(
 
 
 # -- training -----------------------------------------------------------------------------------------
-def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
+def learner(cfg: Config, run: Run, spaces: dict) -> loop.Learner:
     """DreamerV3's part of the loop: ``--replay-ratio`` gradient steps per agent step (this process's
     share), counted from ``--learning-starts`` (plus ``--pretrain-steps`` at once); the slow critic
     a moving average of the critic."""
-    agent = build(cfg, spaces).to(run.device)
-    run.sync_start(agent=agent)
-    optimizers = make_optimizers(cfg, agent)
-    run.precision.apply(agent)  # --precision: autocast around its layers (the player shares them)
-    update = build_step(cfg, make_update(cfg, agent, spaces, *_three(optimizers), run.precision), log=run.logger.print)
+    agent, optimizers, update = loop.start(cfg, run, spaces, build, make_optimizers, make_update)
 
     def due(global_step: int, prev_step: int, n_updates: int) -> int:
         owed = cfg.pretrain_steps + int(
@@ -228,15 +217,8 @@ def learner(cfg: Config, run: Run, spaces: dict) -> dreamer.Learner:
                 for slow, fast in zip(agent.target_critic.parameters(), agent.critic.parameters()):
                     slow.lerp_(fast, cfg.critic_tau)
 
-    return dreamer.Learner(agent, Player(agent), optimizers, update, due, after_update)
+    return loop.Learner(agent, Player(agent), optimizers, update, due, after_update)
 
 
 def train(cfg: Config, run: Run) -> dict:
-    return dreamer.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))
-
-
-def _three(
-    optimizers: dict[str, torch.optim.Optimizer],
-) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer]:
-    """The world model's, the actor's and the critic's optimizers, in ``make_update``'s order."""
-    return optimizers["world_opt"], optimizers["actor_opt"], optimizers["critic_opt"]
+    return loop.train(cfg, run, lambda run, spaces: learner(cfg, run, spaces))
