@@ -105,8 +105,9 @@ def patch_sampling() -> None:
     import sheeprl.algos.dreamer_v3.agent as sheeprl_agent
     import torch
 
+    import heron.algos.dreamer.distributions as shared_dists
     import heron.algos.dreamer.networks as shared
-    import heron.algos.dreamer_v3.networks as v3net
+    import heron.algos.dreamer_v3.distributions as v3dists
 
     def sheeprl_latent(logits, discrete=32, sample=True):
         logits = logits.view(*logits.shape[:-1], -1, discrete)
@@ -118,8 +119,8 @@ def patch_sampling() -> None:
     torch.distributions.OneHotCategoricalStraightThrough.rsample = lambda self, shape=(): mode_st(self.probs)
     torch.distributions.Normal.rsample = lambda self, shape=(): self.loc.expand(self._extended_shape(torch.Size(shape)))
     shared.st_sample = lambda logits, uniform=None: expected_onehot(logits)
-    shared.OneHotST.rsample = lambda self: mode_st(self.logits.exp())
-    v3net.Normal.rsample = lambda self: self.mean
+    shared_dists.OneHotST.rsample = lambda self: mode_st(self.logits.exp())
+    v3dists.Normal.rsample = lambda self: self.mean
 
 
 # -- the two agents -----------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ import toy_envs
 
 from heron import api
 from heron.accel.precision import Precision
-from heron.algos.dreamer.networks import st_sample
+from heron.algos.dreamer.distributions import st_sample
 from heron.algos.dreamer_v2.config import PRESETS, Config
-from heron.algos.dreamer_v2.networks import Agent, Decoder, TruncatedNormal
+from heron.algos.dreamer_v2.distributions import TruncatedNormal
+from heron.algos.dreamer_v2.networks import Agent, Decoder
 from heron.cli import main
 from heron.envs import dreamer as denvs
 from heron.errors import HeronError

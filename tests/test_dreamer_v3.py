@@ -13,7 +13,8 @@ import toy_envs  # noqa: F401 (registers the heron-test/ envs)
 from heron.algos.dreamer.policy import DreamerPolicy
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import PRESETS, Config
-from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
+from heron.algos.dreamer_v3.distributions import clip_actions
+from heron.algos.dreamer_v3.networks import Agent, Player
 from heron.cli import main
 from heron.runtime import checkpoint as ckpt
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from heron.accel.acting import Policy
-from heron.algos.dreamer.networks import st_sample
+from heron.algos.dreamer.distributions import st_sample
 from heron.algos.dreamer.spaces import obs_spec, to_env_actions
 
 

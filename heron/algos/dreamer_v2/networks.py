@@ -1,50 +1,22 @@
 """DreamerV2's networks (Hafner et al. 2021; sheeprl's DreamerV2): its layers and their
-initialisation for the encoder, the RSSM, the decoder, the heads, the actor and the critic. What it
-computes alike with DreamerV3 (the shapes, the RSSM's filtering and imagination, the latents'
-sampling, the player) is in ``heron.algos.dreamer.networks`` and ``heron.algos.dreamer.policy``.
+initialisation for the encoder, the RSSM, the decoder, the heads, the actor and the critic; its
+continuous actions' distribution is in ``distributions``. What it computes alike with DreamerV3 (the
+shapes, the RSSM's filtering and imagination, the latents' sampling, the player) is in
+``heron.algos.dreamer`` (``networks``, ``distributions``, ``policy``).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from heron.algos.dreamer import networks as shared
-from heron.algos.dreamer.networks import LayerNormGRUCell, OneHotST
-from heron.rl.distributions import normal_log_prob
+from heron.algos.dreamer.distributions import OneHotST
+from heron.algos.dreamer.networks import LayerNormGRUCell
+from heron.algos.dreamer_v2.distributions import TruncatedNormal
+from heron.algos.dreamer_v2.layers import PointDeconv, init_weights, mlp, xavier_
 from heron.rl.nets import float32_out
-
-
-def mlp(in_dim: int, units: int, layers: int, out_dim: int | None = None) -> nn.Sequential:
-    """``layers`` Linear+ELU layers of ``units``, then a linear output when ``out_dim`` is given."""
-    mods: list[nn.Module] = []
-    for i in range(layers):
-        mods += [nn.Linear(in_dim if i == 0 else units, units), nn.ELU()]
-    if out_dim is not None:
-        mods.append(nn.Linear(units if layers else in_dim, out_dim))
-    return nn.Sequential(*mods)
-
-
-def xavier_(weight: torch.Tensor, fan_in: int, fan_out: int) -> None:
-    """Glorot/Xavier uniform, U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), with the fans given: a
-    layer that heron splits in parts (the RSSM's) gets the bound of the whole layer."""
-    bound = math.sqrt(6.0 / (fan_in + fan_out))
-    with torch.no_grad():
-        weight.uniform_(-bound, bound)
-
-
-def init_weights(module: nn.Module) -> None:
-    """The references' initialization (Keras's default in danijar/dreamerv2, ``init_weights`` in
-    sheeprl): Xavier-uniform weights and zero biases on every Linear, Conv2d and ConvTranspose2d (the
-    GRU's projection included). PyTorch's default (Kaiming-uniform with a=sqrt(5), uniform biases)
-    starts the 4 x 400 heads almost constant across states. Use with ``module.apply``."""
-    if isinstance(module, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-        nn.init.xavier_uniform_(module.weight)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
 
 
 class Encoder(shared.Encoder):
@@ -67,21 +39,6 @@ class Encoder(shared.Encoder):
 
     def vector_mlp(self, dims: int, units: int, layers: int) -> nn.Module:
         return mlp(dims, units, layers)
-
-
-class PointDeconv(nn.ConvTranspose2d):
-    """A transposed convolution of a 1x1 input ([N, in] or [N, in, 1, 1] -> [N, out, k, k], channels
-    last): a matrix product with the weight seen as [in, out * k * k], one GEMM instead of oneDNN's
-    slow 1x1 deconvolution (the same parameters and result; the deconvolution was a sizeable part of
-    a DreamerV2 step on a CPU at the Atari sizes). A module, so that ``--precision`` puts autocast
-    around it as around any layer."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # no output_size: one 1x1 input
-        k = self.kernel_size
-        bias = self.bias
-        assert bias is not None, "made with a bias"
-        y = torch.addmm(bias.repeat_interleave(k[0] * k[1]), x.reshape(x.shape[0], -1), self.weight.flatten(1))
-        return y.view(-1, self.out_channels, *k).contiguous(memory_format=torch.channels_last)
 
 
 class Decoder(shared.Decoder):
@@ -175,48 +132,6 @@ class RSSM(shared.RSSM):
     def posterior_step(self, h: torch.Tensor, e_in: torch.Tensor) -> torch.Tensor:
         """Posterior logits [B, stoch, classes] from h and the embedding's contribution ``post_e(e)``."""
         return self._logits(self.post_out(F.elu(self.post_h(h) + e_in)))
-
-
-class TruncatedNormal:
-    """Normal(mean, std) truncated to [-1, 1], reparameterized through the inverse CDF (the
-    DreamerV2 paper's continuous action distribution)."""
-
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor, low: float = -1.0, high: float = 1.0, eps: float = 1e-6):
-        self.mean, self.std, self.low, self.high, self.eps = mean, std, low, high, eps
-        self.alpha, self.beta = (low - mean) / std, (high - mean) / std
-        self.cdf_a, self.cdf_b = self._cdf(self.alpha), self._cdf(self.beta)
-        self.z = (self.cdf_b - self.cdf_a).clamp_min(eps)
-
-    @staticmethod
-    def _cdf(x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-    @staticmethod
-    def _log_pdf(x: torch.Tensor) -> torch.Tensor:
-        return normal_log_prob(x, 0.0)
-
-    def rsample(self) -> torch.Tensor:
-        u = torch.rand_like(self.mean)
-        p = (self.cdf_a + u * (self.cdf_b - self.cdf_a)).clamp(self.eps, 1.0 - self.eps)
-        x = self.mean + self.std * math.sqrt(2.0) * torch.erfinv(2.0 * p - 1.0)
-        return x.clamp(self.low + self.eps, self.high - self.eps)
-
-    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        xi = (x - self.mean) / self.std
-        return (self._log_pdf(xi) - self.std.log() - self.z.log()).sum(-1)
-
-    def entropy(self) -> torch.Tensor:
-        a_pdf, b_pdf = self._log_pdf(self.alpha).exp(), self._log_pdf(self.beta).exp()
-        ent = (
-            math.log(math.sqrt(2 * math.pi * math.e))
-            + self.std.log()
-            + self.z.log()
-            + (self.alpha * a_pdf - self.beta * b_pdf) / (2.0 * self.z)
-        )
-        return ent.sum(-1)
-
-    def mode(self) -> torch.Tensor:
-        return self.mean.clamp(self.low, self.high)
 
 
 class Actor(nn.Module):

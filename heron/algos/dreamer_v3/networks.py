@@ -3,15 +3,12 @@ DreamerV2's, with LayerNorm and SiLU after every hidden layer (no bias before a 
 vector inputs, 1% uniform mixed into the latents' and actions' categoricals, a learned initial
 recurrent state, and two-hot reward and value heads that start at exactly 0.
 
-What it computes alike with DreamerV2 (the shapes, the RSSM's filtering and imagination, the
-latents' sampling, the player) is in ``heron.algos.dreamer.networks`` and
-``heron.algos.dreamer.policy``.
+Its continuous actions' distribution is in ``distributions``. What it computes alike with
+DreamerV2 (the shapes, the RSSM's filtering and imagination, the latents' sampling, the player) is
+in ``heron.algos.dreamer`` (``networks``, ``distributions``, ``policy``).
 """
 
 from __future__ import annotations
-
-import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,66 +16,12 @@ from torch import nn
 
 from heron.algos.dreamer import networks as shared
 from heron.algos.dreamer import policy
-from heron.algos.dreamer.networks import LayerNormGRUCell, OneHotST
+from heron.algos.dreamer.distributions import OneHotST
+from heron.algos.dreamer.networks import LayerNormGRUCell
+from heron.algos.dreamer_v3.distributions import Normal, clip_actions
+from heron.algos.dreamer_v3.layers import EPS, ChannelNorm, init_output, init_weights, ln_mlp, trunc_normal_fan_avg_
 from heron.algos.dreamer_v3.losses import symlog, unimix_logits
-from heron.rl.distributions import normal_entropy, normal_log_prob
 from heron.rl.nets import float32_out
-
-EPS = 1e-3  # the LayerNorms' epsilon (the official code's and sheeprl's)
-
-
-def ln_mlp(in_dim: int, units: int, layers: int, out_dim: int | None = None) -> nn.Sequential:
-    """``layers`` x (Linear without bias, LayerNorm, SiLU), then a linear output when ``out_dim``."""
-    mods: list[nn.Module] = []
-    for i in range(layers):
-        mods += [nn.Linear(in_dim if i == 0 else units, units, bias=False), nn.LayerNorm(units, eps=EPS), nn.SiLU()]
-    if out_dim is not None:
-        mods.append(nn.Linear(units if layers else in_dim, out_dim))
-    return nn.Sequential(*mods)
-
-
-class ChannelNorm(nn.LayerNorm):
-    """LayerNorm over the channels of an [N, C, H, W] feature map (each pixel on its own)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-def _fan_avg(module: Any) -> float:  # a Linear, Conv2d or ConvTranspose2d
-    space = math.prod(module.kernel_size) if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)) else 1
-    if isinstance(module, nn.Linear):
-        return (module.in_features + module.out_features) / 2.0
-    return space * (module.in_channels + module.out_channels) / 2.0
-
-
-def trunc_normal_fan_avg_(weight: torch.Tensor, fan_avg: float) -> None:
-    """A normal truncated at two standard deviations, scaled so that its variance is 1 / fan_avg."""
-    std = math.sqrt(1.0 / fan_avg) / 0.87962566103423978  # the truncated normal's std ratio
-    nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std)
-
-
-def init_weights(module: nn.Module) -> None:
-    """The paper's initialisation (the official code's ``trunc_normal`` over the average fan, as
-    sheeprl has it): weights from a normal truncated at two standard deviations, with the standard
-    deviation that gives variance 1 / fan_avg after the truncation; zero biases; LayerNorms at 1
-    and 0. Use with ``module.apply``."""
-    if isinstance(module, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-        trunc_normal_fan_avg_(module.weight, _fan_avg(module))
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
-def init_output(layer: Any, scale: float) -> None:  # a Linear, Conv2d or ConvTranspose2d
-    """An output layer's initialisation (the official code's ``outscale``): uniform with variance
-    ``scale`` / fan_avg, zero bias. Scale 0 for the reward and value heads: they start predicting 0."""
-    limit = math.sqrt(3.0 * scale / _fan_avg(layer))
-    with torch.no_grad():
-        layer.weight.uniform_(-limit, limit)
-        if layer.bias is not None:
-            layer.bias.zero_()
 
 
 class Encoder(shared.Encoder):
@@ -216,35 +159,6 @@ class RSSM(shared.RSSM):
     def posterior_step(self, h: torch.Tensor, e_in: torch.Tensor) -> torch.Tensor:
         """Posterior logits [B, stoch, classes] from h and the embedding's contribution ``post_e(e)``."""
         return self._logits(self.post_out(F.silu(self.post_norm(self.post_h(h) + e_in))))
-
-
-def clip_actions(actions: torch.Tensor, limit: float) -> torch.Tensor:
-    """Continuous actions scaled back to magnitude ``limit`` where they exceed it, with the scale's
-    gradient stopped (the official code's action clipping before the dynamics and the env)."""
-    if limit <= 0:
-        return actions
-    return actions * (limit / actions.abs().clamp(min=limit)).detach()
-
-
-class Normal:
-    """Normal(tanh(m), std) per action dimension, independent (DreamerV3's continuous actions: the
-    official code's ``bounded_normal``, sheeprl's ``scaled_normal``)."""
-
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
-        self.mean, self.std = mean, std
-
-    def rsample(self) -> torch.Tensor:
-        return self.mean + self.std * torch.randn_like(self.mean)
-
-    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        z = (x - self.mean) / self.std
-        return normal_log_prob(z, self.std.log()).sum(-1)
-
-    def entropy(self) -> torch.Tensor:
-        return normal_entropy(self.std.log()).sum(-1)
-
-    def mode(self) -> torch.Tensor:
-        return self.mean
 
 
 class Actor(nn.Module):

@@ -36,7 +36,8 @@ from heron.algos.dreamer.policy import load_player
 from heron.algos.dreamer.spaces import check, eval_env, model_spec  # noqa: F401 (check, eval_env: the algorithm's API)
 from heron.algos.dreamer_v3 import losses
 from heron.algos.dreamer_v3.config import Config
-from heron.algos.dreamer_v3.networks import Agent, Player, clip_actions
+from heron.algos.dreamer_v3.distributions import clip_actions
+from heron.algos.dreamer_v3.networks import Agent, Player
 from heron.ops import dist
 from heron.runtime.run import Run
 
