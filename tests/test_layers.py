@@ -17,7 +17,9 @@ Two rules refine it:
   step: it imports that algorithm's ``losses``, ``networks`` and ``distributions``, the values it
   mirrors, and nothing else of the algorithms.
 
-And no module imports another that imports it back, directly or round a longer circle."""
+And no module imports another that imports it back, directly or round a longer circle; no module of
+an algorithm runs past ``ALGO_MODULE_LINES`` lines (one that does holds more than one part of the
+algorithm: split it by what each part is)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ LAYERS = [
 ]
 ALGO_ENTRIES = ("heron.accel.step", "heron.accel.acting")  # the algorithms' way into the fast paths
 HANDWRITTEN = "heron.accel.handwritten."
+ALGO_MODULE_LINES = 350
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -149,6 +152,15 @@ def graph() -> dict[str, list[tuple[str, int]]]:
     mods = modules()
     known = set(mods)
     return {name: imports(path, known) for name, path in mods.items()}
+
+
+def test_no_algorithm_module_runs_long():
+    long = {
+        name: n
+        for name, path in modules().items()
+        if name.startswith("heron.algos.") and (n := len(path.read_text().splitlines())) > ALGO_MODULE_LINES
+    }
+    assert not long, f"split by what each part is (networks, distributions, acting, learning): {long}"
 
 
 def test_every_module_is_in_a_layer():
