@@ -87,8 +87,8 @@ def train(
 
     Returns:
         ``{"run_dir", "step", "env_id", "mean_return", "std_return", "episodes", "best_eval"}``:
-        mean, std and episode count of the final deterministic evaluation, and the best evaluation
-        of the run.
+            mean, std and episode count of the final deterministic evaluation, and the best
+            evaluation of the run.
 
     Raises:
         HeronError: bad input (unknown algorithm, option or env, an impossible value).
@@ -253,7 +253,7 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
 
     Returns:
         A ``Policy``: ``policy.predict(obs, deterministic=True)`` gives numpy actions for one
-        observation or a batch."""
+            observation or a batch."""
     algo, cfg, state = load_checkpoint(run_dir, which)
     policy = registry.get(algo).load_policy(cfg, state, resolve_device(device))
     policy.step, policy.env_id, policy.algo = int(state["step"]), cfg.env_id, algo
@@ -262,7 +262,7 @@ def load(run_dir: str | Path, which: str = "latest", device: str = "auto") -> Po
 
 def evaluate(
     run_dir: str | Path,
-    episodes: int = 10,
+    episodes: int | None = None,
     checkpoint: str = "latest",
     seed: int | None = None,
     video: bool = False,
@@ -274,7 +274,8 @@ def evaluate(
 
     Args:
         run_dir: the run directory.
-        episodes: episodes to play.
+        episodes: episodes to play (default: the run's ``eval_episodes``, so that the defaults
+            repeat the run's own evaluation of that checkpoint).
         checkpoint: "latest", "best", or a checkpoint file.
         seed: episode k starts from ``reset(seed=seed + k)``; by default the run's own evaluation
             seeds.
@@ -286,12 +287,13 @@ def evaluate(
 
     Returns:
         ``{"mean_return", "std_return", "episodes", "returns", "env_id", "algo", "steps"}``, and
-        ``"video"`` (its path) when one was written."""
-    if episodes <= 0:
+            ``"video"`` (its path) when one was written."""
+    if episodes is not None and episodes <= 0:
         raise HeronError(f"--episodes must be positive, got {episodes}")
     if envs is not None and envs <= 0:
         raise HeronError(f"--envs must be positive, got {envs}")
     algo, cfg, state = load_checkpoint(run_dir, checkpoint, env, check_env=True)
+    episodes = episodes if episodes is not None else cfg.eval_episodes
     module = registry.get(algo)
     policy = module.load_policy(cfg, state, resolve_device(device))
     video_path = None

@@ -172,7 +172,7 @@ def cmd_eval(argv: list[str]) -> int:
 
     p = _Parser(prog="heron eval", description="Run a saved policy deterministically.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
+    p.add_argument("--episodes", type=int, default=None, help="episodes to run (default: the run's --eval-episodes)")
     p.add_argument("--video", action="store_true", help="record a video into RUN_DIR/videos/")
     p.add_argument("--json", action="store_true", help="print one JSON object on one line")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file (default: latest)")

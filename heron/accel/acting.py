@@ -270,6 +270,12 @@ class Policy:
         """Start new episodes: a recurrent policy forgets its state (``batch`` episodes at once)."""
         self.state = torch.zeros(batch, self.state_size, device=self.device)
 
+    def seed(self, seeds: list[int]) -> None:
+        """The seeds of the episodes just started (one per row, after ``reset``). A policy that draws
+        random numbers even when it acts deterministically (a Dreamer's latent states) draws them
+        from these, so that an evaluation depends on the policy and its seeds alone. The others have
+        nothing to draw and ignore them."""
+
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """Actions for observations.
 

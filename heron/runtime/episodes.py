@@ -34,8 +34,10 @@ def evaluate(
     at_once: int = 1,
 ) -> np.ndarray | None:
     """Run ``episodes`` episodes with ``policy.predict(obs, deterministic=True)`` and return their
-    returns. Episode k starts from ``reset(seed=seed + k)``: the same start states at every
-    evaluation, independent of training's random state, so that evaluating never perturbs a run.
+    returns. Episode k starts from ``reset(seed=seed + k)``, and a policy that samples while acting
+    deterministically (a Dreamer's latents) draws from ``policy.seed([seed + k])``: the same start
+    states and draws at every evaluation, however the episodes are grouped or dealt to ranks, and
+    independent of training's random state, so that evaluating never perturbs a run.
     ``env_fn(render_mode)`` replaces ``make_env`` (an algorithm's own wrapper stack); Dict
     observations reach the policy as dicts of arrays. When ``should_stop()`` turns true (a stop
     request) the evaluation ends at once and returns None, writing no video. An episode that has not
@@ -83,6 +85,8 @@ def evaluate(
                 policy.reset(len(group))
             else:
                 policy.reset()
+            if hasattr(policy, "seed"):  # a user's own policy may have no seed()
+                policy.seed([seed + k for _, k in group])
             totals, live, t = np.zeros(len(group)), np.ones(len(group), bool), 0
             while live.any():
                 if should_stop is not None and should_stop():

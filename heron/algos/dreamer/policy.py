@@ -67,6 +67,7 @@ class DreamerPolicy(Policy):
         self.spaces = spaces
         self.keys = list(spaces["cnn_keys"]) + list(spaces["mlp_keys"])
         self.spec = obs_spec(spaces)
+        self.generators: list[torch.Generator] | None = None  # the rows' own draws (``seed``)
 
     def on_host(self) -> Policy:
         """Itself: the player (RSSM, encoder and actor, hundreds of units wide) is not the few small
@@ -75,6 +76,21 @@ class DreamerPolicy(Policy):
 
     def reset(self, batch: int = 1) -> None:
         self.state = self.actor.initial_state(batch, self.device)
+        self.generators = None
+
+    def seed(self, seeds: list[int]) -> None:
+        """Each row's posterior draws from its own generator, seeded with its episode's seed: the
+        latent state is sampled even in a deterministic step, and an evaluation must repeat."""
+        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+    def _draws(self, batch: int) -> torch.Tensor | None:
+        """The uniforms of the posterior's categoricals [B, stoch] from the rows' generators (None:
+        no seeds, fresh draws from torch's stream)."""
+        gens = self.generators
+        if gens is None or len(gens) != batch:
+            return None
+        stoch = self.actor.rssm.stoch
+        return torch.stack([torch.rand(stoch, generator=g) for g in gens]).to(self.device)
 
     def predict(self, obs: dict[str, np.ndarray], deterministic: bool = True) -> np.ndarray:  # type: ignore[override]  # Dict observations
         if not isinstance(obs, dict):
@@ -87,7 +103,7 @@ class DreamerPolicy(Policy):
         batch = x[self.keys[0]].shape[0]
         if self.state is None or self.state.shape[0] != batch:
             self.reset(batch)
-        action, self.state = self.actor.act(x, self.state, deterministic)
+        action, self.state = self.actor.act(x, self.state, deterministic, uniform=self._draws(batch))
         out = to_env_actions(action, self.spaces)
         return out[0] if single else out
 
