@@ -12,6 +12,7 @@ import torch
 
 from heron.envs.make import VecEnv
 from heron.errors import HeronError
+from heron.ops import dist
 from heron.ops.rng import rng_state, set_rng_state
 from heron.rl.buffers import ReplayBuffer
 from heron.runtime.run import Run
@@ -41,6 +42,24 @@ def replay_buffer(cfg: Any, run: Run, envs: VecEnv, device: torch.device, extra:
         extra=extra,
         seed=run.rank_seed(),
         out_device=device,
+    )
+
+
+def store(rb: ReplayBuffer, norm: Any, obs: Any, actions: Any, step: Any, **extra: Any) -> None:
+    """A vector env step into the buffer: the observation normaliser (``--obs-norm``) learns from
+    the new observations of the envs that stepped (``step.valid``: all, or those not restarting),
+    and their transitions go in with termination and truncation apart; ``extra``: per-env columns
+    (a recurrent policy's states)."""
+    dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
+    rb.add(
+        step.valid,
+        obs=obs,
+        next_obs=step.next_obs,
+        actions=actions,
+        rewards=step.rewards,
+        terminated=step.terminated,
+        truncated=step.truncated,
+        **extra,
     )
 
 

@@ -23,7 +23,6 @@ from heron.algos.sac.agent import Nets, make_nets
 from heron.algos.sac.config import Config
 from heron.envs.native import vector_env
 from heron.errors import HeronError
-from heron.ops import dist
 from heron.rl.buffers import discount
 from heron.rl.nets import Polyak, requires_grad
 from heron.rl.schedules import lr_lambda, set_lr
@@ -170,20 +169,7 @@ def train(cfg: Config, run: Run) -> dict:
             actions = as_like(actions_t, obs)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
-        dist.update_norm(
-            actor.encoder.norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid])
-        )
-        rb.add(
-            step.valid,
-            obs=obs,
-            next_obs=step.next_obs,
-            actions=actions,
-            rewards=step.rewards,
-            terminated=step.terminated,
-            truncated=step.truncated,
-            actor_state=a_state,
-            critic_state=c_state,
-        )
+        offpolicy.store(rb, actor.encoder.norm, obs, actions, step, actor_state=a_state, critic_state=c_state)
         fresh = torch.as_tensor(step.terminated | step.truncated, device=device)
         a_state = next_a_state.masked_fill(fresh[:, None], 0.0)
         c_state = next_c_state.masked_fill(fresh[:, None, None], 0.0)

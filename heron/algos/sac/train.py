@@ -24,7 +24,6 @@ from heron.algos.sac.agent import Nets, check, load_policy, make_nets
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import make_acting
 from heron.envs.native import vector_env
-from heron.ops import dist
 from heron.rl.buffers import discount
 from heron.rl.nets import Polyak, requires_grad
 from heron.rl.schedules import lr_lambda, set_lr
@@ -131,18 +130,7 @@ def train(cfg: Config, run: Run) -> dict:
             actions = acting.act(obs)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
-        dist.update_norm(
-            actor.encoder.norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid])
-        )
-        rb.add(
-            step.valid,
-            obs=obs,
-            next_obs=step.next_obs,
-            actions=actions,
-            rewards=step.rewards,
-            terminated=step.terminated,
-            truncated=step.truncated,
-        )
+        offpolicy.store(rb, actor.encoder.norm, obs, actions, step)
         obs = step.obs
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)

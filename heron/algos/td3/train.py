@@ -25,7 +25,6 @@ from heron.algos.td3.config import Config
 from heron.algos.td3.networks import Actor, Critic, NumpyActor, build
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point, vector_env
-from heron.ops import dist
 from heron.ops.adam import adam
 from heron.rl.buffers import STEP_FIELDS, discount
 from heron.rl.nets import Polyak, requires_grad
@@ -186,16 +185,7 @@ def train(cfg: Config, run: Run) -> dict:
                 actions = np.clip(greedy + noise, low_np, high_np).astype(np.float32)
         step = envs.step(actions)
         prev_step, global_step = global_step, global_step + cfg.num_envs  # every rank's envs
-        dist.update_norm(norm, torch.as_tensor(step.next_obs if step.valid is None else step.next_obs[step.valid]))
-        rb.add(
-            step.valid,
-            obs=obs,
-            next_obs=step.next_obs,
-            actions=actions,
-            rewards=step.rewards,
-            terminated=step.terminated,
-            truncated=step.truncated,
-        )
+        offpolicy.store(rb, norm, obs, actions, step)
         obs = step.obs
         for _, ret, length in step.episodes:
             run.logger.episode(global_step, ret, length)
