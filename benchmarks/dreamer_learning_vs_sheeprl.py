@@ -29,7 +29,9 @@ Writes ``--out`` (a JSON with every return) and, with matplotlib, a PNG of the t
 with their standard-error bands. ``--runs benchmarks/results/dreamer_curves.csv`` keeps each
 finished run's returns (one row per side and seed, with its settings, heron's commit, the machine
 and the command) in that file, and takes a run found there instead of running it again: seeds run on
-different days or machines add up to one table. ``--record benchmarks/results/summaries.csv --record-from N`` puts
+different days or machines add up to one table; ``results_tables.py --plot`` draws the docs' images of the
+kept DreamerV3 runs from that file (``DREAMER_PLOTS``: a band of one standard deviation over the seeds, where the
+PNG here has one standard error). ``--record benchmarks/results/summaries.csv --record-from N`` puts
 the bins from N env steps on in the summaries file the docs' tables come from, in place of the task's
 rows there, with the command that made them.
 """

@@ -7,8 +7,9 @@
 * ``learning.csv``: heron's runs at the suites' budgets (``--add-bench`` records a ``heron bench``
   results.csv), beside ``heron.bench.PUBLISHED``, as ``<!-- learning-table NAME -->`` blocks
   (``LEARNING_TABLES``);
-* ``speed.csv``: one row per measured speed comparison, as ``<!-- speed-table NAME -->`` blocks
-  (NAME: a row's ``table`` or ``group``; ``readme``: the headline rows);
+* ``speed.csv``: one row per measurement of a speed comparison, as ``<!-- speed-table NAME ... -->``
+  blocks (NAME: one or more rows' ``table`` or ``group``; ``readme``: the headline rows), each
+  comparison (``claim``) shown once, by its latest row (``current_speed_rows``);
 * ``summaries.csv``: figures kept as their summary (mean ± spread over seeds) where the per-seed
   data is not kept, one cell per line (table, row, column, value, seeds, machine, date, command),
   as ``<!-- summary-table NAME -->`` blocks (``SUMMARY_TABLES`` names each table's row labels).
@@ -19,11 +20,14 @@ A block is the text between its marker and ``<!-- /results-table -->`` (``/learn
 so that a table is never typed by hand and never disagrees with the file. ``--check`` changes nothing
 and exits 1 when a docs table is not what the results file gives (the test suite runs it);
 ``--plot`` also draws each table's curves (one panel per task, mean with a band of one standard
-deviation over the seeds).
+deviation over the seeds), and the Dreamer runs beside sheeprl that ``dreamer_curves.csv`` keeps
+(``DREAMER_PLOTS``: each side's training return per bin, mean with a band of one standard deviation
+over the seeds); ``--plot NAME ...`` draws only the images named.
 
     python benchmarks/results_tables.py            # rewrite the tables in docs/
     python benchmarks/results_tables.py --check    # are the docs current?
     python benchmarks/results_tables.py --plot     # and redraw the images
+    python benchmarks/results_tables.py --plot dreamer-v3-cartpole dreamer-v3-pendulum
     python benchmarks/results_tables.py --add-bench bench/results.csv --machine "2-core AMD EPYC VM, CPU"
 """
 
@@ -240,6 +244,122 @@ def plot(table: Table, rows: list[dict]) -> str:
     return _save(fig, plt, str(ROOT / table.image))
 
 
+# -- Dreamer beside sheeprl: the kept runs' training curves (benchmarks/results/dreamer_curves.csv) -------
+DREAMER_CURVES = ROOT / "benchmarks" / "results" / "dreamer_curves.csv"
+
+
+class CurvePlot(NamedTuple):
+    algo: str
+    env_id: str
+    total_steps: int
+    sides: tuple[tuple[str, str, str], ...]  # (the file's side, its flags, the legend's label)
+    bin: int  # env steps per point: a seed's training return in each bin, as the summary tables bin it
+    title: str
+    image: str
+
+
+_V3_SIDES = (("heron", "", "heron"), ("sheeprl", "", "sheeprl 0.8.4"))
+DREAMER_PLOTS = {  # drawn by --plot from the runs dreamer_learning_vs_sheeprl.py --runs keeps
+    "dreamer-v3-cartpole": CurvePlot(
+        "dreamer_v3",
+        "CartPole-v1",
+        total_steps=10_000,
+        sides=_V3_SIDES,
+        bin=1000,
+        title="DreamerV3 on CartPole-v1",
+        image="docs/images/dreamer_v3_cartpole_vs_sheeprl.png",
+    ),
+    "dreamer-v3-pendulum": CurvePlot(
+        "dreamer_v3",
+        "Pendulum-v1",
+        total_steps=10_000,
+        sides=_V3_SIDES,
+        bin=1000,
+        title="DreamerV3 on Pendulum-v1",
+        image="docs/images/dreamer_v3_pendulum_vs_sheeprl.png",
+    ),
+}
+
+
+def _dreamer_script():
+    spec = importlib.util.spec_from_file_location(
+        "dreamer_learning_vs_sheeprl", ROOT / "benchmarks" / "dreamer_learning_vs_sheeprl.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def curve_bands(spec: CurvePlot, rows: list[dict]) -> dict[str, tuple[list[int], list[float], list[float], list[int]]]:
+    """Per side (its label): the bins' upper ends, and per bin the mean and the standard deviation
+    over the seeds of each seed's training return there (``per_bin`` of the benchmark: the mean of
+    its episodes that ended in the bin, else its last finished episode's), and the seeds."""
+    per_bin = _dreamer_script().per_bin
+    bands = {}
+    for side, flags, label in spec.sides:
+        picked = sorted(
+            (
+                r
+                for r in rows
+                if r["algo"] == spec.algo
+                and r["env_id"] == spec.env_id
+                and int(r["total_steps"]) == spec.total_steps
+                and r["side"] == side
+                and r["flags"] == flags
+            ),
+            key=lambda r: int(r["seed"]),
+        )
+        if not picked:
+            continue
+        seeds = [
+            per_bin(
+                [(int(s), float(v)) for s, v in (item.split(":") for item in r["train"].split())],
+                spec.total_steps,
+                spec.bin,
+            )
+            for r in picked
+        ]
+        x, mean, std = [], [], []
+        for i, hi in enumerate(range(spec.bin, spec.total_steps + spec.bin, spec.bin)):
+            values = [s[i] for s in seeds if s[i] is not None]
+            if values:
+                x.append(min(hi, spec.total_steps))
+                mean.append(float(np.mean(values)))
+                std.append(float(np.std(values)))  # over the seeds, as heron.plot.band_of gives the other images'
+        bands[label] = (x, mean, std, [int(r["seed"]) for r in picked])
+    return bands
+
+
+def _seed_span(seeds: list[int]) -> str:
+    return (
+        f"{seeds[0]}-{seeds[-1]}"
+        if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+        else ", ".join(map(str, seeds))
+    )
+
+
+def plot_curves(spec: CurvePlot, rows: list[dict]) -> str:
+    from heron.plot import _figure, _save
+
+    bands = curve_bands(spec, rows)
+    if not bands:
+        raise SystemExit(f"{DREAMER_CURVES.relative_to(ROOT)} has no run for {spec.title}")
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, (x, mean, std, seeds) in bands.items():
+        (line,) = ax.plot(x, mean, label=f"{label} (seeds {_seed_span(seeds)})")
+        ax.fill_between(x, np.subtract(mean, std), np.add(mean, std), color=line.get_color(), alpha=0.2)
+    ax.set(
+        title=f"{spec.title}: mean, band of one std over seeds",
+        xlabel="env steps",
+        ylabel=f"training episode return (per {spec.bin:,} steps)",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, plt, str(ROOT / spec.image))
+
+
 # -- learning results at the suites' budgets (benchmarks/results/learning.csv) ----------------------
 MUJOCO = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5")
 
@@ -334,8 +454,9 @@ def render_learning(name: str, rows: list[dict]) -> str:
         published = "; ".join(f"{fig} ({src})" for src, fig in PUBLISHED.get((algo, env), [])) or "-"
         mark = ""
         for note in sorted({r["note"] for r in group if r.get("note")}):
-            notes.append(note)
-            mark += SUPERSCRIPTS[len(notes)]
+            if note not in notes:  # a note that several rows share: one footnote, its mark on each
+                notes.append(note)
+            mark += SUPERSCRIPTS[notes.index(note) + 1]
         cells = ([{"sac": "SAC", "td3": "TD3", "ppo": "PPO"}.get(algo, algo)] if with_algo else []) + [
             env,
             _steps(steps) + mark,
@@ -374,7 +495,9 @@ def rewrite_blocks(block: re.Pattern, render: Callable[[str], str], check: bool)
 
 # -- speed beside the peers and between heron's own settings (benchmarks/results/speed.csv) -------------
 SPEED = ROOT / "benchmarks" / "results" / "speed.csv"
-SPEED_BLOCK = re.compile(r"(<!-- speed-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /speed-table -->)", re.S)
+SPEED_BLOCK = re.compile(
+    r"(<!-- speed-table (?P<name>[\w-]+(?: [\w-]+)*) -->\n)(?P<body>.*?)(<!-- /speed-table -->)", re.S
+)
 
 
 def _values(row: dict, side: str) -> list[float]:
@@ -388,87 +511,211 @@ def _is_time(metric: str) -> bool:
     return metric.startswith(("s ", "ms ", "wall s", "training s")) or metric in ("s", "ms")
 
 
-def speed_ratio(row: dict) -> str:
+def _ratios(row: dict) -> list[float]:
     """heron over the peer, above 1 when heron is faster (a time: the peer's over heron's): the
-    stated ratio, or one per stated figure; empty where a side has no figure."""
+    stated ratios, or one per stated figure; none where a side has no figure."""
     if row["ratio"].strip():
-        return ", ".join(f"{float(r):.2f}x" for r in row["ratio"].split(";") if r.strip())
+        return [float(r) for r in row["ratio"].split(";") if r.strip()]
     heron, peer = _values(row, "heron"), _values(row, "peer")
     if not heron or len(peer) != 1 or not _is_rate_or_time(row["metric"]):
-        return ""
-    return ", ".join(f"{(peer[0] / h if _is_time(row['metric']) else h / peer[0]):.2f}x" for h in heron)
+        return []
+    return [peer[0] / h if _is_time(row["metric"]) else h / peer[0] for h in heron]
+
+
+def speed_ratio(row: dict) -> str:
+    return ", ".join(f"{r:.2f}x" for r in _ratios(row))
 
 
 def _is_rate_or_time(metric: str) -> bool:
     return "/s" in metric or _is_time(metric)
 
 
+def _rounds(row: dict, side: str) -> list[str]:
+    return [v.strip() for v in row[f"{side}_rounds"].split(";") if v.strip()]
+
+
 def _side(row: dict, side: str) -> str:
-    value = row[f"{side}_value"].strip()
-    rounds = [v.strip() for v in row[f"{side}_rounds"].split(";") if v.strip()]
-    if value and rounds:
-        return f"{value} ({', '.join(rounds)})"
-    return value or ", ".join(rounds) or "-"
+    """A side's figure as a table shows it: its value, else its rounds."""
+    return row[f"{side}_value"].strip() or ", ".join(_rounds(row, side)) or "-"
+
+
+def _claim(row: dict) -> str:
+    """What a row measures, in short: its ``claim``, else its ``setting``."""
+    return row.get("claim", "").strip() or row["setting"].strip()
+
+
+def _published(row: dict) -> bool:
+    """Set against a figure the peer published, from another machine, not one measured beside heron."""
+    return "published" in row["peer_version"].lower()
+
+
+def current_speed_rows(rows: list[dict]) -> list[dict]:
+    """One row per claim: rows of one table with the same claim (one setting measured against one
+    peer, beside heron or by the peer's published figure) are the same comparison measured again,
+    and the current one is the latest recorded (of one day, the later in the file); it takes the
+    place of the claim's first row. The others stay in speed.csv as its history."""
+    current: dict[tuple[str, str, str, bool], tuple[tuple[str, int], dict]] = {}
+    order: list[tuple[str, str, str, bool]] = []
+    for i, r in enumerate(rows):
+        key = (r.get("table", "").strip() or r["group"].strip(), _claim(r), r["peer"].strip(), _published(r))
+        if key not in current:
+            order.append(key)
+        when = (r.get("recorded", "").strip(), i)
+        if key not in current or when >= current[key][0]:
+            current[key] = (when, r)
+    return [current[key][1] for key in order]
+
+
+def _family(row: dict) -> tuple[str, str, str, str]:
+    """The rows a headline speaks for: the same group, peer, algorithm and machine."""
+    return (row["group"].strip(), row["peer"].strip(), row["setting"].split(",")[0].strip(), row["machine"].strip())
+
+
+def readme_speed_rows(rows: list[dict]) -> list[dict]:
+    """The README's headline rows, like for like: each is the current figure of its claim, measured
+    beside heron on the same machine (not against a published figure), and quoted with the weakest
+    ratio of the current rows it speaks for (the same group, peer, algorithm and machine: the eager
+    step beside the graphed one, the weaker task beside the stronger), weakest first."""
+    current = current_speed_rows(rows)
+    picked = [r for r in current if r.get("headline", "").strip() == "yes"]
+    for r in picked:
+        if _published(r):
+            raise SystemExit(f"speed.csv: the headline {_claim(r)!r} is set against a published figure")
+    families: dict[tuple[str, str, str, str], list[dict]] = {}
+    for r in picked:
+        families.setdefault(_family(r), [])
+    for r in current:
+        if _family(r) in families and not _published(r) and _ratios(r):
+            families[_family(r)].append(r)
+    out = []
+    for family, members in families.items():
+        quoted = [r for r in picked if _family(r) == family]
+        if not members:
+            raise SystemExit(f"speed.csv: the headline {_claim(quoted[0])!r} has no ratio")
+        weakest = min(members, key=lambda r: min(_ratios(r)))
+        if not any(r is weakest for r in quoted):
+            raise SystemExit(
+                f"speed.csv: the headline {_claim(quoted[0])!r} ({speed_ratio(quoted[0])}) leaves out "
+                f"{_claim(weakest)!r} ({speed_ratio(weakest)}), the weakest ratio of its comparison"
+            )
+        out += sorted(quoted, key=lambda r: min(_ratios(r)))
+    return out
+
+
+def _machine(machine: str) -> str:
+    """A machine as a table names it; the page's list of machines describes each."""
+    gpu = re.search(r"\b[HAB]\d{2,3}\b", machine)
+    if gpu:
+        return gpu.group(0)
+    if "EPYC" in machine:
+        host = re.search(r"Zen \d", machine)
+        return f"CPU, {host.group(0)}" if host else "CPU"
+    return machine or "-"
 
 
 def render_speed(name: str, rows: list[dict]) -> str:
-    """The rows of one speed table (``table`` or ``group`` column equal to NAME; ``readme``: the
-    headline rows), then each row's conditions and command, numbered."""
-    picked = [
-        r
-        for r in rows
-        if (
-            r.get("headline", "").strip() == "yes"
-            if name == "readme"
-            else name in (r.get("table", "").strip(), r["group"].strip())
-        )
-    ]
-    if not picked:
-        raise SystemExit(f"speed table {name!r}: no row of {SPEED.relative_to(ROOT)} has that table or group")
+    """The current row of each claim of the speed tables NAME (one or more ``table`` or ``group``
+    names; ``readme``: the headline rows), with its date, then each row's conditions and command,
+    numbered, in a collapsed block."""
     if name == "readme":  # short: what each row compares, in its own words; the details on the speed page
-        lines = ["| Comparison | Machine | heron | other | heron / other |", "|---|---|---:|---:|---:|"]
+        picked = readme_speed_rows(rows)
+        if not picked:
+            raise SystemExit(f"speed table 'readme': no row of {SPEED.relative_to(ROOT)} is a headline")
+        lines = [
+            "| Comparison | Machine | heron | other | heron / other | Recorded |",
+            "|---|---|---:|---:|---:|---|",
+        ]
         lines += [
-            f"| {r['summary']} | {r['machine']} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r)} |"
+            f"| {r['summary']} | {r['machine']} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r)} "
+            f"| {r['recorded'] or '-'} |"
             for r in picked
         ]
-        return (
-            "\n".join(
-                lines
-                + [
-                    "",
-                    "Above 1: heron is faster. Each row's conditions, rounds and command: "
-                    "`docs/benchmarks/speed.md`, from `benchmarks/results/speed.csv`.",
-                ]
-            )
-            + "\n"
-        )
+        lines += [
+            "",
+            "Above 1: heron is faster. For each algorithm against each library, the weakest current ratio "
+            "is among those quoted. Each row's conditions and command: `docs/benchmarks/speed.md`, from "
+            "`benchmarks/results/speed.csv`.",
+        ]
+        return "\n".join(lines) + "\n"
+    names = name.split()
+    picked = [r for r in current_speed_rows(rows) if {r.get("table", "").strip(), r["group"].strip()} & set(names)]
+    if not picked:
+        raise SystemExit(f"speed table {name!r}: no row of {SPEED.relative_to(ROOT)} has that table or group")
     lines = [
-        "| | Setting | Machine | Against | heron | other | heron / other | Rounds |",
-        "|---:|---|---|---|---:|---:|---:|---:|",
+        "| | Comparison | heron | other | heron / other | Machine | Recorded |",
+        "|---:|---|---:|---:|---:|---|---|",
     ]
-    details: dict[str, list[int]] = {}  # each row's conditions and command; rows that share them, once
+    groups: dict[tuple[str, ...], list[tuple[int, list[str], str]]] = {}  # what rows share is said once
     for i, r in enumerate(picked, 1):
-        against = r["peer"] + (f" {r['peer_version']}" if r["peer_version"].strip() else "")
+        claim = _claim(r)
+        if _published(r):
+            claim += f" (against {r['peer']}'s {re.sub(r'[()]', '', r['peer_version']).strip()} figure)"
         lines.append(
-            f"| {i} | {r['setting']} | {r['machine']} | {against} | {_side(r, 'heron')} | {_side(r, 'peer')} "
-            f"| {speed_ratio(r)} | {r['rounds'] or '-'} |"
+            f"| {i} | {claim} | {_side(r, 'heron')} | {_side(r, 'peer')} | {speed_ratio(r) or '-'} "
+            f"| {_machine(r['machine'])} | {r['recorded'] or '-'} |"
         )
-        text = r["metric"]
-        if r.get("torch", "").strip():
-            text += f"; torch {r['torch']}"
-        if r["note"].strip():
-            text += f"; {r['note'].strip().rstrip('.')}"
-        if r["command"].strip():
-            text += f": `{r['command'].strip()}`"
-        details.setdefault(text + ("" if text.endswith("`") else "."), []).append(i)
-    lines += [
-        "",
-        "heron / other above 1: heron is faster (for a time, the other's time over heron's). "
-        "Rows: `benchmarks/results/speed.csv`.",
-        "",
-    ]
-    lines += [f"- **{', '.join(map(str, rows_))}**: {text}" for text, rows_ in details.items()]
+        external = "" if r["peer"].startswith("heron") else f"{r['peer']} {r['peer_version']}"
+        key = (r.get("table", "").strip(), r["metric"].strip(), external)  # one line per table, metric and peer
+        groups.setdefault(key, []).append((i, _conditions(r), r["command"].strip()))
+    lines += ["", '??? note "Conditions and commands"']
+    for members in groups.values():
+        shared = [c for c in members[0][1] if all(c in own for _, own, _ in members)]
+        commands: dict[str, list[int]] = {}
+        for i, own, command in members:
+            if command or "command" not in " ".join(own):
+                commands.setdefault(command, []).append(i)
+        text = f"    - **{_numbers([i for i, _, _ in members])}**: " + "; ".join(shared)
+        one = len(commands) == 1 and len(next(iter(commands.values()))) == len(members)  # one command for all
+        if one:
+            text += f": `{next(iter(commands))}`" if next(iter(commands)) else "; command not recorded"
+        own_rest: dict[str, list[int]] = {}  # each row's own conditions; rows with the same, once
+        for i, own, _ in members if len(members) > 1 else ():
+            own_rest.setdefault("; ".join(c for c in own if c not in shared), []).append(i)
+        text += "".join(f"; **{_numbers(at)}**: {rest}" for rest, at in own_rest.items() if rest)
+        if commands and not one:
+            text += "; " + ", ".join(
+                (f"`{command}`" if command else "command not recorded")
+                + (f" ({_numbers(at)})" if len(members) > 1 else "")
+                for command, at in commands.items()
+            )
+        lines.append(text + ".")
     return "\n".join(lines) + "\n"
+
+
+def _numbers(numbers: list[int]) -> str:
+    """1, 2, 3, 5 as 1-3, 5."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][-1] + 1:
+            spans[-1].append(n)
+        else:
+            spans.append([n])
+    return ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 2 else ", ".join(map(str, s)) for s in spans)
+
+
+def _clauses(text: str) -> list[str]:
+    """A note's clauses: its parts between '; ' outside parentheses."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [c.strip() for c in [*out, text[start:]] if c.strip()]
+
+
+def _conditions(r: dict) -> list[str]:
+    """What a reader needs to know of a row beside its table line: the metric, the peer's version,
+    the rounds and the row's own conditions (the page describes the machines)."""
+    parts = [r["metric"].strip()]
+    if r["peer"].strip() and not r["peer"].startswith("heron"):
+        parts.append(f"{r['peer'].strip()} {r['peer_version'].strip()}".strip())
+    if r["rounds"].strip():
+        parts.append(f"{r['rounds'].strip()} rounds" if r["rounds"].strip() != "1" else "one round")
+    for side, who in (("heron", "heron"), ("peer", "other")):
+        if r[f"{side}_value"].strip() and _rounds(r, side):
+            parts.append(f"{who} per round {', '.join(_rounds(r, side))}")
+    return list(dict.fromkeys(parts + _clauses(r["note"].strip().rstrip("."))))  # a clause said twice, once
 
 
 LEARNING_FIELDS = (
@@ -600,7 +847,13 @@ def render_summary(name: str, rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="render the docs' results tables from benchmarks/results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a docs table is not current")
-    p.add_argument("--plot", action="store_true", help="also redraw each table's curves image")
+    p.add_argument(
+        "--plot",
+        nargs="*",
+        metavar="NAME",
+        help="also redraw the curves images: those named (a results table, "
+        f"or {', '.join(DREAMER_PLOTS)}), or all of them",
+    )
     p.add_argument(
         "--add-bench",
         metavar="RESULTS_CSV",
@@ -631,9 +884,17 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     print("rewrote: " + (", ".join(stale) if stale else "nothing (all current)"))
-    if args.plot:
-        for table in TABLES.values():
-            print("plot:", plot(table, rows))
+    if args.plot is not None:
+        unknown = set(args.plot) - set(TABLES) - set(DREAMER_PLOTS)
+        if unknown:
+            raise SystemExit(f"--plot: no image named {', '.join(sorted(unknown))}")
+        for name, table in TABLES.items():
+            if not args.plot or name in args.plot:
+                print("plot:", plot(table, rows))
+        curves = read_rows(DREAMER_CURVES)
+        for name, spec in DREAMER_PLOTS.items():
+            if not args.plot or name in args.plot:
+                print("plot:", plot_curves(spec, curves))
     return 0
 
 

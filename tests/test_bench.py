@@ -89,11 +89,11 @@ def test_fake_results_make_the_table_beside_the_published_figures(tmp_path, caps
     # finals 3000/3200/3400: mean 3200, sample std 200; bests 3300 +- 200; training returns 2700 +- 200;
     # wall times 1h, 2h, 3h: 2h mean
     assert "| Hopper-v5 | sac | 1,000,000 | 3 | 3200.0 ± 200.0 | 3300.0 ± 200.0 | 2700.0 ± 200.0 |" in sac
-    assert "2686 ± 762 (CleanRL, v2, 1M, training return); ~3250 (SAC paper)" in sac
+    assert "2686 ± 762 (CleanRL 1.0.0 docs (2022), v2, 1M, training return); ~3250 (SAC paper (2018))" in sac
     assert "| 2h00m |" in sac and "abc123" in sac
     td3 = (out / "mujoco-td3.md").read_text()
     assert (
-        "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 ± 115 (TD3 paper, v1, 1M, max average return) | 20m00s |"  # noqa: E501 (the table's row as printed)
+        "| Hopper-v5 | td3 | 1,000,000 | 1 | 3310.0 | 3410.0 | - | 3564 ± 115 (TD3 paper (2018), v1, 1M, max average return) | 20m00s |"  # noqa: E501 (the table's row as printed)
         in td3
     )
     assert "def456" in td3 and "abc123" not in td3
@@ -274,16 +274,16 @@ def test_interrupted_suite_continues_where_it_stopped(tmp_path):
 
 @pytest.mark.learning
 def test_smoke_suite_end_to_end(tmp_path):
-    """Every suite's first entry (SAC, TD3 and PPO on Hopper, PPO on Pong pixels, DreamerV2 on DMC
-    pixels), two at a time: each runs, is evaluated and lands in results.csv, the table and a plot."""
+    """Every suite's first entry (SAC, TD3 and PPO on Hopper, PPO on Pong pixels, DreamerV2 and
+    DreamerV3 on DMC pixels), two at a time: each runs, is evaluated and lands in results.csv, the table and a plot."""
     for module in ("mujoco", "ale_py", "dm_control", "matplotlib"):
         pytest.importorskip(module)
     out = tmp_path / "b"
     entries = bench.SUITES["smoke"]
     only = []
-    if not _dmc_pixels():  # DreamerV2's DMC entry learns from pixels: the rest of the suite runs
+    if not _dmc_pixels():  # the Dreamers' DMC entries learn from pixels: the rest of the suite runs
         only = ["--only", "sac", "td3", "ppo"]
-        entries = [e for e in entries if e.algo != "dreamer_v2"]
+        entries = [e for e in entries if not e.algo.startswith("dreamer")]
     proc = _bench("smoke", "--parallel", "2", "--out", str(out), "--status-every", "5", *only)
     text, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, text
@@ -360,6 +360,6 @@ def test_a_precision_runs_under_its_own_label(tmp_path, capsys):
 def test_the_curves_draw_each_published_figure_as_a_line_at_its_mean():
     from heron.bench import published_lines
 
-    assert published_lines("td3", "Hopper-v5") == [("TD3 paper, v1, 1M, max average return: 3564 ± 115", 3564.0)]
+    assert published_lines("td3", "Hopper-v5") == [("TD3 paper (2018), v1, 1M, max average return: 3564 ± 115", 3564.0)]
     assert [v for _, v in published_lines("sac", "HalfCheetah-v5")] == [10310.0, 11250.0]  # "~11250" too
     assert published_lines("sac", "CartPole-v1") == []

@@ -123,45 +123,120 @@ def test_a_learning_table_gives_each_figure_over_the_seeds_that_have_it():
     assert "¹ stopped early." in text
 
 
-def test_a_speed_table_takes_ratios_as_stated_or_from_both_figures():
+def test_a_note_that_several_rows_share_is_one_footnote():
     tables = _script()
 
-    def row(setting, metric, heron="", peer="", ratio="", heron_rounds="", table="t", headline="", summary=""):
+    def row(env, seed, note):
         return dict(
-            group="g",
-            setting=setting,
-            machine="m",
-            torch="",
-            peer="SB3",
-            peer_version="2.9.2",
-            metric=metric,
-            heron_value=heron,
-            peer_value=peer,
-            ratio=ratio,
-            rounds="3",
-            heron_rounds=heron_rounds,
-            peer_rounds="",
-            recorded="",
-            command="python x.py",
-            note="n",
-            headline=headline,
-            table=table,
-            summary=summary,
+            algo="td3",
+            env_id=env,
+            total_steps="1000000",
+            preset="mujoco",
+            seed=str(seed),
+            final_eval="3000",
+            best_eval="3100",
+            train_last10="",
+            note=note,
         )
 
     rows = [
-        row("rate", "env steps/s", heron_rounds="1200;1000", peer="800"),  # 1.50x, 1.25x
-        row("time", "wall s", heron="10", peer="25"),  # a time: the other's over heron's, 2.50x
-        row("stated", "updates/s", ratio="1.58", headline="yes", summary="SAC vs SB3"),
-        row("elsewhere", "updates/s", ratio="9", table="other"),
+        row("Hopper-v5", 1, "made at lr 3e-4"),
+        row("HalfCheetah-v5", 1, "made at lr 3e-4"),
+        row("Walker2d-v5", 1, "seed 1 only"),
+    ]
+    text = tables.render_learning("td3", rows)
+    assert "| Hopper-v5 | 1M¹ |" in text and "| HalfCheetah-v5 | 1M¹ |" in text
+    assert "| Walker2d-v5 | 1M² |" in text
+    assert text.count("made at lr 3e-4.") == 1 and "<br>² seed 1 only." in text
+
+
+def _speed_row(setting, metric="updates/s", **fields):
+    """A row of speed.csv: heron against SB3 on machine m, in table t, unless ``fields`` say otherwise."""
+    row = dict(
+        group="g",
+        setting=setting,
+        machine="m",
+        torch="",
+        peer="SB3",
+        peer_version="2.9.2",
+        metric=metric,
+        heron_value="",
+        peer_value="",
+        ratio="",
+        rounds="3",
+        heron_rounds="",
+        peer_rounds="",
+        recorded="",
+        command="python x.py",
+        note="n",
+        headline="",
+        table="t",
+        summary="",
+        claim="",
+    )
+    return row | fields
+
+
+def test_a_speed_table_takes_ratios_as_stated_or_from_both_figures():
+    tables = _script()
+    rows = [
+        _speed_row("rate", "env steps/s", heron_rounds="1200;1000", peer_value="800", recorded="2026-11-01"),
+        _speed_row("time", "wall s", heron_value="10", peer_value="25"),  # a time: the other's over heron's
+        _speed_row("stated", ratio="1.58", note="n; range 1.5-1.7"),
+        _speed_row("stated too", ratio="1.2"),
+        _speed_row("elsewhere", ratio="9", table="other"),
     ]
     text = tables.render_speed("t", rows)
-    assert "| 1 | rate | m | SB3 2.9.2 | 1200, 1000 | 800 | 1.50x, 1.25x | 3 |" in text
-    assert "| 2 | time | m | SB3 2.9.2 | 10 | 25 | 2.50x | 3 |" in text
-    assert "| 3 | stated |" in text and "1.58x" in text and "elsewhere" not in text
-    assert "- **1**: env steps/s; n: `python x.py`" in text
-    assert "- **3, 4**: updates/s; n: `python x.py`" in tables.render_speed("g", rows)  # the same, once
-    assert "| SAC vs SB3 | m | - | - | 1.58x |" in tables.render_speed("readme", rows)
+    assert "| 1 | rate | 1200, 1000 | 800 | 1.50x, 1.25x | m | 2026-11-01 |" in text
+    assert "| 2 | time | 10 | 25 | 2.50x | m | - |" in text
+    assert "| 3 | stated | - | - | 1.58x | m | - |" in text and "elsewhere" not in text
+    # each row's conditions and command, collapsed under the table: what rows of one metric share, once
+    assert '??? note "Conditions and commands"' in text
+    assert "    - **1**: env steps/s; SB3 2.9.2; 3 rounds; n: `python x.py`." in text
+    assert "    - **3, 4**: updates/s; SB3 2.9.2; 3 rounds; n: `python x.py`; **3**: range 1.5-1.7." in text
+    assert "| 5 | elsewhere |" in tables.render_speed("g", rows) and "| 5 |" in tables.render_speed("t other", rows)
+
+
+def test_a_comparison_measured_again_shows_once_by_its_latest_row_and_date():
+    tables = _script()
+    rows = [
+        _speed_row("SAC, float32", ratio="1.40", recorded="2026-11-20"),
+        _speed_row("TD3, float32", ratio="1.30", recorded="2026-11-20"),
+        _speed_row("SAC, float32", ratio="1.73", recorded="2026-11-27", machine="m2"),
+        _speed_row("SAC, float32", ratio="1.10", recorded="2026-11-25"),  # older than the one above
+        # the same comparison in other words (its claim says so), recorded the same day, later in the file
+        _speed_row("SAC, float32, SB3's schedule", ratio="1.58", recorded="2026-11-27", claim="SAC, float32"),
+        _speed_row("SAC, float32", ratio="2.00", recorded="2026-11-28", peer="LeanRL"),  # another peer's comparison
+    ]
+    text = tables.render_speed("t", rows)
+    assert "| 1 | SAC, float32 | - | - | 1.58x | m | 2026-11-27 |" in text  # where the comparison first stood
+    assert "| 2 | TD3, float32 | - | - | 1.30x | m | 2026-11-20 |" in text
+    assert "| 3 | SAC, float32 | - | - | 2.00x | m | 2026-11-28 |" in text
+    assert not any(old in text for old in ("1.40x", "1.73x", "1.10x", "| 4 |"))
+
+
+def test_the_readme_quotes_its_headlines_like_for_like():
+    tables = _script()
+
+    def row(setting, ratio, **fields):
+        sheeprl = dict(group="gpu", peer="sheeprl", peer_version="0.8.4", recorded="2026-11-23", summary=setting)
+        return _speed_row(setting, "s per gradient step", ratio=ratio, **(sheeprl | fields))
+
+    graphed = row("DreamerV2, heron graphed, sheeprl eager", "4.40", headline="yes")
+    eager = row("DreamerV2, both eager", "1.16")
+    other = row("DreamerV3, both eager", "0.90")  # another algorithm: not what the headline speaks for
+    with pytest.raises(SystemExit, match=r"leaves out 'DreamerV2, both eager' \(1\.16x\)"):
+        tables.render_speed("readme", [graphed, eager, other])
+    eager["headline"] = "yes"
+    text = tables.render_speed("readme", [graphed, eager, other])
+    assert "| DreamerV2, both eager | m | - | - | 1.16x | 2026-11-23 |" in text and "DreamerV3" not in text
+    assert text.index("1.16x") < text.index("4.40x")  # the weaker first
+    published = row("DreamerV2, against its published figure", "1.05", headline="yes", peer_version="published")
+    with pytest.raises(SystemExit, match="against a published figure"):
+        tables.render_speed("readme", [eager, published])
+    again = row("DreamerV2, both eager", "1.20", headline="yes", recorded="2026-12-01")
+    text = tables.render_speed("readme", [eager, again])
+    assert "1.20x | 2026-12-01 |" in text and "1.16x" not in text  # a headline measured again: its latest figure
 
 
 def test_a_bench_results_file_is_recorded_in_the_learning_file(tmp_path, monkeypatch):
@@ -262,3 +337,31 @@ def test_recorded_summaries_replace_a_benchmarks_rows_where_they_were(tmp_path, 
     tables.record_summaries(new[:1], lambda r: False, path)  # nothing replaced: at the end
     assert path.read_text().splitlines()[-1].startswith("b,x | 1,heron,11")
     assert "recorded 1 rows" in capsys.readouterr().out
+
+
+def test_a_dreamer_curve_bins_each_seeds_training_return_and_spreads_it_over_the_seeds():
+    tables = _script()
+    spec = tables.CurvePlot("dreamer_v3", "CartPole-v1", 3000, (("heron", "", "heron"),), 1000, "t", "")
+
+    def run(seed, train, side="heron", flags="", steps=3000):
+        return dict(
+            algo="dreamer_v3",
+            env_id="CartPole-v1",
+            total_steps=str(steps),
+            side=side,
+            flags=flags,
+            seed=str(seed),
+            train=train,
+        )
+
+    rows = [
+        run(2, "500:10.00 900:30.00 2500:50.00"),  # bin 2 ends no episode: its last one's return, 30
+        run(1, "400:20.00 1500:40.00 2200:60.00"),
+        run(3, "100:999.00", side="sheeprl"),  # another side's
+        run(4, "100:999.00", flags="--x 1"),  # a variant's
+        run(5, "100:999.00", steps=5000),  # another budget's
+    ]
+    x, mean, std, seeds = tables.curve_bands(spec, rows)["heron"]
+    assert x == [1000, 2000, 3000] and seeds == [1, 2]
+    # per bin, seed 1: 20, 40, 60; seed 2: mean(10, 30) = 20, 30, 50
+    assert mean == [20.0, 35.0, 55.0] and std == [0.0, 5.0, 5.0]

@@ -24,6 +24,15 @@ and a ``heron bench`` suite's entries beside the published figures (``heron.benc
     ...
     <!-- /suite-table -->
 
+and, for the API reference, the same fields as Python sees them (keyword and flag, type, default as
+a Python value) between
+
+    <!-- config-table NAME -->
+    ...
+    <!-- /config-table -->
+
+where NAME is ``common`` or an algorithm, as for the options tables.
+
 ``--check`` changes nothing and exits 1 when a page's table is not what the code gives (the test
 suite runs it).
 
@@ -37,6 +46,7 @@ import argparse
 import dataclasses
 import re
 import sys
+import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +59,7 @@ from heron.config import RunConfig, field_types, flag, type_name  # noqa: E402
 BLOCK = re.compile(r"(<!-- options-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /options-table -->)", re.S)
 PRESETS_BLOCK = re.compile(r"(<!-- presets-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /presets-table -->)", re.S)
 SUITE_BLOCK = re.compile(r"(<!-- suite-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /suite-table -->)", re.S)
+CONFIG_BLOCK = re.compile(r"(<!-- config-table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /config-table -->)", re.S)
 
 
 def shown(value) -> str:
@@ -124,7 +135,92 @@ def render(name: str) -> str:
     else:
         raise SystemExit(f"unknown options table {name!r}: common or one of {', '.join(registry.ALGOS)}")
     lines = ["| flag | values | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| {a} | {_cell(b)} | {c} | {_cell(d)} |" for a, b, c, d in rows]
+    lines += [f"| {a} | {_cell(b)} | {c} | {_text(d)} |" for a, b, c, d in rows]
+    return "\n".join(lines) + "\n"
+
+
+def py_value(value) -> str:
+    """A default as Python writes it: a keyword of ``heron.train``, a value of a config file."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float) and value != 0 and abs(value) < 1e-2:  # 3e-4, not 0.0003
+        return shown(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(py_value, value)) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
+def py_type(f: dataclasses.Field, kind) -> str:
+    """A field's type as Python spells it (``int``, ``tuple[int, ...]``), or its allowed values."""
+    choices = f.metadata.get("choices")
+    if choices:
+        return " | ".join(f"`{py_value(c)}`" for c in choices)
+    if typing.get_origin(kind) is tuple:
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"`tuple[{args[0].__name__}, ...]`"
+        return f"`tuple[{', '.join(a.__name__ for a in args)}]`"
+    return f"`{getattr(kind, '__name__', kind)}`"
+
+
+def _text(text: str) -> str:
+    """Help text as literal Markdown: ``runs/<env>__<algo>`` is neither an HTML tag nor bold."""
+    for char in "\\`*_[]":
+        text = text.replace(char, "\\" + char)
+    return _cell(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+def _by_algo(values: dict[str, str], base: str) -> str:
+    """``values`` (algorithm -> cell text) in one cell: ``base`` first and unlabelled, when some
+    algorithm has it, then each other text after the names of the algorithms that have it."""
+    groups: dict[str, list[str]] = {base: []}
+    for algo, value in values.items():
+        groups.setdefault(value, []).append(algo)
+    return "<br>".join(
+        value if value == base else f"{', '.join(algos)}: {value}" for value, algos in groups.items() if algos
+    )
+
+
+def config_rows(name: str) -> list[tuple[str, str, str, str]]:
+    """(keyword and flag, type, default, meaning) of ``common`` (RunConfig's fields) or of an
+    algorithm's own fields. Where an algorithm gives a common field another default or another help
+    text, the cell adds that algorithm's, after RunConfig's."""
+    if name == "common":
+        cls: type = RunConfig
+        classes = {algo: registry.get(algo).Config for algo in registry.ALGOS}
+        fields = list(dataclasses.fields(RunConfig))
+    elif name in registry.ALGOS:
+        cls = registry.get(name).Config
+        classes = {name: cls}
+        shared = {f.name for f in dataclasses.fields(RunConfig)}
+        fields = [f for f in dataclasses.fields(cls) if f.name not in shared]
+    else:
+        raise SystemExit(f"unknown config table {name!r}: common or one of {', '.join(registry.ALGOS)}")
+    types = field_types(cls)
+    configs = {algo: c() for algo, c in classes.items()}
+    own = {algo: {g.name: g for g in dataclasses.fields(c)} for algo, c in classes.items()}
+    rows = []
+    for f in fields:
+        helps = {algo: _text(own[algo][f.name].metadata.get("help", "")) for algo in classes}
+        defaults = {algo: f"`{py_value(getattr(cfg, f.name))}`" for algo, cfg in configs.items()}
+        rows.append(
+            (
+                f"`{f.name}`<br>`--{flag(f.name)}`",
+                py_type(f, types[f.name]),
+                _by_algo(defaults, f"`{py_value(f.default)}`"),
+                _by_algo(helps, _text(f.metadata.get("help", ""))),
+            )
+        )
+    return rows
+
+
+def render_config(name: str) -> str:
+    lines = ["| keyword / flag | type | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| {a} | {_cell(b)} | {c} | {d} |" for a, b, c, d in config_rows(name)]
     return "\n".join(lines) + "\n"
 
 
@@ -161,6 +257,7 @@ def update_docs(check: bool, docs: Path = ROOT / "docs") -> list[str]:
         new = BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
         new = PRESETS_BLOCK.sub(lambda m: m.group(1) + render_presets(m.group("name")) + m.group(4), new)
         new = SUITE_BLOCK.sub(lambda m: m.group(1) + render_suite(m.group("name")) + m.group(4), new)
+        new = CONFIG_BLOCK.sub(lambda m: m.group(1) + render_config(m.group("name")) + m.group(4), new)
         if new != text:
             stale.append(str(page.relative_to(ROOT)))
             if not check:
