@@ -49,6 +49,7 @@ from heron.errors import HeronError
 from heron.ops import dist
 from heron.ops import torch_private as private
 from heron.ops.adam import Adam
+from heron.rl.batch_renorm import RenormMLP
 from heron.rl.nets import FLOAT32_OUT, EnsembleMLP, ReluMLP, TanhMLP
 
 MODES = ("32", "tf32", "bf16-mixed", "16-mixed")
@@ -63,7 +64,7 @@ COMPUTE_LAYERS = (
     nn.GRU,
     nn.LSTM,
 )
-FUSED = (EnsembleMLP, ReluMLP, TanhMLP)  # cast inside their one autograd node (heron.ops.fused): no hooks
+FUSED = (EnsembleMLP, ReluMLP, TanhMLP, RenormMLP)  # cast inside their one autograd node (heron.ops.fused): no hooks
 
 
 def check(mode: str, device: str) -> None:

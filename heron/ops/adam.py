@@ -138,6 +138,6 @@ class Adam(torch.optim.Adam):
         self._lean = None
 
 
-def adam(params, lr: float, eps: float = 1e-8) -> Adam:
+def adam(params, lr: float, eps: float = 1e-8, beta1: float = 0.9) -> Adam:
     """Adam with the fused kernel and the lean step (``Adam``)."""
-    return Adam(params, lr=lr, eps=eps, fused=True)
+    return Adam(params, lr=lr, betas=(beta1, 0.999), eps=eps, fused=True)

@@ -59,6 +59,8 @@ def supported(cfg: Any, nets: Any, prec: Precision) -> str | None:
     """None when the hand-written step applies to the run, else why not (the autograd step runs)."""
     if (why := offpolicy_reason(cfg, prec)) is not None:
         return why
+    if getattr(cfg, "crossq", False):
+        return "--crossq: batch renormalisation and the joint critic forward are autograd's"
     return "recurrent networks" if nets.actor.encoder.state_size else None
 
 

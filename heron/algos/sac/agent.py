@@ -13,10 +13,13 @@ import torch
 
 from heron.accel.acting import Policy
 from heron.algos import offpolicy
+from heron.algos.sac import crossq
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, Critic, build
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point
+from heron.errors import HeronError
+from heron.ops import dist
 from heron.ops.adam import adam
 from heron.runtime.run import Run
 
@@ -24,6 +27,11 @@ from heron.runtime.run import Run
 def check(cfg: Config) -> dict:
     """Reject an env whose spaces SAC cannot handle, before a run directory exists; returns the
     spaces a checkpoint saves (resume and eval compare them)."""
+    if cfg.crossq and dist.from_env().size > 1:
+        raise HeronError(
+            "--crossq trains in one process: under torchrun each rank's batch renormalisation would keep "
+            "statistics of its own"
+        )
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
@@ -33,6 +41,8 @@ def check(cfg: Config) -> dict:
 
 
 def networks(cfg: Config, spaces: dict) -> tuple[Actor, Critic]:
+    if cfg.crossq:
+        return crossq.build(spaces["obs_shape"][0], spaces["action_low"], spaces["action_high"], cfg)
     return build(
         spaces["obs_shape"][0],
         spaces["action_low"],
@@ -41,6 +51,7 @@ def networks(cfg: Config, spaces: dict) -> tuple[Actor, Critic]:
         cfg.obs_norm,
         cfg.recurrent,
         cfg.rnn_hidden_size,
+        tuple(cfg.critic_hidden_sizes),
     )
 
 
@@ -56,7 +67,7 @@ class Nets:
 
     actor: Actor
     critic: Critic
-    critic_target: Critic
+    critic_target: Critic | None  # None: CrossQ has none
     actor_opt: torch.optim.Optimizer
     q_opt: torch.optim.Optimizer
     alpha_opt: torch.optim.Optimizer
@@ -66,7 +77,7 @@ class Nets:
 
     def saved(self) -> dict:
         """What a checkpoint holds besides the actor (the policy's own state)."""
-        return {
+        saved = {
             "critic": self.critic,
             "critic_target": self.critic_target,
             "log_alpha": self.log_alpha,
@@ -74,6 +85,7 @@ class Nets:
             "q_opt": self.q_opt,
             "alpha_opt": self.alpha_opt,
         }
+        return {k: v for k, v in saved.items() if v is not None}
 
 
 def make_nets(cfg: Config, run: Run, spaces: dict) -> Nets:
@@ -82,14 +94,15 @@ def make_nets(cfg: Config, run: Run, spaces: dict) -> Nets:
     device = run.device
     actor, critic = networks(cfg, spaces)
     actor, critic = actor.to(device), critic.to(device)
-    critic_target = copy.deepcopy(critic)
-    critic_target.requires_grad_(False)
-    for enc in critic_target.members():
-        enc.norm = actor.encoder.norm  # one normalizer for all: targets normalize with the live statistics
+    critic_target = None if cfg.crossq else copy.deepcopy(critic)
+    if critic_target is not None:
+        critic_target.requires_grad_(False)
+        for enc in critic_target.members():
+            enc.norm = actor.encoder.norm  # one normalizer for all: targets normalize with the live statistics
     run.sync_start(actor=actor, critic=critic)
-    run.precision.apply(actor, critic, critic_target)  # --precision: autocast around their layers
-    actor_opt = adam(list(actor.parameters()), cfg.policy_lr)
-    q_opt = adam(list(critic.parameters()), cfg.q_lr)
+    run.precision.apply(*(m for m in (actor, critic, critic_target) if m is not None))  # --precision: autocast
+    actor_opt = adam(list(actor.parameters()), cfg.policy_lr, beta1=cfg.adam_beta1)
+    q_opt = adam(list(critic.parameters()), cfg.q_lr, beta1=cfg.adam_beta1)
     target_entropy = -cfg.target_entropy_scale * actor.action_dim  # -|A| (SAC v2)
     log_alpha = torch.tensor(math.log(cfg.alpha) if cfg.autotune else 0.0, device=device, requires_grad=cfg.autotune)
     fixed_alpha = torch.tensor(cfg.alpha, device=device)
@@ -97,5 +110,5 @@ def make_nets(cfg: Config, run: Run, spaces: dict) -> Nets:
     def current_alpha() -> torch.Tensor:
         return log_alpha.detach().exp() if cfg.autotune else fixed_alpha
 
-    alpha_opt = adam([log_alpha], cfg.q_lr)  # CleanRL: alpha shares the Q lr
+    alpha_opt = adam([log_alpha], cfg.q_lr, beta1=cfg.adam_beta1)  # CleanRL: alpha shares the Q lr
     return Nets(actor, critic, critic_target, actor_opt, q_opt, alpha_opt, log_alpha, current_alpha, target_entropy)

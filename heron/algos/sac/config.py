@@ -14,7 +14,9 @@ from heron.errors import HeronError
 class Config(OffPolicyConfig):
     policy_lr: float = opt(3e-4, "actor learning rate (CleanRL)")
     q_lr: float = opt(1e-3, "critic learning rate (CleanRL); also the entropy coefficient's")
-    policy_frequency: int = opt(2, "actor update every N gradient steps, done N times to compensate (CleanRL)")
+    policy_frequency: int = opt(
+        2, "actor update every N gradient steps, done N times to compensate (CleanRL); once with --crossq"
+    )
     target_network_frequency: int = opt(1, "Polyak update of the target critics every N gradient steps")
     autotune: bool = opt(True, "tune the entropy coefficient automatically (SAC v2)")
     alpha: float = opt(0.2, "entropy coefficient (initial value when --autotune)")
@@ -26,6 +28,17 @@ class Config(OffPolicyConfig):
     rnn_hidden_size: int = opt(128, "recurrent state size (with --recurrent)")
     sequence_length: int = opt(16, "length of sampled training sequences (with --recurrent)")
     burn_in: int = opt(0, "leading steps of each sequence that only warm up the recurrent state")
+    crossq: bool = opt(
+        False,
+        "CrossQ (Bhatt et al. 2024): batch renormalisation in actor and critics, one critic forward on "
+        "(s, a) and (s', a') together, no target networks (--preset crossq: the paper's settings)",
+    )
+    critic_hidden_sizes: tuple[int, ...] = opt((), "critic hidden layer sizes (empty: --hidden-sizes)")
+    bn_momentum: float = opt(0.01, "--crossq: rate at which batch renormalisation's running statistics move")
+    bn_warmup: int = opt(
+        100_000, "--crossq: training forwards of each batch renormalisation layer before it renormalises"
+    )
+    adam_beta1: float = opt(0.9, "Adam's first-moment decay for the actor, critics and entropy coefficient")
     fused_update: bool = opt(
         True,
         "the hand-written gradient step (heron/accel/handwritten/sac.py) where it applies: "
@@ -37,6 +50,16 @@ class Config(OffPolicyConfig):
         for name in ("target_network_frequency", "rnn_hidden_size", "sequence_length"):
             if getattr(self, name) <= 0:
                 raise HeronError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.critic_hidden_sizes and min(self.critic_hidden_sizes) <= 0:
+            raise HeronError(f"--critic-hidden-sizes must be positive, got {list(self.critic_hidden_sizes)}")
+        if not 0.0 < self.bn_momentum <= 1.0:
+            raise HeronError(f"--bn-momentum must be in (0, 1], got {self.bn_momentum}")
+        if self.bn_warmup < 0:
+            raise HeronError(f"--bn-warmup must be >= 0, got {self.bn_warmup}")
+        if not 0.0 <= self.adam_beta1 < 1.0:
+            raise HeronError(f"--adam-beta1 must be in [0, 1), got {self.adam_beta1}")
+        if self.crossq and self.recurrent != "none":
+            raise HeronError("--crossq has feed-forward networks: it does not combine with --recurrent")
         if self.alpha < 0 or (self.autotune and self.alpha == 0):
             raise HeronError(f"--alpha must be >= 0 (> 0 with --autotune, its initial value), got {self.alpha}")
         if self.recurrent == "none":
@@ -74,6 +97,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         policy_lr=1e-3,
         eval_every=5000,
         eval_episodes=30,
+    ),
+    # CrossQ's settings (Bhatt et al. 2024, and sb3-contrib's CrossQ where the paper leaves them open):
+    # learning rate 1e-3 for actor, critics and entropy coefficient; Adam beta1 0.5; the actor every
+    # third update; 2048-wide critics and 256-wide actor; batch renormalisation with momentum 0.01
+    # (the paper's 0.99 in flax's convention) and 100k warm-up forwards
+    "crossq": dict(
+        crossq=True,
+        policy_lr=1e-3,
+        q_lr=1e-3,
+        adam_beta1=0.5,
+        policy_frequency=3,
+        hidden_sizes=(256, 256),
+        critic_hidden_sizes=(2048, 2048),
+        bn_momentum=0.01,
+        bn_warmup=100_000,
     ),
     "mujoco": dict(
         total_steps=1_000_000,

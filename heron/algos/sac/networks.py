@@ -11,6 +11,7 @@ from torch import nn
 
 from heron.accel import acting
 from heron.accel.acting import Acting, as_like
+from heron.ops.fused import ReluMLP
 from heron.rl.distributions import TanhGaussian
 from heron.rl.nets import Encoder, EnsembleMLP, RunningNorm, mlp
 
@@ -22,11 +23,18 @@ class Actor(nn.Module):
     scale: torch.Tensor  # a buffer
     bias: torch.Tensor  # a buffer
 
-    def __init__(self, encoder: Encoder, hidden: tuple[int, ...], low: torch.Tensor, high: torch.Tensor):
+    def __init__(
+        self,
+        encoder: Encoder,
+        hidden: tuple[int, ...],
+        low: torch.Tensor,
+        high: torch.Tensor,
+        net: nn.Module | None = None,  # instead of the ReLU MLP (CrossQ's: heron.algos.sac.crossq)
+    ):
         super().__init__()
         self.encoder = encoder
         self.action_dim = low.numel()
-        self.net = mlp(encoder.out_dim, hidden, 2 * self.action_dim)
+        self.net = net if net is not None else mlp(encoder.out_dim, hidden, 2 * self.action_dim)
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("bias", (high + low).float() / 2)
 
@@ -104,6 +112,8 @@ class NumpyActor:
     def of(actor: Actor, num_envs: int, mixed: bool = False) -> NumpyActor | None:
         """The numpy actor where it applies (feed-forward, ``acting.eligible``), else None.
         ``mixed``: under mixed precision too, in float32 (training's acting; ``heron.accel.acting``)."""
+        if not isinstance(actor.net, ReluMLP):  # the twin runs a ReLU MLP's layers (not CrossQ's)
+            return None
         amp = None if mixed else actor.net.amp_dtype
         ok = actor.encoder.state_size == 0 and acting.eligible(num_envs, acting.linears(actor.net), amp)
         return NumpyActor(actor) if ok else None
@@ -126,10 +136,16 @@ class Critic(nn.Module):
 
     encoders: nn.ModuleList  # of Encoder
 
-    def __init__(self, encoders: list[Encoder], hidden: tuple[int, ...], action_dim: int):
+    def __init__(
+        self,
+        encoders: list[Encoder],
+        hidden: tuple[int, ...],
+        action_dim: int,
+        q: nn.Module | None = None,  # instead of the ReLU ensemble (CrossQ's: heron.algos.sac.crossq)
+    ):
         super().__init__()
         self.encoders = nn.ModuleList(encoders)
-        self.q = EnsembleMLP(len(encoders), encoders[0].out_dim + action_dim, hidden, 1)
+        self.q = q if q is not None else EnsembleMLP(len(encoders), encoders[0].out_dim + action_dim, hidden, 1)
 
     def members(self) -> list[Encoder]:
         """Each critic's encoder."""
@@ -170,8 +186,10 @@ def build(
     obs_norm: bool,
     recurrent: str,
     rnn_hidden: int,
+    critic_hidden: tuple[int, ...] = (),  # empty: ``hidden``
 ) -> tuple[Actor, Critic]:
     norm = RunningNorm((obs_dim,), enabled=obs_norm)
     actor = Actor(Encoder(obs_dim, norm, recurrent, rnn_hidden), hidden, low, high)
-    critic = Critic([Encoder(obs_dim, norm, recurrent, rnn_hidden) for _ in range(2)], hidden, low.numel())
+    critics = [Encoder(obs_dim, norm, recurrent, rnn_hidden) for _ in range(2)]
+    critic = Critic(critics, critic_hidden or hidden, low.numel())
     return actor, critic

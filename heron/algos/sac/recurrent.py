@@ -42,6 +42,7 @@ def make_update(
     """The gradient step on sequences, through autograd: ``update(batch, update_actor) -> metrics``,
     batch fields [B, L, ...] with the recurrent states stored before each sequence's first step."""
     actor, critic, critic_target = nets.actor, nets.critic, nets.critic_target
+    assert critic_target is not None, "SAC's target critics"
     log_alpha, current_alpha, target_entropy = nets.log_alpha, nets.current_alpha, nets.target_entropy
     actor_opt, q_opt, alpha_opt = nets.actor_opt, nets.q_opt, nets.alpha_opt
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
@@ -136,6 +137,7 @@ def train(cfg: Config, run: Run) -> dict:
     update = build_step(cfg, make_update(cfg, nets, prec), "sac", nets, prec, record=False, log=run.logger.print)
     # --batch-size counts transitions: batch_size / sequence_length windows [B, L] (this process's share)
     shape = (max(1, run.local(cfg.batch_size) // cfg.sequence_length), cfg.sequence_length)
+    assert nets.critic_target is not None, "SAC's target critics"
     polyak = Polyak((nets.critic_target, critic))
     optimizers = (nets.actor_opt, nets.q_opt, nets.alpha_opt)
     learn = Learn(cfg, update, rb, shape, polyak, optimizers, sequences=True)

@@ -19,7 +19,7 @@ import torch
 from heron.accel.acting import Policy, as_like
 from heron.accel.step import Learn, build_step
 from heron.algos import offpolicy
-from heron.algos.sac import losses, recurrent
+from heron.algos.sac import crossq, losses, recurrent
 from heron.algos.sac.agent import Nets, check, load_policy, make_nets
 from heron.algos.sac.config import Config
 from heron.algos.sac.networks import make_acting
@@ -42,6 +42,7 @@ def make_update(
     (``heron.accel.handwritten.sac`` is the same step written out; the step builder checks the two
     agree before a run takes it)."""
     actor, critic, critic_target, alpha = nets.actor, nets.critic, nets.critic_target, nets.current_alpha
+    assert critic_target is not None, "SAC's target critics"
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
 
     def update(batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor]:
@@ -101,8 +102,9 @@ def train(cfg: Config, run: Run) -> dict:
 
     # -- one gradient step: sample, update, average the targets -------------------------------------
     prec = run.precision
-    update = build_step(cfg, make_update(cfg, nets, prec), "sac", nets, prec, record=False, log=run.logger.print)
-    polyak = Polyak((nets.critic_target, nets.critic))
+    readable = (crossq.make_update if cfg.crossq else make_update)(cfg, nets, prec)
+    update = build_step(cfg, readable, "sac", nets, prec, record=False, log=run.logger.print)
+    polyak = Polyak((nets.critic_target, nets.critic)) if nets.critic_target is not None else Polyak()  # CrossQ: none
     optimizers = (nets.actor_opt, nets.q_opt, nets.alpha_opt)
     learn = Learn(cfg, update, rb, (run.local(cfg.batch_size),), polyak, optimizers)  # this process's share
 
