@@ -9,3 +9,5 @@ _ = SimpleNamespace()
 _._warned_capturable_if_run_uncaptured  # noqa: B018
 # pybullet_envs reads it from the pkg_resources stand-in (heron.envs.pybullet)
 _.parse_version  # noqa: B018
+# torch prints it in a module's repr (heron.rl.batch_renorm.BatchRenorm)
+_.extra_repr  # noqa: B018
