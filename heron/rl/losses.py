@@ -12,3 +12,14 @@ def critic_losses(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     al. 2018, Algorithm 1): the critics' losses are summed for one optimizer step."""
     assert q.dim() == 2 and q.shape[1] == target.shape[0]
     return (q - target.detach()).pow(2).mean(1)
+
+
+def critic_metrics(q: torch.Tensor, qf_losses: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The twin critics' logged values and losses (CleanRL's names): q [E, B], qf_losses [E]."""
+    return {
+        "losses/qf1_values": q[0].mean().detach(),
+        "losses/qf2_values": q[1].mean().detach(),
+        "losses/qf1_loss": qf_losses[0].detach(),
+        "losses/qf2_loss": qf_losses[1].detach(),
+        "losses/qf_loss": qf_losses.detach().mean(),
+    }

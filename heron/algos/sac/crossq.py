@@ -21,6 +21,7 @@ from heron.algos.sac.networks import Actor, Critic
 from heron.rl.batch_renorm import RenormMLP
 from heron.rl.buffers import discount
 from heron.rl.distributions import TanhGaussian
+from heron.rl.losses import critic_metrics
 from heron.rl.nets import Encoder, RunningNorm, requires_grad
 
 if TYPE_CHECKING:
@@ -94,13 +95,7 @@ def make_update(
         )
         qf_losses = losses.critic_losses(q, target)  # [E]
         prec.optimize(nets.q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)
-        metrics = {
-            "losses/qf1_values": q[0].mean().detach(),
-            "losses/qf2_values": q[1].mean().detach(),
-            "losses/qf1_loss": qf_losses[0].detach(),
-            "losses/qf2_loss": qf_losses[1].detach(),
-            "losses/qf_loss": qf_losses.detach().mean(),
-        }
+        metrics = critic_metrics(q, qf_losses)
         if update_actor:
             pi_actions, log_prob = actor.sample(actor.features(obs), train=True)
             requires_grad(critic_params, False)  # the actor loss needs dQ/da only, not critic weight grads

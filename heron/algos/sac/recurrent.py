@@ -24,6 +24,7 @@ from heron.algos.sac.config import Config
 from heron.envs.native import vector_env
 from heron.errors import HeronError
 from heron.rl.buffers import discount
+from heron.rl.losses import critic_metrics
 from heron.rl.nets import Polyak, requires_grad
 from heron.rl.schedules import lr_lambda, set_lr
 from heron.runtime.run import Run
@@ -79,13 +80,7 @@ def make_update(
         q = critic.values(q_feats[:, :, keep].flatten(1, 2), batch["actions"][:, keep].flatten(0, 1))  # [E, M]
         qf_losses = losses.critic_losses(q, target[:, keep].flatten())  # [E]
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)
-        metrics = {
-            "losses/qf1_values": q[0].mean().detach(),
-            "losses/qf2_values": q[1].mean().detach(),
-            "losses/qf1_loss": qf_losses[0].detach(),
-            "losses/qf2_loss": qf_losses[1].detach(),
-            "losses/qf_loss": qf_losses.detach().mean(),
-        }
+        metrics = critic_metrics(q, qf_losses)
 
         if update_actor:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)

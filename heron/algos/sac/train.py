@@ -25,6 +25,7 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import make_acting
 from heron.envs.native import vector_env
 from heron.rl.buffers import discount
+from heron.rl.losses import critic_metrics
 from heron.rl.nets import Polyak, requires_grad
 from heron.rl.schedules import lr_lambda, set_lr
 from heron.runtime.run import Run
@@ -57,13 +58,7 @@ def make_update(
         q = critic.values(critic.features(obs), actions)  # [E, B]
         qf_losses = losses.critic_losses(q, target)  # [E]
         prec.optimize(nets.q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)
-        metrics = {
-            "losses/qf1_values": q[0].mean().detach(),
-            "losses/qf2_values": q[1].mean().detach(),
-            "losses/qf1_loss": qf_losses[0].detach(),
-            "losses/qf2_loss": qf_losses[1].detach(),
-            "losses/qf_loss": qf_losses.detach().mean(),
-        }
+        metrics = critic_metrics(q, qf_losses)
         if update_actor:
             # CleanRL: every policy_frequency steps, policy_frequency actor steps (compensating delay)
             with torch.no_grad():

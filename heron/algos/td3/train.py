@@ -27,6 +27,7 @@ from heron.envs.make import probe_spaces, require_box_actions, require_vector_ob
 from heron.envs.native import require_vector_entry_point, vector_env
 from heron.ops.adam import adam
 from heron.rl.buffers import STEP_FIELDS, discount
+from heron.rl.losses import critic_metrics
 from heron.rl.nets import Polyak, requires_grad
 from heron.runtime.run import Run
 
@@ -94,13 +95,7 @@ def make_update(
         q = critic(obs, batch["actions"])  # step 10: [2, B]
         qf_losses = losses.critic_losses(q, target)  # step 11
         prec.optimize(q_opt, qf_losses.sum(), critic_params, cfg.max_grad_norm)  # step 12
-        metrics = {
-            "losses/qf1_values": q[0].mean().detach(),
-            "losses/qf2_values": q[1].mean().detach(),
-            "losses/qf1_loss": qf_losses[0].detach(),
-            "losses/qf2_loss": qf_losses[1].detach(),
-            "losses/qf_loss": qf_losses.detach().mean(),
-        }
+        metrics = critic_metrics(q, qf_losses)
         if update_actor:  # step 13: delayed policy update through Q1
             requires_grad(critic_params, False)  # the actor loss needs dQ1/da only, not critic weight grads
             actor_loss = losses.actor_loss(critic.q1(obs, actor(obs)))
