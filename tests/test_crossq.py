@@ -181,12 +181,3 @@ def test_crossq_learns_pendulum_and_its_evaluation_repeats(tmp_path, capsys):
     obs = torch.zeros(3).numpy()
     assert (policy.predict(obs) == policy.predict(obs)).all()
     assert heron.evaluate(str(run))["mean_return"] == pytest.approx(result["mean_return"], rel=1e-6)
-
-
-def test_crossq_under_torchrun_is_refused_before_anything_is_written(monkeypatch):
-    from heron.algos.sac.agent import check
-
-    for key, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")):
-        monkeypatch.setenv(key, value)
-    with pytest.raises(HeronError, match="one process"):
-        check(Config(crossq=True, env_id="Pendulum-v1"))

@@ -3,6 +3,7 @@ world size 1 as a no-op."""
 
 import os
 import socket
+from unittest import mock
 
 import pytest
 import torch
@@ -82,6 +83,7 @@ def _worker(rank: int, port: int) -> None:
             dist.check_in_sync({"net": net})
         _td3_half_batches_equal_the_whole_batch(rank)
         _ppo_half_minibatches_equal_the_whole_minibatch(rank)
+        _crossq_half_batches_equal_the_whole_batch(rank)
         tdist.barrier()  # no rank tears the group down while the other still reads from it
     finally:
         tdist.destroy_process_group()
@@ -142,6 +144,64 @@ def _td3_half_batches_equal_the_whole_batch(rank: int) -> None:
     ):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     dist.check_in_sync({"actor": split[0], "critic": split[1]})
+
+
+def _crossq_half_batches_equal_the_whole_batch(rank: int) -> None:
+    """Three CrossQ updates (the actor on the third) past the batch renormalisation's warm-up: rank
+    r trains on half r of each batch, its layers' statistics over both halves and its gradients
+    averaged; every rank also trains a copy alone on the whole batch. Same parameters and running
+    statistics within float tolerance, identical bits across ranks."""
+    from heron.algos.sac import crossq
+    from heron.algos.sac.agent import Nets
+    from heron.algos.sac.config import Config
+    from heron.rl.batch_renorm import BatchRenorm
+
+    cfg = Config(hidden_sizes=(16,), critic_hidden_sizes=(16,), bn_warmup=1, policy_frequency=3)
+
+    class Step:  # the run's optimizer step (heron.accel.precision), its gradient all-reduce optional
+        def __init__(self, reduce):
+            self.reduce = reduce
+
+        def optimize(self, opt, loss, params, max_norm=0.0):
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.reduce:
+                dist.all_reduce_grads(params)
+            opt.step()
+
+        def update(self):
+            pass
+
+    def make(reduce):
+        torch.manual_seed(0)
+        actor, critic = crossq.build(3, -torch.ones(1), torch.ones(1), cfg)
+        for layer in [*actor.modules(), *critic.modules()]:
+            if isinstance(layer, BatchRenorm):
+                layer.across_ranks = reduce  # the whole-batch copy's statistics are its own
+        log_alpha = torch.zeros((), requires_grad=True)
+        opts = [torch.optim.Adam(p, lr=1e-3) for p in (actor.parameters(), critic.parameters(), [log_alpha])]
+        nets = Nets(actor, critic, None, *opts, log_alpha, lambda: log_alpha.detach().exp(), -1.0)
+        return nets, crossq.make_update(cfg, nets, Step(reduce))
+
+    (split, split_update), (whole, whole_update) = make(True), make(False)
+    for i in range(3):
+        g = torch.Generator().manual_seed(200 + i)  # the same global batch on both ranks
+        batch = {
+            "obs": torch.randn(8, 3, generator=g),
+            "next_obs": torch.randn(8, 3, generator=g) + 1.0,
+            "actions": torch.rand(8, 1, generator=g) * 2 - 1,
+            "rewards": torch.randn(8, generator=g),
+            "terminated": torch.rand(8, generator=g) < 0.2,
+        }
+        half = {k: v[4 * rank : 4 * rank + 4] for k, v in batch.items()}
+        with mock.patch("torch.randn_like", torch.zeros_like):  # the Gaussians' means: no draws to align
+            split_update(half, i == 2)
+            whole_update(batch, i == 2)
+    for name in ("actor", "critic"):
+        a, b = getattr(split, name).state_dict(), getattr(whole, name).state_dict()
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=f"{name}.{key}")
+    dist.check_in_sync({"actor": split.actor, "critic": split.critic})
 
 
 def _ppo_half_minibatches_equal_the_whole_minibatch(rank: int) -> None:

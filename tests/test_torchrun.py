@@ -118,6 +118,8 @@ OFF = [
 RUNS = {
     "td3": ["td3", *OFF],
     "sac": ["sac", *OFF],
+    # batch renormalisation's statistics over both ranks' rows: running statistics identical ("actor", "critic")
+    "crossq": ["sac", *OFF, "--preset", "crossq", "--critic-hidden-sizes", "32", "32", "--bn-warmup", "300"],
     # every statistic PPO keeps: observations, values, the reward scale; and the collective KL stop
     "ppo": [
         "ppo",
@@ -177,7 +179,7 @@ def _check_one_run(run: Path, algo: str, output: str) -> None:
     assert shared and all(_equal(zero[k], one[k]) for k in shared)
     assert not _equal(zero["envs"]["rng"], one["envs"]["rng"])
     assert not _equal(zero["rng"], one["rng"])
-    if algo in ("td3", "sac"):
+    if algo in ("td3", "sac", "crossq"):
         first_obs = [
             torch.load(run / "checkpoints" / f"step_{zero['step']:09d}{part}.buffer.pt", weights_only=True)["data"][
                 "obs"
@@ -192,7 +194,7 @@ def _check_one_run(run: Path, algo: str, output: str) -> None:
     assert len([p for p in run.iterdir() if p.name.startswith("events.out")]) == 1
 
 
-@pytest.mark.parametrize("algo", ["sac", "ppo", "dreamer_v2", "dreamer_v3"])  # td3: the SIGTERM test below
+@pytest.mark.parametrize("algo", ["sac", "crossq", "ppo", "dreamer_v2", "dreamer_v3"])  # td3: the SIGTERM test below
 def test_two_processes_train_one_run(algo, tmp_path):
     run = tmp_path / "run"
     _check_one_run(run, algo, _torchrun(["train", *RUNS[algo], "--progress", "log", "--run-dir", str(run)]))

@@ -198,6 +198,22 @@ def global_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     return mean.to(x.device), (m2 / max(n, 1)).to(x.device), n
 
 
+def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    """``x`` summed over all ranks, differentiably: the backward pass sums the ranks' gradients
+    likewise (batch renormalisation's statistics over every rank's share of a batch). World size 1:
+    ``x``."""
+    if not _active():
+        return x
+    from torch.distributed.nn.functional import all_reduce
+
+    return all_reduce(x)
+
+
+def world_size() -> int:
+    """How many ranks train together (1 without torchrun)."""
+    return tdist.get_world_size() if _active() else 1
+
+
 def all_gather_cat(x: torch.Tensor) -> torch.Tensor:
     """Every rank's ``x`` (the same shape on each) concatenated along the first dimension in rank
     order, on every rank (world size 1: ``x``)."""

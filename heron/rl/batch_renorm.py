@@ -14,6 +14,10 @@ y = (x - mu) / sigma. Both are followed by a learnt scale and shift.
 
 The mode is an argument of every call (``forward(x, train)``), not module state: CrossQ switches
 it around each forward of one gradient step, and a policy acting in an env always evaluates.
+Under torchrun each rank's batch is its share of one batch: the batch's mean and variance are those
+of all the ranks' rows together (their sums all-reduced, differentiably), so that data-parallel
+training computes what one process computes on the whole batch, and the running statistics stay
+identical on every rank.
 The running statistics move towards each training batch's, ``stat += momentum * (batch - stat)``,
 with the batch's unbiased variance (as ``torch.nn.BatchNorm1d`` keeps it); the warm-up counter is a
 buffer, so a checkpoint carries it with the statistics, and reading it never waits for a device.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from heron.ops import dist
 from heron.rl.nets import EnsembleLinear
 
 
@@ -35,6 +40,7 @@ class BatchRenorm(nn.Module):
     mean: torch.Tensor  # buffers: the running mean and variance [..., F], the training forwards so far
     var: torch.Tensor
     steps: torch.Tensor
+    across_ranks = True  # under torchrun, statistics over every rank's rows (False: this process's alone)
 
     def __init__(
         self,
@@ -60,15 +66,22 @@ class BatchRenorm(nn.Module):
             y = (x.float() - self.mean) * torch.rsqrt(self.var + self.eps)
             return (y * self.weight + self.bias).to(x.dtype)
         xf = x.float()  # statistics in float32 under --precision bf16-mixed
-        mu_b = xf.mean(-2, keepdim=True)
-        var_b = xf.var(-2, unbiased=False, keepdim=True)
+        ranks = dist.world_size() if self.across_ranks else 1
+        if ranks == 1:
+            n = x.shape[-2]
+            mu_b = xf.mean(-2, keepdim=True)
+            var_b = xf.var(-2, unbiased=False, keepdim=True)
+        else:  # the sums of every rank's rows: the whole batch's moments on every rank
+            n = x.shape[-2] * ranks
+            sums = dist.sum_over_ranks(torch.cat([xf.sum(-2, keepdim=True), (xf * xf).sum(-2, keepdim=True)], -2))
+            mu_b = sums[..., :1, :] / n
+            var_b = (sums[..., 1:, :] / n - mu_b * mu_b).clamp_min(0.0)
         sigma_b = (var_b + self.eps).sqrt()
         with torch.no_grad():
             sigma = (self.var + self.eps).sqrt()
             renorm = self.steps >= self.warmup  # a tensor: no host sync
             r = torch.where(renorm, (sigma_b / sigma).clamp(1 / self.r_max, self.r_max), 1.0)
             d = torch.where(renorm, ((mu_b - self.mean) / sigma).clamp(-self.d_max, self.d_max), 0.0)
-            n = x.shape[-2]
             self.mean.add_(self.momentum * (mu_b - self.mean))
             self.var.add_(self.momentum * (var_b * (n / max(n - 1, 1)) - self.var))
             self.steps.add_(1)

@@ -18,8 +18,6 @@ from heron.algos.sac.config import Config
 from heron.algos.sac.networks import Actor, Critic, build
 from heron.envs.make import probe_spaces, require_box_actions, require_vector_obs
 from heron.envs.native import require_vector_entry_point
-from heron.errors import HeronError
-from heron.ops import dist
 from heron.ops.adam import adam
 from heron.runtime.run import Run
 
@@ -27,11 +25,6 @@ from heron.runtime.run import Run
 def check(cfg: Config) -> dict:
     """Reject an env whose spaces SAC cannot handle, before a run directory exists; returns the
     spaces a checkpoint saves (resume and eval compare them)."""
-    if cfg.crossq and dist.from_env().size > 1:
-        raise HeronError(
-            "--crossq trains in one process: under torchrun each rank's batch renormalisation would keep "
-            "statistics of its own"
-        )
     obs_space, act_space = probe_spaces(cfg.env_id)
     require_box_actions(act_space, "sac", cfg.env_id)
     require_vector_obs(obs_space, "sac", cfg.env_id)
