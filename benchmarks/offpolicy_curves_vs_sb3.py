@@ -37,6 +37,8 @@ on every field that affects learning and reads its evaluations up to ``--total-s
 
     python benchmarks/offpolicy_curves_vs_sb3.py --algo td3 --env-id Walker2d-v5 --total-steps 300000 \\
         --seeds 1 2 --out /tmp/curves_td3_w2d
+    python benchmarks/offpolicy_curves_vs_sb3.py --algo crossq --env-id Hopper-v5 --total-steps 100000 \\
+        --eval-every 5000 --set critic_hidden_sizes=256,256 --seeds 1 2 3 --out /tmp/curves_crossq
     python benchmarks/offpolicy_curves_vs_sb3.py --algo td3 --env-id Pendulum-v1 --total-steps 3000 \\
         --set learning_starts=500 --eval-every 1000 --eval-episodes 2 --seeds 1 --out /tmp/c   # smoke test
 """
@@ -75,7 +77,12 @@ NOT_LEARNING = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="heron vs Stable-Baselines3: TD3/SAC learning curves at equal env steps")
-    p.add_argument("--algo", choices=("td3", "sac"), default="td3")
+    p.add_argument(
+        "--algo",
+        choices=("td3", "sac", "crossq"),
+        default="td3",
+        help="crossq: heron's SAC with --preset crossq (before --preset) beside sb3-contrib's CrossQ",
+    )
     p.add_argument("--env-id", default="Walker2d-v5")
     p.add_argument("--preset", default="mujoco", help="heron preset the config starts from ('' for none)")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="heron config overrides")
@@ -124,8 +131,8 @@ def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
     try:
         check_env_id(args.env_id)  # heron's one-line error for an id it cannot make, with close matches
         return make_config(
-            args.algo,
-            [args.preset] if args.preset else [],
+            heron_algo(args),
+            (["crossq"] if args.algo == "crossq" else []) + ([args.preset] if args.preset else []),
             **overrides,
             env_id=args.env_id,
             seed=seed,
@@ -141,6 +148,10 @@ def heron_config(args: argparse.Namespace, seed: int, run_dir: Path):
         raise SystemExit(f"heron config: {exc}") from None
 
 
+def heron_algo(args: argparse.Namespace) -> str:
+    return "sac" if args.algo == "crossq" else args.algo
+
+
 def sb3_settings(cfg) -> dict:
     """SB3's constructor arguments for heron's resolved config; SystemExit where SB3 cannot match it."""
     unmatched = []
@@ -148,7 +159,10 @@ def sb3_settings(cfg) -> dict:
         unmatched.append(f"policy_lr {cfg.policy_lr} != q_lr {cfg.q_lr} (SB3 has one learning rate)")
     if cfg.num_envs != 1 or cfg.obs_norm or cfg.max_grad_norm or cfg.precision != "32" or cfg.n_step != 1:
         unmatched.append("num_envs 1, no obs_norm, no max_grad_norm, n_step 1 and precision 32 only")
-    if hasattr(cfg, "autotune"):  # SAC
+    if getattr(cfg, "crossq", False):  # sb3-contrib's CrossQ: one actor step every policy_delay updates
+        if cfg.lr_schedule != "constant" or cfg.gradient_steps != 1:
+            unmatched.append("CrossQ here needs a constant learning rate and one gradient step per env step")
+    elif hasattr(cfg, "autotune"):  # SAC
         if cfg.policy_frequency != 1 or cfg.lr_schedule != "constant" or cfg.recurrent != "none":
             unmatched.append(
                 "SAC needs policy_frequency=1 (SB3 updates the actor every step), a constant "
@@ -167,7 +181,20 @@ def sb3_settings(cfg) -> dict:
         gradient_steps=cfg.gradient_steps,
         policy_kwargs=dict(net_arch=list(cfg.hidden_sizes)),
     )
-    if hasattr(cfg, "autotune"):  # SAC
+    if getattr(cfg, "crossq", False):
+        del s["tau"]  # no target networks
+        width = list(cfg.critic_hidden_sizes or cfg.hidden_sizes)
+        s.update(
+            ent_coef=f"auto_{cfg.alpha}" if cfg.autotune else cfg.alpha,
+            policy_delay=cfg.policy_frequency,
+            policy_kwargs=dict(
+                net_arch={"pi": list(cfg.hidden_sizes), "qf": width},
+                batch_norm_momentum=cfg.bn_momentum,
+                renorm_warmup_steps=cfg.bn_warmup,
+                optimizer_kwargs=dict(betas=(cfg.adam_beta1, 0.999)),
+            ),
+        )
+    elif hasattr(cfg, "autotune"):  # SAC
         s.update(
             ent_coef=f"auto_{cfg.alpha}" if cfg.autotune else cfg.alpha,
             target_update_interval=cfg.target_network_frequency,
@@ -244,7 +271,7 @@ def train_heron(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
     have = check_heron_dir(args, seed, run_dir)
     if have is None:
         cfg = heron_config(args, seed, run_dir)
-        heron.train(args.algo, **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+        heron.train(heron_algo(args), **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     elif have["total_steps"] > args.total_steps:  # a longer run made elsewhere that is not far enough yet
         raise SystemExit(
             f"{run_dir} ({have['total_steps']} steps) has no evaluation at {args.total_steps} yet: "
@@ -298,6 +325,18 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
             "MlpPolicy",
             env,
             action_noise=NormalActionNoise(np.zeros(A), sigma * np.ones(A)),
+            seed=seed,
+            device="cpu",
+            verbose=0,
+            **settings,
+        )
+    elif args.algo == "crossq":
+        from sb3_contrib import CrossQ
+
+        model = CrossQ(
+            "MlpPolicy",
+            env,
+            target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
             seed=seed,
             device="cpu",
             verbose=0,

@@ -65,6 +65,8 @@ Run (about 2 x 2 trainings of --total-steps each; use a quiet machine)::
 
     python benchmarks/offpolicy_vs_sb3.py                                   # Hopper-v5, 20k steps
     python benchmarks/offpolicy_vs_sb3.py --algos sac --threads 1 --out bench.json --markdown
+    python benchmarks/offpolicy_vs_sb3.py --algos crossq --total-steps 2000 --learning-starts 1000 \\
+        --threads 1 --rounds 3                              # CrossQ beside sb3-contrib's, 1024-wide critics
     python benchmarks/offpolicy_vs_sb3.py --env-id Pendulum-v1 --total-steps 1500 \\
         --learning-starts 500 --eval-episodes 1                             # smoke test
 """
@@ -91,7 +93,8 @@ import heron
 from heron.envs.make import make_env
 from heron.runtime.episodes import EVAL_SEED_OFFSET
 
-ALGOS = ("sac", "td3")
+ALGOS = ("sac", "td3", "crossq")  # crossq: heron's --preset crossq beside sb3-contrib's CrossQ
+CROSSQ = dict(lr=1e-3, policy_delay=3, actor=(256, 256))  # sb3-contrib's CrossQ defaults (and the paper's)
 LOSS_ROW = "losses/qf_loss"  # written every --log-every steps by both heron algorithms once learning starts
 
 
@@ -122,6 +125,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="K",
         help="K other busy processes (a Python loop each) "
         "during the whole benchmark: a machine where something else runs",
+    )
+    p.add_argument(
+        "--critic-width",
+        type=int,
+        default=1024,
+        help="crossq: both critics' two hidden layers (default 1024, sb3-contrib's; the paper's is 2048)",
     )
     p.add_argument("--device", default="cpu", help="torch device for both libraries (default cpu)")
     p.add_argument(
@@ -226,6 +235,22 @@ def heron_overrides(algo: str, args: argparse.Namespace, run_dir: Path, log_ever
             recurrent="none",
             lr_schedule="constant",
         )
+    elif algo == "crossq":  # sb3-contrib's defaults on both sides; its entropy coefficient starts at 1
+        width = args.critic_width
+        cfg.update(
+            crossq=True,
+            policy_lr=CROSSQ["lr"],
+            q_lr=CROSSQ["lr"],
+            adam_beta1=0.5,
+            policy_frequency=CROSSQ["policy_delay"],
+            hidden_sizes=CROSSQ["actor"],
+            critic_hidden_sizes=(width, width),
+            bn_momentum=0.01,
+            bn_warmup=100_000,
+            autotune=True,
+            alpha=1.0,
+            target_entropy_scale=1.0,
+        )
     else:
         cfg.update(policy_frequency=2, policy_noise=0.2, noise_clip=0.5, exploration_noise=0.1)
     return cfg
@@ -244,7 +269,9 @@ def run_heron(
     run_dir = work / f"heron_{algo}_{precision}_{round_}"
     set_threads(args)  # heron sets it too, from torch_threads
     t = time.perf_counter()
-    summary = heron.train(algo, **heron_overrides(algo, args, run_dir, log_every, precision))
+    summary = heron.train(
+        "sac" if algo == "crossq" else algo, **heron_overrides(algo, args, run_dir, log_every, precision)
+    )
     wall = time.perf_counter() - t
 
     losses_at, sps_at = {}, {}
@@ -312,7 +339,17 @@ def run_sb3(algo: str, args: argparse.Namespace, s0: int, s1: int) -> dict:
         device=args.device,
         verbose=0,
     )
-    if algo == "sac":
+    if algo == "crossq":
+        from sb3_contrib import CrossQ
+
+        width = args.critic_width
+        del shared["tau"]  # CrossQ has no target networks
+        shared.update(
+            learning_rate=CROSSQ["lr"],
+            policy_kwargs=dict(net_arch={"pi": list(CROSSQ["actor"]), "qf": [width, width]}),
+        )
+        model = CrossQ("MlpPolicy", env, policy_delay=CROSSQ["policy_delay"], **shared)
+    elif algo == "sac":
         model = SAC("MlpPolicy", env, ent_coef="auto_0.2", target_entropy="auto", target_update_interval=1, **shared)
     else:
         A = env.action_space.shape[0]
@@ -480,15 +517,23 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
                 f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |"
             )
     print()
+    settings = (
+        f"sb3-contrib's CrossQ defaults on both sides: 256-256 actor, {args.critic_width}-wide critics, lr 1e-3, "
+        "Adam beta1 0.5, actor every third update"
+        if args.algos == ["crossq"]
+        else "256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
+        "updated every step"
+    )
     print(
         f"*{info['cpu']}, device {args.device}, {threads_label(args)}, torch {v['torch']}; "
         f"learning starts at {args.learning_starts:,}, updates/s over steps {s0:,}–{s1:,}; batch {args.batch_size}, "
-        f"256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
-        f"updated every step; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
-        f"`python benchmarks/offpolicy_vs_sb3.py --env-id {args.env_id} --total-steps {args.total_steps} "
+        f"{settings}; eval: {args.eval_episodes} deterministic episode(s), same seeds; seed {args.seed}. "
+        f"`python benchmarks/offpolicy_vs_sb3.py --algos {' '.join(args.algos)} --env-id {args.env_id} "
+        f"--total-steps {args.total_steps} "
         f"--learning-starts {args.learning_starts} --threads {args.threads}"
         f"{f' --busy {args.busy}' if args.busy else ''}"
         f"{' --precision ' + ' '.join(args.precision) if args.precision != ['32'] else ''}"
+        f"{f' --critic-width {args.critic_width}' if 'crossq' in args.algos else ''}"
         f"{f' --rounds {args.rounds}' if args.rounds > 1 else ''}`*"
         f"{f'; medians of {args.rounds} rounds' if args.rounds > 1 else ''}"
     )
@@ -550,8 +595,15 @@ def main(argv: list[str] | None = None) -> int:
         return one(args)
     try:
         import stable_baselines3  # noqa: F401
+
+        if "crossq" in args.algos:
+            import sb3_contrib  # noqa: F401
     except ImportError:
-        print("this benchmark needs stable-baselines3: pip install 'stable-baselines3>=2.3'", file=sys.stderr)
+        print(
+            "this benchmark needs stable-baselines3 (and sb3-contrib for crossq): "
+            "pip install 'stable-baselines3>=2.3' 'sb3-contrib>=2.4'",
+            file=sys.stderr,
+        )
         return 2
     set_threads(args)
     log_every = choose_log_every(args.total_steps, args.learning_starts)

@@ -67,6 +67,32 @@ def test_sb3_settings_refuse_what_sb3_cannot_run(curves, tmp_path):
         curves.sb3_settings(curves.heron_config(normalized, 1, tmp_path))
 
 
+def test_sb3_settings_follow_heron_crossq_preset(curves, tmp_path):
+    """--algo crossq: heron's SAC with --preset crossq, and sb3-contrib's CrossQ built from it (no
+    tau: neither has target networks)."""
+    args = _args(curves, tmp_path, "--algo", "crossq", "--set", "critic_hidden_sizes=256,256")
+    cfg = curves.heron_config(args, 1, tmp_path)
+    assert cfg.crossq and cfg.policy_frequency == 3 and curves.heron_algo(args) == "sac"
+    assert curves.sb3_settings(cfg) == dict(
+        learning_rate=1e-3,
+        buffer_size=1_000_000,
+        learning_starts=5000,
+        batch_size=256,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto_0.2",
+        policy_delay=3,
+        policy_kwargs=dict(
+            net_arch={"pi": [256, 256], "qf": [256, 256]},
+            batch_norm_momentum=0.01,
+            renorm_warmup_steps=100_000,
+            optimizer_kwargs=dict(betas=(0.5, 0.999)),
+        ),
+    )
+    assert curves.run_dir_of(args, "heron", 1).name == "heron_crossq_Pendulum-v1_s1"
+
+
 def test_a_heron_run_is_reused_only_with_the_same_learning_config(curves, tmp_path):
     args = _args(curves, tmp_path)
     run_dir = curves.run_dir_of(args, "heron", 1)
