@@ -463,12 +463,13 @@ def record_results(args: argparse.Namespace, argv: list[str] | None) -> int:
             raise SystemExit(f"--results: {path} has other columns than this script writes ({', '.join(rows[0])})")
     peer = ""
     if "sb3" in args.libs:
+        package = "sb3-contrib" if args.algo == "crossq" else "stable-baselines3"
         try:
             from importlib.metadata import version
 
-            peer = f"stable-baselines3 {version('stable-baselines3')}"
+            peer = f"{package} {version(package)}"
         except Exception:  # not installed: --report-only of runs made elsewhere
-            peer = "stable-baselines3"
+            peer = package
     given, kept = list(sys.argv[1:] if argv is None else argv), []
     while given:  # the command that trains (and reports): without --report-only and the results file
         item = given.pop(0)

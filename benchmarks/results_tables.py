@@ -56,6 +56,7 @@ class Column(NamedTuple):
     lib: str  # "heron" or "sb3"
     overrides: frozenset[str]  # the run's --set items must include these
     unset: frozenset[str] = frozenset()  # and must not set these fields (a column of defaults)
+    algo: str = ""  # the runs' algorithm, where it is not the table's (SAC beside CrossQ)
 
 
 class Table(NamedTuple):
@@ -68,8 +69,8 @@ class Table(NamedTuple):
     image: str  # the curves' image, relative to the repository
 
 
-def _col(label: str, lib: str, *overrides: str, unset: tuple[str, ...] = ()) -> Column:
-    return Column(label, lib, frozenset(overrides), frozenset(unset))
+def _col(label: str, lib: str, *overrides: str, unset: tuple[str, ...] = (), algo: str = "") -> Column:
+    return Column(label, lib, frozenset(overrides), frozenset(unset), algo)
 
 
 SMALL_TASKS = (
@@ -118,6 +119,20 @@ TABLES = {
         docs=("docs/algorithms/sac.md", "docs/benchmarks/index.md"),
         image="docs/images/sac_defaults.png",
     ),
+    # CrossQ beside sb3-contrib's (the same settings, 256-wide critics) and beside heron's SAC at its defaults
+    "crossq-100k": Table(
+        algo="crossq",
+        preset="mujoco",
+        tasks=(("Hopper-v5", 100_000), ("Walker2d-v5", 100_000)),
+        columns=(
+            _col("heron CrossQ, 256 critics", "heron", "critic_hidden_sizes=256,256"),
+            _col("sb3-contrib CrossQ, 256 critics", "sb3", "critic_hidden_sizes=256,256"),
+            _col("heron SAC, defaults", "heron", unset=("policy_lr", "q_lr", "policy_frequency"), algo="sac"),
+        ),
+        compare=(0, 1),
+        docs=("docs/algorithms/sac.md",),
+        image="docs/images/crossq_100k.png",
+    ),
 }
 
 
@@ -142,7 +157,7 @@ def select(rows: list[dict], table: Table, env_id: str, steps: int, column: Colu
     picked = [
         r
         for r in rows
-        if r["algo"] == table.algo
+        if r["algo"] == (column.algo or table.algo)
         and r["preset"] == table.preset
         and r["env_id"] == env_id
         and int(r["total_steps"]) == steps

@@ -93,6 +93,13 @@ def test_a_column_of_defaults_leaves_out_runs_that_set_those_fields():
     ]
     assert [r["seed"] for r in tables.select(rows, table, "Pendulum-v1", 15_000, table.columns[0])] == ["1", "2"]
     assert "| Pendulum-v1, 15k | -160 ± 14 | -160 ± 0 |  |" in tables.render(table, rows)
+    # a column of another algorithm's runs (heron's SAC beside CrossQ) takes those alone
+    crossq = table._replace(
+        algo="crossq", columns=(tables._col("crossq", "heron"), tables._col("sac", "heron", algo="sac"))
+    )
+    rows.append(dict(rows[1], algo="crossq", seed="4", final_eval="-140", mean_eval="-140"))
+    assert [r["seed"] for r in tables.select(rows, crossq, "Pendulum-v1", 15_000, crossq.columns[0])] == ["4"]
+    assert [r["seed"] for r in tables.select(rows, crossq, "Pendulum-v1", 15_000, crossq.columns[1])] == ["1", "2", "3"]
 
 
 def test_a_learning_table_gives_each_figure_over_the_seeds_that_have_it():
