@@ -330,20 +330,12 @@ def train_sb3(args: argparse.Namespace, seed: int, run_dir: Path) -> None:
             verbose=0,
             **settings,
         )
-    elif args.algo == "crossq":
-        from sb3_contrib import CrossQ
-
-        model = CrossQ(
-            "MlpPolicy",
-            env,
-            target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
-            seed=seed,
-            device="cpu",
-            verbose=0,
-            **settings,
-        )
     else:
-        model = SAC(
+        if args.algo == "crossq":
+            from sb3_contrib import CrossQ as maximum_entropy  # SAC's interface, with batch renormalisation
+        else:
+            maximum_entropy = SAC
+        model = maximum_entropy(
             "MlpPolicy",
             env,
             target_entropy=-cfg.target_entropy_scale * env.action_space.shape[0],
