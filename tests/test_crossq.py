@@ -181,3 +181,33 @@ def test_crossq_learns_pendulum_and_its_evaluation_repeats(tmp_path, capsys):
     obs = torch.zeros(3).numpy()
     assert (policy.predict(obs) == policy.predict(obs)).all()
     assert heron.evaluate(str(run))["mean_return"] == pytest.approx(result["mean_return"], rel=1e-6)
+
+
+@pytest.mark.parametrize("crossq_on", [False, True])
+def test_critic_widths_and_adams_beta1_reach_the_networks_and_optimizers(crossq_on, tmp_path):
+    """--critic-hidden-sizes and --adam-beta1 for plain SAC and for CrossQ, the latter under
+    --precision bf16-mixed (its batch-renormalised layers cast their products themselves)."""
+    run = tmp_path / "run"
+    heron.train(
+        "sac",
+        env_id="Pendulum-v1",
+        crossq=crossq_on,
+        hidden_sizes=(16,),
+        critic_hidden_sizes=(24, 8),
+        adam_beta1=0.5,
+        precision="bf16-mixed" if crossq_on else "32",
+        total_steps=400,
+        learning_starts=300,
+        batch_size=32,
+        eval_every=0,
+        eval_episodes=1,
+        progress="none",
+        torch_threads=1,
+        run_dir=str(run),
+    )
+    state = torch.load(sorted((run / "checkpoints").glob("step_*[0-9].pt"))[-1], weights_only=True)
+    weights = [v for k, v in state["critic"].items() if k.startswith("q.layers.") and k.endswith("weight")]
+    assert [tuple(w.shape) for w in weights] == [(2, 4, 24), (2, 24, 8), (2, 8, 1)]  # [E, in, out]
+    assert all(torch.isfinite(w).all() for w in weights)
+    for opt in ("actor_opt", "q_opt", "alpha_opt"):
+        assert tuple(state[opt]["param_groups"][0]["betas"]) == (0.5, 0.999)
