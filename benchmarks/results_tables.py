@@ -763,7 +763,7 @@ def add_bench_results(results: Path, machine: str, note: str = "") -> int:
     rows = read_rows(LEARNING)
     new = []
     for r in read_results(results):
-        entry = next((e for e in SUITES.get(r["suite"], []) if e.env_id == r["env_id"] and e.algo == r["algo"]), None)
+        entry = next((e for e in SUITES.get(r["suite"], []) if e.env_id == r["env_id"] and e.label == r["algo"]), None)
         if entry is None:
             raise SystemExit(f"{results}: suite {r['suite']} has no {r['algo']} on {r['env_id']}")
         cfg = registry.get(entry.algo).Config()

@@ -69,9 +69,15 @@ class Entry:
     presets: tuple[str, ...]
     total_steps: int
     overrides: tuple[tuple[str, Any], ...] = ()  # further flags, (field, value)
+    method: str = ""  # the name in tables and run directories when a preset changes the method (crossq)
+
+    @property
+    def label(self) -> str:
+        """The method the entry trains: its ``method``, else its algorithm."""
+        return self.method or self.algo
 
     def name(self, seed: int) -> str:
-        return f"{self.algo}__{safe_name(self.env_id)}__s{seed}"
+        return f"{self.label}__{safe_name(self.env_id)}__s{seed}"
 
 
 def safe_name(env_id: str) -> str:
@@ -80,6 +86,7 @@ def safe_name(env_id: str) -> str:
 
 
 MUJOCO = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")
+CROSSQ = ("Hopper-v5", "Walker2d-v5", "Humanoid-v5")  # the three of the CrossQ paper's 100k table
 GAMES = ("Pong", "Breakout", "Qbert", "SpaceInvaders")
 ATARI = tuple(f"ALE/{game}-v5" for game in GAMES)  # sticky actions 0.25 (Machado et al.): the harder setting
 ATARI_V4 = tuple(f"{game}NoFrameskip-v4" for game in GAMES)  # no sticky actions: DI-engine's and the PPO paper's
@@ -91,6 +98,12 @@ SUITES: dict[str, list[Entry]] = {
     "mujoco-sac": [Entry("sac", env, ("mujoco",), 1_000_000) for env in MUJOCO],
     "mujoco-td3": [Entry("td3", env, ("mujoco",), 1_000_000) for env in MUJOCO],
     "mujoco-ppo": [Entry("ppo", env, ("mujoco",), 1_000_000) for env in MUJOCO],
+    # CrossQ (SAC's --preset crossq) at the paper's sample-efficiency budget; a checkpoint every 20k steps, as
+    # its 2048-wide critics make a CPU run long
+    "mujoco-crossq": [
+        Entry("sac", env, ("crossq", "mujoco"), 100_000, (("checkpoint_every", 20_000),), method="crossq")
+        for env in CROSSQ
+    ],
     "atari-ppo": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI],
     "atari-ppo-v4": [Entry("ppo", env, ("atari",), 10_000_000) for env in ATARI_V4],
     "dmc-dreamer": [Entry("dreamer_v2", env, ("dmc",), 500_000) for env in DMC],  # agent steps (x2 frames)
@@ -103,6 +116,7 @@ SUITES: dict[str, list[Entry]] = {
 SUITES["smoke"] = [
     Entry("sac", "Hopper-v5", ("mujoco", "debug"), 1500),
     Entry("td3", "Hopper-v5", ("mujoco", "debug"), 1500),
+    Entry("sac", "Hopper-v5", ("crossq", "mujoco", "debug"), 1500, method="crossq"),
     Entry("ppo", "Hopper-v5", ("mujoco", "debug"), 2048),
     Entry("ppo", "ALE/Pong-v5", ("atari", "debug"), 1024, (("eval_episodes", 1),)),
     Entry("dreamer_v2", "dmc_walker_walk", ("dmc", "debug"), 300, (("capture_video", False),)),
@@ -130,6 +144,16 @@ PUBLISHED: dict[tuple[str, str], list[tuple[str, str]]] = {
         ("SAC paper (2018)", "~3250"),
     ],
     ("td3", "Hopper-v5"): [("TD3 paper (2018), v1, 1M, max average return", "3564 ± 115")],
+    # Bhatt et al., ICLR 2024: evaluation return at 100k env steps, MuJoCo v4, 10 seeds, CrossQ and the SAC
+    # baseline of the same paper
+    **{
+        ("crossq", env): [("CrossQ paper (2024), v4, 100k, 10 seeds", crossq), ("SAC in the CrossQ paper, 100k", sac)]
+        for env, crossq, sac in (
+            ("Hopper-v5", "2754", "1103"),
+            ("Walker2d-v5", "3253", "690"),
+            ("Humanoid-v5", "2828", "632"),
+        )
+    },
     ("td3", "HalfCheetah-v5"): [("TD3 paper (2018), v1, 1M, max average return", "9637 ± 859")],
     ("td3", "Walker2d-v5"): [("TD3 paper (2018), v1, 1M, max average return", "4683 ± 540")],
     ("ppo", "Hopper-v5"): [("DI-engine docs (2022), v3, best mean", "3000")],
@@ -187,7 +211,7 @@ class Job:
 
     @property
     def label(self) -> str:
-        return f"{self.entry.algo} {self.entry.env_id} seed {self.seed}"
+        return f"{self.entry.label} {self.entry.env_id} seed {self.seed}"
 
     def state(self) -> dict:
         return read_state(self.run_dir)
@@ -307,11 +331,11 @@ def suite_entries(suite: str, only: Iterable[str] = ()) -> list[Entry]:
     entries = SUITES[suite]
     only = [o.lower() for o in only]
     if only:
-        entries = [e for e in entries if any(o in e.algo.lower() or o in e.env_id.lower() for o in only)]
+        entries = [e for e in entries if any(o in f"{e.algo} {e.label} {e.env_id}".lower() for o in only)]
         if not entries:
             raise HeronError(
                 f"--only {' '.join(only)} matches no entry of {suite}: "
-                f"{', '.join(f'{e.algo} {e.env_id}' for e in SUITES[suite])}"
+                f"{', '.join(f'{e.label} {e.env_id}' for e in SUITES[suite])}"
             )
     return entries
 
@@ -553,7 +577,7 @@ def _ended(job: Job, code: int, suite: str, commit: str, out: Path, failed: list
             out / "results.csv",
             [
                 suite,
-                job.entry.algo,
+                job.entry.label,
                 job.entry.env_id,
                 job.seed,
                 step,
@@ -675,7 +699,7 @@ def unfinished_runs(out: Path, suite: str, rows: list[dict]) -> list[dict]:
         found.append(
             dict(
                 env_id=cfg.get("env_id", "?"),
-                algo=algo,
+                algo=run_dir.name.split("__")[0] if "__" in run_dir.name else algo,  # the entry's label
                 seed=cfg.get("seed", "?"),
                 steps=max(step, last_logged_step(run_dir / "metrics.csv")),
                 total_steps=int(cfg.get("total_steps", 0)),

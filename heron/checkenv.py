@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from heron import registry
+from heron.config import apply_overrides
 from heron.envs.ids import check_env_id
 from heron.envs.make import make_env
 from heron.errors import HeronError, first_line
@@ -102,6 +103,8 @@ def check(env_id: str, steps: int = 500, seed: int = 0) -> Report:
             report.findings += _action_findings(env.action_space)
             for algo in registry.ALGOS:
                 report.algos[algo] = _algo_reason(algo, env_id)
+            for label, (algo, preset) in VARIANTS.items():
+                report.algos[label] = _algo_reason(algo, env_id, preset)
             vector = _vector_finding(env_id, steps, seed)
             if vector is not None:
                 report.findings.append(vector)
@@ -308,10 +311,17 @@ def _action_findings(space: gym.Space) -> list[Finding]:
     ]
 
 
-def _algo_reason(algo: str, env_id: str) -> str:
-    """ "" when ``heron train ALGO --env-id ENV_ID`` passes its pre-run checks, else why not."""
+# Methods an algorithm's preset turns it into, checked with that preset: label -> (algorithm, preset)
+VARIANTS = {"sac --preset crossq": ("sac", "crossq")}
+
+
+def _algo_reason(algo: str, env_id: str, preset: str = "") -> str:
+    """ "" when ``heron train ALGO [--preset PRESET] --env-id ENV_ID`` passes its pre-run checks,
+    else why not."""
     module = registry.get(algo)
     cfg = dataclasses.replace(module.Config(), env_id=env_id)
+    if preset:
+        cfg = apply_overrides(cfg, module.PRESETS[preset], f"preset {preset}")
     try:
         module.check(cfg)
     except HeronError as exc:

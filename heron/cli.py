@@ -319,7 +319,7 @@ def cmd_bench(argv: list[str]) -> int:
         for name, entries in bench.SUITES.items():
             print(f"{name}:")
             for e in entries:
-                print(f"  {e.algo:<11} {e.env_id:<22} --preset {' '.join(e.presets):<14} {e.total_steps:>11,} steps")
+                print(f"  {e.algo:<11} {e.env_id:<22} --preset {' '.join(e.presets):<20} {e.total_steps:>11,} steps")
         return 0
     if args.report:
         suites = [bench.suite_label(args.suite, args.precision)] if args.suite else None

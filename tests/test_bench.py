@@ -288,10 +288,10 @@ def test_smoke_suite_end_to_end(tmp_path):
     text, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, text
     rows = _rows(out)
-    assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.algo, e.env_id) for e in entries)
+    assert sorted((r["algo"], r["env_id"]) for r in rows) == sorted((e.label, e.env_id) for e in entries)
     for r in rows:
         assert int(r["steps"]) >= next(
-            e.total_steps for e in bench.SUITES["smoke"] if (e.algo, e.env_id) == (r["algo"], r["env_id"])
+            e.total_steps for e in bench.SUITES["smoke"] if (e.label, e.env_id) == (r["algo"], r["env_id"])
         )
         assert float(r["wall_s"]) > 0 and r["heron_version"]
         if r["env_id"] == "Hopper-v5":  # its early episodes are short: some end in the last tenth
@@ -363,3 +363,18 @@ def test_the_curves_draw_each_published_figure_as_a_line_at_its_mean():
     assert published_lines("td3", "Hopper-v5") == [("TD3 paper (2018), v1, 1M, max average return: 3564 ± 115", 3564.0)]
     assert [v for _, v in published_lines("sac", "HalfCheetah-v5")] == [10310.0, 11250.0]  # "~11250" too
     assert published_lines("sac", "CartPole-v1") == []
+    assert [v for _, v in published_lines("crossq", "Walker2d-v5")] == [3253.0, 690.0]  # CrossQ and its paper's SAC
+
+
+def test_a_preset_that_changes_the_method_names_its_runs_and_rows(tmp_path):
+    """CrossQ's entries train SAC with --preset crossq; their run directories, rows and table say crossq,
+    and a run not finished yet shows under that name too."""
+    entries = bench.suite_entries("mujoco-crossq", ["walker"])
+    assert [(e.algo, e.label, e.presets) for e in entries] == [("sac", "crossq", ("crossq", "mujoco"))]
+    assert entries[0].name(2) == "crossq__Walker2d-v5__s2"
+    assert bench.suite_entries("mujoco-crossq", ["crossq"]) == bench.SUITES["mujoco-crossq"]
+    lines: list[str] = []
+    bench.run_suite("mujoco-crossq", [1], tmp_path, only=["hopper"], dry_run=True, threads=1, echo=lines.append)
+    command = next(line for line in lines if " train " in line)
+    assert "train sac --env-id Hopper-v5 --preset crossq mujoco" in command
+    assert "crossq__Hopper-v5__s1" in command

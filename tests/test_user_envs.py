@@ -190,8 +190,8 @@ def test_check_env_on_a_good_env(capsys):
     code, out = _check_env(capsys, "user_envs:Target-v0")
     assert code == 0, out
     assert "FAIL" not in out and "no problems found" in out
-    for algo in ("sac", "td3", "ppo", "dreamer_v2", "dreamer_v3"):
-        assert any(line.split() == [algo, "yes"] for line in out.splitlines()), out
+    for algo in ("sac", "td3", "ppo", "dreamer_v2", "dreamer_v3", "sac --preset crossq"):
+        assert any(line.split() == [*algo.split(), "yes"] for line in out.splitlines()), out
 
 
 @pytest.mark.parametrize(
@@ -222,6 +222,7 @@ def test_check_env_json_and_bad_input(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["problems"] == 1
     assert "not finite" in report["algos"]["sac"] and report["algos"]["ppo"] == ""
+    assert "not finite" in report["algos"]["sac --preset crossq"]  # CrossQ squashes its actions as SAC does
     assert main(["check-env", "Pendulm-v1"]) == 2
     assert "did you mean Pendulum-v1" in capsys.readouterr().err
 
