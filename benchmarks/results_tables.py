@@ -178,6 +178,8 @@ def _std(values: list[float]) -> float:
 
 
 def _cell(values: list[float], f: str) -> str:
+    if len(values) == 1:  # one seed: no spread to show
+        return f"{values[0]:{f}}"
     return f"{np.mean(values):{f}} ± {_std(values):{f}}" if values else "-"
 
 
@@ -203,9 +205,11 @@ def render(table: Table, rows: list[dict]) -> str:
             lines.append(f"| {env_id}, {steps // 1000}k | " + " | ".join(_cell(v, f) for v in cells) + f" | {p} |")
         lines.append("")
     counts = sorted({len(select(rows, table, e, s, c)) for e, s in tasks for c in table.columns})
+    plural = "" if counts == [1] else "s"
+    listed = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, sorted(seeds)))}"
     lines.append(
-        f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seeds per cell "
-        f"(seeds {', '.join(map(str, sorted(seeds)))}); p: the exact permutation test of the two columns' "
+        f"Mean ± sample standard deviation over {'/'.join(map(str, counts))} seed{plural} per cell "
+        f"({listed}); p: the exact permutation test of the two columns' "
         "per-seed figures. Rows and curves: `benchmarks/results/offpolicy_curves.csv`, with the "
         "command of each run."
     )
