@@ -116,7 +116,7 @@ SUITES: dict[str, list[Entry]] = {
 SUITES["smoke"] = [
     Entry("sac", "Hopper-v5", ("mujoco", "debug"), 1500),
     Entry("td3", "Hopper-v5", ("mujoco", "debug"), 1500),
-    Entry("sac", "Hopper-v5", ("crossq", "mujoco", "debug"), 1500, method="crossq"),
+    Entry("sac", "Hopper-v5", ("crossq", "mujoco", "debug"), 1500, (("critic_hidden_sizes", (64, 64)),), "crossq"),
     Entry("ppo", "Hopper-v5", ("mujoco", "debug"), 2048),
     Entry("ppo", "ALE/Pong-v5", ("atari", "debug"), 1024, (("eval_episodes", 1),)),
     Entry("dreamer_v2", "dmc_walker_walk", ("dmc", "debug"), 300, (("capture_video", False),)),
@@ -267,7 +267,11 @@ class Job:
             device,
         ]
         for key, value in self.entry.overrides:
-            flags += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+            flags.append(f"--{key.replace('_', '-')}")
+            if isinstance(value, tuple):  # a list flag: one argument per value
+                flags += [str(v) for v in value]
+            else:
+                flags.append(str(value).lower() if isinstance(value, bool) else str(value))
         return base + [self.entry.algo] + flags
 
     def current_step(self) -> int:

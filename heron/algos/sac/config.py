@@ -84,7 +84,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         batch_size=64,
         buffer_size=5000,
         hidden_sizes=(64, 64),
-        critic_hidden_sizes=(),  # the critics as small as the actor, after a preset that widens them (crossq)
         eval_every=750,
         eval_episodes=2,
         checkpoint_every=750,
