@@ -130,7 +130,7 @@ TABLES = {
             _col("heron SAC, defaults", "heron", unset=("policy_lr", "q_lr", "policy_frequency"), algo="sac"),
         ),
         compare=(0, 1),
-        docs=("docs/algorithms/sac.md",),
+        docs=("docs/algorithms/sac.md", "docs/benchmarks/index.md"),
         image="docs/images/crossq_100k.png",
     ),
 }
