@@ -454,6 +454,23 @@ def summarize_rounds(libs: dict) -> None:
             r[key] = float(np.median(r[f"{key}_rounds"]))
 
 
+def settings_text(args) -> str:
+    """The settings both sides share, one clause per algorithm family that ran."""
+    parts = []
+    if {"sac", "td3"} & set(args.algos):
+        parts.append(
+            "SAC/TD3: 256-256, tau 0.005, train_freq 1, gradient_steps 1, lr 3e-4 for all networks (heron's SAC "
+            "default q-lr is 1e-3; SB3 has a single learning_rate); SAC actor and targets updated every step, "
+            "alpha auto from 0.2; TD3 policy delay 2, target noise 0.2 clip 0.5, exploration noise 0.1 x half-range"
+        )
+    if "crossq" in args.algos:
+        parts.append(
+            f"CrossQ: sb3-contrib's defaults, 256-256 actor, {args.critic_width}-wide critics, lr 1e-3, "
+            "Adam beta1 0.5, actor every third update, no target networks"
+        )
+    return "; ".join(parts)
+
+
 def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
     print()
     print(
@@ -464,13 +481,7 @@ def print_table(args, results: dict, s0: int, s1: int, info: dict) -> None:
         f"machine: {info['cpu']}; torch {info['versions']['torch']}, {threads_label(args)}, "
         f"device {args.device}; trained one after the other, each in a fresh process"
     )
-    print(
-        f"settings (both): 256-256, batch {args.batch_size}, buffer 1e6, gamma 0.99, tau 0.005, train_freq 1, "
-        "gradient_steps 1; "
-        "lr 3e-4 for everything (NOTE: heron's SAC default q-lr is 1e-3; set to 3e-4 here because SB3 "
-        "has a single learning_rate); SAC: policy_frequency 1, target_network_frequency 1, alpha auto from 0.2; "
-        "TD3: policy delay 2, target noise 0.2 clip 0.5, exploration noise 0.1 x half-range"
-    )
+    print(f"settings (both sides): batch {args.batch_size}, buffer 1e6, gamma 0.99; {settings_text(args)}")
     print(
         f"updates/s: learning phase only, steps {s0} -> {s1} ({s1 - s0} updates); env steps/s: steps 0 -> {s1}; "
         f"eval: {args.eval_episodes} deterministic episode(s), same seeds for both"
@@ -517,13 +528,7 @@ def print_markdown(args, results: dict, s0: int, s1: int, info: dict) -> None:
                 f"{x['env_steps_per_s']:.0f} | {x['eval_mean']:.1f} ± {x['eval_std']:.1f} | {rel} |"
             )
     print()
-    settings = (
-        f"sb3-contrib's CrossQ defaults on both sides: 256-256 actor, {args.critic_width}-wide critics, lr 1e-3, "
-        "Adam beta1 0.5, actor every third update"
-        if args.algos == ["crossq"]
-        else "256-256, lr 3e-4 for all networks on both sides (heron's SAC default q-lr is 1e-3), SAC actor "
-        "updated every step"
-    )
+    settings = settings_text(args)
     print(
         f"*{info['cpu']}, device {args.device}, {threads_label(args)}, torch {v['torch']}; "
         f"learning starts at {args.learning_starts:,}, updates/s over steps {s0:,}–{s1:,}; batch {args.batch_size}, "
